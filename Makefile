@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make demo` and `make test` (README.md).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint demo
+setup: $(STAMP)
+
+# torch is pinned first: the CPU build lies on this kind of machine's disk; an unpinned
+# torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[trainer,test]'
+	touch $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: lint
+	$(VENV)/bin/python -m pytest -q
+
+demo: setup
+	$(VENV)/bin/dflash-console demo
