@@ -1,0 +1,83 @@
+"""Parse the trainer's ``metrics.jsonl`` (the run-directory contract, docs/run-directory.md).
+
+A reader must survive a torn last line (the writer may be mid-line when we read), lines that are
+not JSON objects, unknown ``kind`` values and unknown fields. :class:`MetricsParser` takes raw byte
+chunks as a tail delivers them and yields only complete, valid records; a partial last line is
+kept until its newline arrives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+KNOWN_KINDS = frozenset({"step", "throughput", "event"})
+
+
+def parse_line(line: bytes | str) -> dict | None:
+    """One line -> a record dict, or None when it is not a JSON object with a string ``kind``.
+
+    Unknown kinds are returned as they are (callers ignore what they do not know); a missing or
+    non-numeric ``t`` becomes None rather than an error.
+    """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
+        return None
+    t = rec.get("t")
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        rec["t"] = None
+    return rec
+
+
+class MetricsParser:
+    """Incremental parser: feed byte chunks, get complete records back, in order.
+
+    ``bad_lines`` counts complete lines that were not valid records (a torn line that is later
+    completed is not counted: it was never complete).
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.bad_lines = 0
+
+    def feed(self, chunk: bytes) -> list[dict]:
+        return list(self._iter(chunk))
+
+    def _iter(self, chunk: bytes) -> Iterator[dict]:
+        data = self._buf + chunk
+        *lines, self._buf = data.split(b"\n")
+        for raw in lines:
+            if not raw.strip():
+                continue
+            rec = parse_line(raw)
+            if rec is None:
+                self.bad_lines += 1
+            else:
+                yield rec
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an incomplete last line, not yet parsed."""
+        return self._buf
+
+
+def headline_tok_s(throughput: dict) -> float:
+    """The run's headline tok/s: the drafters' sum (context tokens trained), never target + drafter."""
+    total = 0.0
+    for dev in throughput.get("devices") or []:
+        if isinstance(dev, dict) and dev.get("role") == "drafter":
+            v = dev.get("tok_s")
+            if isinstance(v, (int, float)):
+                total += float(v)
+    return total
