@@ -1,0 +1,3 @@
+"""The bundled DFlash drafter trainer."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,146 @@
+"""Anchor sampling and the DFlash attention masks (dense for SDPA, BlockMask for FlexAttention).
+
+Layout. A packed row has ``T`` context positions (target hidden states) and ``A`` blocks of ``block_size``
+slots. Block ``j`` holds the anchor token ``input_ids[anchors[j]]`` then ``block_size - 1`` mask tokens;
+its slot ``k`` stands for position ``anchors[j] + k``. Queries: ``A * block_size`` block slots (block-major).
+Keys: the ``T`` context positions first, then all ``A * block_size`` block slots.
+
+Mask rule (one predicate, ``mask_mod``, used by both builders). Query = slot ``k`` of block ``j`` with
+anchor ``a = anchors[j]``. It may attend
+- context position ``p`` iff ``p < a`` (strictly: never the anchor's own position or later, whose target
+  hidden state does not exist yet at inference), ``doc[p] == doc[a]`` (no crossing of a packed document
+  boundary) and, on a sliding layer with window ``W``, ``(a + k) - p < W``. Window convention (the
+  transformers one): a query at position ``q`` sees keys ``q - W + 1 .. q``, i.e. ``W`` positions
+  counting itself; its own block is always fully visible regardless of ``W``;
+- every slot of its own block (bidirectional);
+- nothing else (no other block). A padding block (``a == -1``) sees only its own block, so no row of the
+  mask is empty and no NaN appears.
+
+``doc_ids`` are any integers, one per position; ``doc_ids < 0`` marks padding, never used for anchors.
+
+API: ``sample_anchors``, ``mask_mod``, ``dense_mask`` (bool ``(B, 1, Q, T + Q)``, True = may attend),
+``flex_block_mask`` (a FlexAttention ``BlockMask`` over the same shapes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def sample_anchors(
+    doc_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    block_size: int,
+    max_anchors: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Random block anchors per row: ``(B, A)`` long, sorted ascending, ``-1`` = padding.
+
+    Position ``a`` is a candidate iff the block ``[a, a + block_size - 1]`` fits in the row, lies in one
+    document (``doc_ids >= 0``) and positions ``a + 1 .. a + block_size - 1`` (the predicted ones) are in
+    ``loss_mask``. Up to ``max_anchors`` candidates per row are drawn without replacement;
+    ``A = max(1, max over rows of the number drawn)``.
+    """
+    if block_size < 2:
+        raise ValueError(f"block_size must be >= 2, got {block_size}")
+    if max_anchors < 1:
+        raise ValueError(f"max_anchors must be >= 1, got {max_anchors}")
+    if doc_ids.shape != loss_mask.shape or doc_ids.dim() != 2:
+        raise ValueError(f"doc_ids {tuple(doc_ids.shape)} and loss_mask {tuple(loss_mask.shape)} must be (B, T)")
+    B, T = doc_ids.shape
+    device = doc_ids.device
+    n_cand = T - block_size + 1
+    if n_cand <= 0:
+        return torch.full((B, 1), -1, dtype=torch.long, device=device)
+    doc = doc_ids.long()
+    lm = loss_mask.bool()
+    # document changes: change[t] = doc[t] != doc[t-1]; block [a, a+bs-1] in one doc iff no change in (a, a+bs-1]
+    change = torch.zeros_like(doc)
+    change[:, 1:] = (doc[:, 1:] != doc[:, :-1]).long()
+    cchange = change.cumsum(1)
+    same_doc = cchange[:, block_size - 1 :] == cchange[:, :n_cand]
+    # predicted positions a+1..a+bs-1 all in the loss mask
+    clm = torch.nn.functional.pad(lm.long().cumsum(1), (1, 0))  # clm[t] = sum lm[:t]
+    n_in = clm[:, block_size : block_size + n_cand] - clm[:, 1 : 1 + n_cand]
+    valid = same_doc & (n_in == block_size - 1) & (doc[:, :n_cand] >= 0)
+
+    gdev = generator.device if generator is not None else device
+    scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
+    scores = scores.masked_fill(~valid, 2.0)
+    counts = valid.sum(1).clamp(max=max_anchors)
+    A = max(1, int(counts.max().item()))
+    picked = scores.argsort(dim=1)[:, :A]
+    keep = torch.arange(A, device=device).unsqueeze(0) < counts.unsqueeze(1)
+    anchors = torch.where(keep, picked, torch.full_like(picked, n_cand + T))  # padding sorts last
+    anchors = anchors.sort(dim=1).values
+    return torch.where(anchors < n_cand, anchors, torch.full_like(anchors, -1))
+
+
+def mask_mod(
+    anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int, sliding_window: int | None = None
+) -> Callable:
+    """The DFlash mask predicate ``f(b, h, q_idx, kv_idx) -> bool`` (FlexAttention ``mask_mod`` form)."""
+    anchors = anchors.long()
+    doc = doc_ids.long()
+    B, A = anchors.shape
+    T = doc.shape[1]
+    anchor_doc = torch.gather(doc, 1, anchors.clamp(min=0))  # irrelevant for padding blocks (p < -1 never)
+
+    def mod(b, h, q_idx, kv_idx):
+        j = (q_idx // block_size).clamp(max=A - 1)
+        k = q_idx % block_size
+        a = anchors[b, j]
+        p = kv_idx.clamp(min=0, max=T - 1)
+        ctx = (kv_idx < T) & (kv_idx < a) & (doc[b, p] == anchor_doc[b, j])
+        if sliding_window is not None:
+            ctx = ctx & (a + k - kv_idx < sliding_window)
+        blk = (kv_idx >= T) & ((kv_idx - T) // block_size == j)
+        return ctx | blk
+
+    return mod
+
+
+def dense_mask(
+    anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int, sliding_window: int | None = None
+) -> torch.Tensor:
+    """Bool mask ``(B, 1, A*block_size, T + A*block_size)`` for SDPA; True = may attend."""
+    B, A = anchors.shape
+    T = doc_ids.shape[1]
+    Q = A * block_size
+    dev = anchors.device
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    h = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=dev)
+    q = torch.arange(Q, device=dev).view(1, 1, Q, 1)
+    kv = torch.arange(T + Q, device=dev).view(1, 1, 1, T + Q)
+    return mask_mod(anchors, doc_ids, block_size, sliding_window)(b, h, q, kv)
+
+
+def flex_block_mask(
+    anchors: torch.Tensor,
+    doc_ids: torch.Tensor,
+    block_size: int,
+    sliding_window: int | None = None,
+    device: torch.device | str | None = None,
+):
+    """FlexAttention ``BlockMask`` for the same rule (shapes as ``dense_mask``, heads broadcast)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, A = anchors.shape
+    T = doc_ids.shape[1]
+    Q = A * block_size
+    dev = device if device is not None else anchors.device
+    return create_block_mask(
+        mask_mod(anchors, doc_ids, block_size, sliding_window), B=B, H=None, Q_LEN=Q, KV_LEN=T + Q, device=dev
+    )
+
+
+def doc_positions(doc_ids: torch.Tensor) -> torch.Tensor:
+    """Per-document positions ``(B, T)``: 0 at each document's first token (a change of ``doc_ids``)."""
+    B, T = doc_ids.shape
+    idx = torch.arange(T, device=doc_ids.device).expand(B, T)
+    start = torch.ones_like(doc_ids, dtype=torch.bool)
+    start[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    first = torch.where(start, idx, torch.zeros_like(idx)).cummax(dim=1).values
+    return idx - first

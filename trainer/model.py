@@ -1,0 +1,246 @@
+"""DFlashDrafter: the DFlash block-diffusion drafter (Qwen3-style layers fed with target hidden states).
+
+``DFlashDrafter(cfg)`` has ``fc`` (``num_captured * hidden -> hidden``, no bias), ``hidden_norm``,
+``layers`` (``cfg.num_draft_layers`` Qwen3 decoder layers: RMSNorm, GQA attention with ``q_norm``/``k_norm``,
+RoPE, SwiGLU) and a final ``norm``; parameter names follow the published checkpoints (z-lab / vLLM /
+SGLang), so ``state_dict()`` is what ``export.save_drafter`` writes. It owns no embedding and no lm_head:
+the caller passes the target's frozen ``embed_tokens`` (``head.FrozenHead``).
+
+``forward(target_hidden (B,T,n*H), input_ids (B,T), doc_ids (B,T), anchors (B,A), embed_tokens,
+attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (logits = lm_head of them).
+
+- Context: ``hidden_norm(fc(target_hidden))``, fed to every layer as extra keys/values through that layer's
+  own ``k_proj``/``v_proj`` (+ ``k_norm``), at the context positions. Queries come from the blocks only.
+- Blocks: ``[input_ids[a], mask, mask, ...]`` embedded by ``embed_tokens``; a padding block (``a == -1``)
+  is all mask tokens at positions 0..block_size-1 and its output is meaningless but finite.
+- Positions restart at 0 at every document of a packed row (``masks.doc_positions``): the same positions
+  the target saw when each document was run alone, and what inference uses (one sequence from 0). Slot k
+  of a block is at ``pos[a] + k``.
+- Attention mask: ``trainer.masks`` (the rule is documented there). ``attn_impl='sdpa'`` uses a dense bool
+  mask (CPU training; FlexAttention has no CPU backward); ``'flex'`` uses a FlexAttention BlockMask
+  (compiled ``flex_attention`` on CUDA, eager elsewhere).
+- ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from trainer import masks
+from trainer.config import DraftConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+def rope_inv_freq(cfg: DraftConfig, device=None) -> tuple[torch.Tensor, float]:
+    """(inv_freq (head_dim/2,), attention scaling) for the config's RoPE variant."""
+    if cfg.rope_scaling is None:
+        exps = torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim
+        return 1.0 / (cfg.rope_theta**exps), 1.0
+    from transformers import Qwen3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = dict(cfg.rope_scaling)
+    params["rope_theta"] = cfg.rope_theta
+    hf = Qwen3Config(
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_parameters=params,
+    )
+    inv_freq, scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](hf, device)
+    return inv_freq.float(), float(scale)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, heads, L, D); cos/sin: (B, L, D)."""
+    cos = cos.unsqueeze(1)
+    sin = sin.unsqueeze(1)
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DraftConfig, layer_idx: int):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.sliding_window = cfg.window_of(layer_idx)
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, n, self.head_dim)
+
+    def forward(self, x, ctx, rope_q, rope_ctx, attn_mask, attn_impl: str):
+        B, Q, _ = x.shape
+        q = self.q_norm(self._heads(self.q_proj(x), self.n_heads)).transpose(1, 2)
+        k_blk = self.k_norm(self._heads(self.k_proj(x), self.n_kv)).transpose(1, 2)
+        k_ctx = self.k_norm(self._heads(self.k_proj(ctx), self.n_kv)).transpose(1, 2)
+        v_blk = self._heads(self.v_proj(x), self.n_kv).transpose(1, 2)
+        v_ctx = self._heads(self.v_proj(ctx), self.n_kv).transpose(1, 2)
+        q = apply_rope(q, *rope_q)
+        k = torch.cat([apply_rope(k_ctx, *rope_ctx), apply_rope(k_blk, *rope_q)], dim=2)
+        v = torch.cat([v_ctx, v_blk], dim=2)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if attn_impl == "flex":
+            out = _flex_attention(q, k, v, attn_mask, scale)
+        else:
+            if self.n_kv != self.n_heads:  # explicit GQA expansion: works on every torch/backend
+                rep = self.n_heads // self.n_kv
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+        return self.o_proj(out.transpose(1, 2).reshape(B, Q, self.n_heads * self.head_dim))
+
+
+_COMPILED_FLEX = None
+
+
+def _flex_attention(q, k, v, block_mask, scale):
+    global _COMPILED_FLEX
+    from torch.nn.attention.flex_attention import flex_attention
+
+    fn = flex_attention
+    if q.is_cuda:
+        if _COMPILED_FLEX is None:
+            _COMPILED_FLEX = torch.compile(flex_attention)
+        fn = _COMPILED_FLEX
+    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DraftConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer_idx)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, ctx, rope_q, rope_ctx, attn_mask, attn_impl: str):
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_q, rope_ctx, attn_mask, attn_impl)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.fc = nn.Linear(cfg.num_captured * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_draft_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        # kept outside the module's buffers so .to(dtype) never rounds it
+        self._inv_freq, self.rope_scale = rope_inv_freq(cfg)
+        self.gradient_checkpointing = False
+        self.reset_parameters()
+
+    def reset_parameters(self, std: float = 0.02) -> None:
+        """Reference-style init: linear weights N(0, std), biases 0, norms 1."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, RMSNorm):
+                nn.init.ones_(m.weight)
+
+    def _rope(self, pos: torch.Tensor, dtype: torch.dtype):
+        if self._inv_freq.device != pos.device:
+            self._inv_freq = self._inv_freq.to(pos.device)
+        freqs = pos.float().unsqueeze(-1) * self._inv_freq
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+
+    def forward(
+        self,
+        target_hidden: torch.Tensor,
+        input_ids: torch.Tensor,
+        doc_ids: torch.Tensor,
+        anchors: torch.Tensor,
+        embed_tokens: nn.Module,
+        attn_impl: str = "sdpa",
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        bs = cfg.block_size
+        if attn_impl not in ("sdpa", "flex"):
+            raise ValueError(f"attn_impl must be 'sdpa' or 'flex', got {attn_impl!r}")
+        B, T = input_ids.shape
+        if target_hidden.shape[:2] != (B, T) or target_hidden.shape[-1] != cfg.num_captured * cfg.hidden_size:
+            raise ValueError(
+                f"target_hidden has shape {tuple(target_hidden.shape)}, expected ({B}, {T}, "
+                f"{cfg.num_captured * cfg.hidden_size}) = num_captured * hidden_size"
+            )
+        if doc_ids.shape != (B, T) or anchors.dim() != 2 or anchors.shape[0] != B:
+            raise ValueError(
+                f"doc_ids {tuple(doc_ids.shape)} must be (B, T) = ({B}, {T}) and anchors {tuple(anchors.shape)} (B, A)"
+            )
+        A = anchors.shape[1]
+        dtype = self.fc.weight.dtype
+        anchors = anchors.long()
+        valid = anchors >= 0
+        a0 = anchors.clamp(min=0)
+
+        # block tokens and positions
+        ids = torch.full((B, A, bs), cfg.mask_token_id, dtype=torch.long, device=input_ids.device)
+        ids[:, :, 0] = torch.where(valid, torch.gather(input_ids, 1, a0), ids[:, :, 0])
+        x = embed_tokens(ids.view(B, A * bs)).to(dtype)
+        pos_ctx = masks.doc_positions(doc_ids)
+        base = torch.where(valid, torch.gather(pos_ctx, 1, a0), torch.zeros_like(a0))
+        pos_q = (base.unsqueeze(-1) + torch.arange(bs, device=base.device)).view(B, A * bs)
+        rope_q = self._rope(pos_q, dtype)
+        rope_ctx = self._rope(pos_ctx, dtype)
+
+        ctx = self.hidden_norm(self.fc(target_hidden.to(dtype)))
+
+        # one mask per distinct window among the layers
+        build = masks.flex_block_mask if attn_impl == "flex" else masks.dense_mask
+        mask_by_window = {w: build(anchors, doc_ids, bs, w) for w in {cfg.window_of(i) for i in range(len(self.layers))}}
+
+        for i, layer in enumerate(self.layers):
+            m = mask_by_window[cfg.window_of(i)]
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, ctx, rope_q, rope_ctx, m, attn_impl, use_reentrant=False)
+            else:
+                x = layer(x, ctx, rope_q, rope_ctx, m, attn_impl)
+        return self.norm(x).view(B, A, bs, cfg.hidden_size)
