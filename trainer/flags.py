@@ -1,0 +1,215 @@
+"""Command-line flags of ``python -m trainer.pipeline`` and their validation.
+
+Everything here is cheap (no torch): bad or inconsistent flags fail before any model is loaded.
+``FlagError`` carries the flag it is about; ``pipeline.main`` prints ``error: --flag: message`` and
+exits with status 2. Checks that need torch (does CUDA index 7 exist?) are in ``check_devices``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+class FlagError(ValueError):
+    """A bad flag value; ``flag`` is the option as typed (``--drafter-gpus``)."""
+
+    def __init__(self, flag: str, message: str):
+        super().__init__(f"{flag}: {message}")
+        self.flag = flag
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse names the flag itself; keep its text, exit 2
+        self.print_usage()
+        self.exit(2, f"error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _str_list(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m trainer.pipeline",
+        description="Train a DFlash drafter against a frozen target model.",
+    )
+    g = p.add_argument_group("paths")
+    g.add_argument("--target-model", required=True, help="local directory of the target (transformers layout)")
+    g.add_argument("--data-dir", required=True, help="directory of tokenized *.jsonl files (docs/trainer.md)")
+    g.add_argument("--output-dir", required=True, help="the run directory (docs/run-directory.md)")
+    g = p.add_argument_group("devices")
+    g.add_argument("--target-gpus", default="0", help="comma-separated CUDA indices or 'cpu' (default 0)")
+    g.add_argument("--drafter-gpus", default="0", help="comma-separated CUDA indices or 'cpu' (default 0)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--epochs", type=_positive_int, default=1)
+    g.add_argument("--max-steps", type=_positive_int, default=None,
+                   help="train at most N optimizer steps; the schedule spans min(N, steps in --epochs)")
+    g.add_argument("--lr", type=float, default=6e-4)
+    g.add_argument("--warmup-ratio", type=float, default=0.04)
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--grad-accum", type=_positive_int, default=1)
+    g.add_argument("--grad-clip", type=float, default=1.0, help="max grad norm; 0 disables clipping")
+    g.add_argument("--seed", type=int, default=0)
+    g = p.add_argument_group("data packing")
+    g.add_argument("--token-budget", type=_positive_int, default=16384, help="max tokens per micro-batch")
+    g.add_argument("--max-seq-len", type=_positive_int, default=4096, help="longer sequences are truncated")
+    g.add_argument("--max-batch-size", type=_positive_int, default=64, help="max sequences per micro-batch")
+    g = p.add_argument_group("drafter")
+    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument("--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row")
+    g.add_argument("--num-draft-layers", type=_positive_int, default=1)
+    g.add_argument("--mask-token-id", type=int, default=None)
+    g.add_argument("--target-layer-ids", type=_int_list, default=None, help="comma-separated target layer indices")
+    g.add_argument("--layer-types", type=_str_list, default=None,
+                   help="comma-separated full_attention|sliding_attention, one per draft layer")
+    g.add_argument("--sliding-window", type=_positive_int, default=None)
+    g.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
+    g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
+    g.add_argument("--noise-start", type=float, default=0.0)
+    g.add_argument("--noise-end", type=float, default=0.0)
+    g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
+    g = p.add_argument_group("pipeline and run control")
+    g.add_argument("--hs-queue-depth", type=_positive_int, default=8, help="hidden-state batches queued")
+    g.add_argument("--save-every", type=_nonneg_int, default=0, help="checkpoint every N steps (0: only at stop)")
+    g.add_argument("--resume", default="auto", help="auto | none | PATH of a checkpoint directory")
+    g.add_argument("--log-every", type=_positive_int, default=1, help="print a log line every N steps")
+    return p
+
+
+@dataclass(frozen=True)
+class Devices:
+    target: list[str]  # "cpu" or "cuda:N"
+    drafter: list[str]
+
+
+def parse_devices(flag: str, text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",")]
+    if not items or any(x == "" for x in items):
+        raise FlagError(flag, f"expected comma-separated CUDA indices or 'cpu', got {text!r}")
+    out = []
+    for x in items:
+        if x.lower() == "cpu":
+            out.append("cpu")
+        elif x.isdigit():
+            out.append(f"cuda:{int(x)}")
+        else:
+            raise FlagError(flag, f"{x!r} is neither a CUDA index nor 'cpu'")
+    if len(set(out)) != len(out):
+        raise FlagError(flag, f"lists a device twice: {text!r}")
+    if "cpu" in out and len(out) > 1:
+        raise FlagError(flag, "'cpu' cannot be mixed with other devices")
+    return out
+
+
+def validate(args: argparse.Namespace) -> Devices:
+    """Check what can be checked without torch; raise FlagError naming the flag."""
+    tm = args.target_model
+    if not os.path.isdir(tm):
+        raise FlagError("--target-model", f"{tm!r} is not a directory")
+    if not os.path.isfile(os.path.join(tm, "config.json")):
+        raise FlagError("--target-model", f"{tm!r} has no config.json (expected a transformers model directory)")
+    if not os.path.isdir(args.data_dir):
+        raise FlagError("--data-dir", f"{args.data_dir!r} is not a directory")
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise FlagError("--output-dir", f"{args.output_dir!r} exists and is not a directory")
+    target = parse_devices("--target-gpus", args.target_gpus)
+    drafter = parse_devices("--drafter-gpus", args.drafter_gpus)
+    if ("cpu" in target) != ("cpu" in drafter):
+        raise FlagError("--drafter-gpus", "CPU and CUDA roles cannot be mixed: use 'cpu' for both or neither")
+    if len(drafter) > 1:
+        raise FlagError(
+            "--drafter-gpus",
+            f"{len(drafter)} drafter devices need the multi-process pipeline, which this trainer does not have yet; "
+            "give one drafter device",
+        )
+    if args.lr <= 0:
+        raise FlagError("--lr", f"must be > 0, got {args.lr}")
+    if not 0.0 <= args.warmup_ratio < 1.0:
+        raise FlagError("--warmup-ratio", f"must be in [0, 1), got {args.warmup_ratio}")
+    if args.weight_decay < 0:
+        raise FlagError("--weight-decay", f"must be >= 0, got {args.weight_decay}")
+    if args.grad_clip < 0:
+        raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
+    if args.block_size < 2:
+        raise FlagError("--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}")
+    if args.max_seq_len > args.token_budget:
+        raise FlagError("--max-seq-len", f"{args.max_seq_len} exceeds --token-budget {args.token_budget}")
+    if args.max_seq_len <= args.block_size:
+        raise FlagError("--max-seq-len", f"must exceed --block-size {args.block_size}")
+    if args.gamma <= 0:
+        raise FlagError("--gamma", f"must be > 0, got {args.gamma}")
+    for flag, v in (("--noise-start", args.noise_start), ("--noise-end", args.noise_end)):
+        if v < 0:
+            raise FlagError(flag, f"must be >= 0, got {v}")
+    if args.mask_token_id is not None and args.mask_token_id < 0:
+        raise FlagError("--mask-token-id", f"must be >= 0, got {args.mask_token_id}")
+    if args.target_layer_ids is not None and not args.target_layer_ids:
+        raise FlagError("--target-layer-ids", "is empty")
+    if args.layer_types is not None:
+        if len(args.layer_types) != args.num_draft_layers:
+            raise FlagError(
+                "--layer-types",
+                f"has {len(args.layer_types)} entries but --num-draft-layers is {args.num_draft_layers}",
+            )
+        bad = [t for t in args.layer_types if t not in ("full_attention", "sliding_attention")]
+        if bad:
+            raise FlagError("--layer-types", f"unknown layer type(s) {bad}: use full_attention or sliding_attention")
+    if args.resume not in ("auto", "none") and not os.path.isdir(args.resume):
+        raise FlagError("--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory")
+    return Devices(target=target, drafter=drafter)
+
+
+def check_devices(devices: Devices) -> None:
+    """Refuse CUDA indices this machine lacks (needs torch)."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for flag, devs in (("--target-gpus", devices.target), ("--drafter-gpus", devices.drafter)):
+        for d in devs:
+            if d.startswith("cuda:") and int(d.split(":")[1]) >= n:
+                have = f"indices 0..{n - 1}" if n else "no CUDA device"
+                raise FlagError(flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})")
+
+
+# DraftConfig settings (helper A's names) -> the flag that sets them, for error messages.
+SETTING_FLAGS = {
+    "target_layer_ids": "--target-layer-ids",
+    "mask_token_id": "--mask-token-id",
+    "layer_types": "--layer-types",
+    "sliding_window": "--sliding-window",
+    "block_size": "--block-size",
+    "num_draft_layers": "--num-draft-layers",
+    "model_type": "--target-model",
+    "intermediate_size": "--target-model",
+}
+
+
+def flag_for_setting(message: str) -> str:
+    for name, flag in SETTING_FLAGS.items():
+        if name in message:
+            return flag
+    return "--target-model"
