@@ -1,0 +1,280 @@
+"""The operator screen: a Textual app over a headless Session (console.core.session).
+
+Session events are folded into :class:`console.core.state.ConsoleState` (the view model) and the
+widgets read it. Repaints are coalesced: a change schedules one refresh at most every
+``min_refresh_s`` (plots every ``plot_refresh_s``), and log lines are batched by the log widget, so
+a flood of events costs a bounded amount of screen work. Quitting closes the connection only; it
+never touches the trainer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer
+
+from console.core.state import ConsoleState
+from console.screens.help import HelpScreen
+from console.screens.launch_dialog import LaunchDialog
+from console.screens.palette import ConsoleCommands
+from console.screens.stop_dialog import StopDialog
+from console.widgets.connection_bar import ConnectionBar
+from console.widgets.gpu_table import GpuTable
+from console.widgets.log_view import LogPane
+from console.widgets.loss_plot import LossPlot
+from console.widgets.queue_gauge import QueueGauge
+from console.widgets.tok_s_plot import TokSPlot
+from console.widgets.training_panel import TrainingPanel
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    key: str
+    label: str  # footer
+    title: str  # palette
+    help: str
+    changes_remote: bool
+
+
+ACTIONS = [
+    Action("stop", "s", "Stop", "Stop the trainer cleanly",
+           "SIGINT: it saves a checkpoint and exits (asks first)", True),
+    Action("restart", "r", "Restart", "Restart the trainer",
+           "stop cleanly, then launch the same run with --resume auto (asks first)", True),
+    Action("launch", "l", "Launch", "Launch the trainer", "flags prefilled from the last run.json", True),
+    Action("deploy", "d", "Deploy", "Deploy the bundled trainer",
+           "into a new versioned code directory; a running trainer is not touched", True),
+    Action("search", "slash", "Search", "Search the log", "highlight and jump to matches", False),
+    Action("help", "question_mark", "Help", "Help", "every key", False),
+    Action("quit", "q", "Quit", "Quit the console", "the trainer keeps running", False),
+]
+CHANGING = {a.name for a in ACTIONS if a.changes_remote}
+KEY_NAMES = {"slash": "/", "question_mark": "?"}
+
+
+class ConsoleApp(App):
+    """``session`` may be None: the screen then shows only what is fed into ``state``
+    (snapshots, benches); the changing actions then say there is no connection."""
+
+    TITLE = "dflash-console"
+    CSS = """
+    Screen { layout: vertical; }
+    #top { height: auto; max-height: 13; }
+    #left { width: 1fr; height: auto; }
+    TrainingPanel { width: 54; padding: 0 1; border-left: solid $primary-darken-2; }
+    QueueGauge { margin: 0 1; }
+    #plots { height: 10; }
+    """
+    BINDINGS = [Binding(a.key, a.name, a.label, tooltip=a.help) for a in ACTIONS]
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+
+    def __init__(self, session=None, *, state: ConsoleState | None = None, readonly: bool = False,
+                 target: str = "", clock: Callable[[], float] = time.time, stop_timeout: float = 120.0,
+                 log_max_lines: int = 5000, min_refresh_s: float = 0.1, plot_refresh_s: float = 0.5,
+                 tick_s: float = 1.0) -> None:
+        super().__init__()
+        self.session = session
+        self.readonly = readonly or bool(getattr(session, "readonly", False))
+        self.state = state if state is not None else ConsoleState(clock=clock)
+        self.target = target
+        self.stop_timeout = stop_timeout
+        self.min_refresh_s = min_refresh_s
+        self.plot_refresh_s = plot_refresh_s
+        self.tick_s = tick_s
+        self.log_max_lines = log_max_lines
+        self._refresh_handle: asyncio.TimerHandle | None = None
+        self._last_refresh = 0.0
+        self._last_plot = 0.0
+        self._drawn_version = -1
+        self.refreshes = 0
+
+    # ---- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        self.w_conn = ConnectionBar(self.target, self.readonly, id="conn")
+        self.w_gpus = GpuTable(id="gpus")
+        self.w_queue = QueueGauge(id="queue")
+        self.w_training = TrainingPanel(id="training")
+        self.w_toks = TokSPlot(id="toks")
+        self.w_loss = LossPlot(id="loss")
+        self.w_log = LogPane(max_lines=self.log_max_lines, id="logpane")
+        yield self.w_conn
+        with Horizontal(id="top"):
+            with Vertical(id="left"):
+                yield self.w_gpus
+                yield self.w_queue
+            yield self.w_training
+        with Horizontal(id="plots"):
+            yield self.w_toks
+            yield self.w_loss
+        yield self.w_log
+        yield Footer()
+
+    @property
+    def log_view(self):
+        return self.w_log.view
+
+    def on_mount(self) -> None:
+        self.w_gpus.can_focus = False
+        self.log_view.focus()
+        self.refresh_now(plots=True)
+        self.set_interval(self.tick_s, self._tick)
+        if self.session is not None:
+            self.session.subscribe(self.on_session_event)
+            self._start_session()
+
+    @work(group="session", exit_on_error=False)
+    async def _start_session(self) -> None:
+        try:
+            await self.session.start()
+        except Exception as exc:
+            self.notify(f"connection failed: {exc}", severity="error", timeout=10)
+            raise
+
+    async def on_unmount(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # ---- events -> state -> widgets -----------------------------------------------------------
+
+    def on_session_event(self, event) -> None:
+        """The session's subscriber (called on the event loop)."""
+        if type(event).__name__ == "LogLines":
+            if self.is_running:
+                self.log_view.push(event.lines)
+            return
+        self.state.apply(event)
+        self.schedule_refresh()
+
+    def feed(self, events) -> None:
+        """Apply events as if the session had sent them (replay, benches)."""
+        for ev in events:
+            self.on_session_event(ev)
+
+    def schedule_refresh(self) -> None:
+        if self._refresh_handle is not None or not self.is_running:
+            return
+        delay = max(0.0, self._last_refresh + self.min_refresh_s - time.monotonic())
+        self._refresh_handle = asyncio.get_running_loop().call_later(delay, self._scheduled_refresh)
+
+    def _scheduled_refresh(self) -> None:
+        self._refresh_handle = None
+        self.refresh_now()
+
+    def refresh_now(self, plots: bool = False) -> None:
+        """Push the state into the widgets (plots at most every plot_refresh_s unless asked)."""
+        now = time.monotonic()
+        self._last_refresh = now
+        if not self.is_running or not self.w_conn.is_mounted:
+            return
+        st = self.state
+        self.refreshes += 1
+        self._drawn_version = st.version
+        self.w_conn.update_from(st)
+        self.w_gpus.update_from(st)
+        self.w_queue.update_from(st)
+        self.w_training.update_from(st)
+        if plots or now - self._last_plot >= self.plot_refresh_s:
+            self._last_plot = now
+            self.w_toks.update_from(st)
+            self.w_loss.update_from(st)
+        elif self._refresh_handle is None:
+            # plots skipped this time: come back for them
+            delay = self._last_plot + self.plot_refresh_s - now
+            self._refresh_handle = asyncio.get_running_loop().call_later(delay, self._scheduled_refresh)
+
+    def _tick(self) -> None:
+        """Ages and countdowns move with the clock even when no data arrives."""
+        if self.w_conn.is_mounted:
+            self.w_conn.update_from(self.state)
+            self.w_training.update_from(self.state)
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # read-only: the changing actions are hidden from the footer and never run
+        return not (self.readonly and action in CHANGING)
+
+    def palette_commands(self) -> list[tuple[str, str, str]]:
+        return [(a.name, a.title, a.help) for a in ACTIONS
+                if not (self.readonly and a.changes_remote)]
+
+    def help_rows(self) -> list[tuple[str, str, str]]:
+        return [(KEY_NAMES.get(a.key, a.key), a.title, a.help) for a in ACTIONS
+                if not (self.readonly and a.changes_remote)]
+
+    def _need_session(self) -> bool:
+        if self.session is None:
+            self.notify("not connected to a host", severity="warning")
+            return False
+        return True
+
+    def action_stop(self) -> None:
+        self._control("stop")
+
+    def action_restart(self) -> None:
+        self._control("restart")
+
+    def _control(self, kind: str) -> None:
+        if self.readonly:
+            return
+        if self.state.trainer is None:
+            self.notify("no trainer is running", severity="warning")
+            return
+        if isinstance(self.screen, StopDialog):
+            return
+        runner = None
+        if self.session is not None:
+            runner = self.session.stop_trainer if kind == "stop" else self.session.restart_trainer
+        else:
+            async def runner(**_):
+                raise RuntimeError("not connected to a host")
+        self.push_screen(StopDialog(kind, self.state, runner, timeout=self.stop_timeout))
+
+    def action_launch(self) -> None:
+        if self.readonly or not self._need_session():
+            return
+        self.push_screen(LaunchDialog(self.state.run, self.session.launch))
+
+    def action_deploy(self) -> None:
+        if self.readonly or not self._need_session():
+            return
+        self._deploy()
+
+    @work(exclusive=True, group="deploy", exit_on_error=False)
+    async def _deploy(self) -> None:
+        self.notify("deploying the bundled trainer…", timeout=3)
+        try:
+            where = await self.session.deploy()
+        except Exception as exc:
+            self.notify(f"deploy failed: {exc}", severity="error", timeout=15)
+            return
+        self.notify(f"deployed to {where}; a launch or restart uses it", timeout=10)
+
+    def action_search(self) -> None:
+        self.w_log.open_search()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.help_rows(), self.readonly))
+
+
+def run(args) -> int:
+    """``dflash-console connect``: build the session from the CLI's connection flags and show it."""
+    from console import cli
+    from console.core.session import Session
+
+    options = cli.connect_options(args)
+    session = Session(options, ct=args.ct, run_dir=args.run_dir, readonly=args.readonly)
+    target = args.host + (f" · CT {args.ct}" if args.ct is not None else "")
+    app = ConsoleApp(session, readonly=args.readonly, target=target)
+    app.run()
+    return 0

@@ -1,0 +1,398 @@
+"""The operator screen's view model: a fold of session events into what the screen shows.
+
+Headless (no Textual), so it is tested and benchmarked alone; the widgets only read it. Time comes
+from an injected ``clock`` so a snapshot can freeze it. Every change bumps ``version``, which lets
+the screen skip repaints when nothing moved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from console.core.metrics import headline_tok_s
+
+ROLES = ("target", "drafter")
+
+
+@dataclass
+class DeviceRow:
+    """One line of the GPU table: a GPU from telemetry, a trainer device, or both joined."""
+
+    label: str  # "0" for GPU 0, or the trainer's device name ("cpu") when no GPU matches
+    name: str = ""
+    uuid: str | None = None
+    device: str | None = None  # the trainer's name for it: "cuda:3", "cpu"
+    role: str | None = None
+    util: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+    power: float | None = None
+    temp: float | None = None
+    tok_s: float | None = None
+    busy: float | None = None
+
+
+@dataclass
+class EventLine:
+    t: float | None
+    text: str
+    level: str = "info"  # info | warn | error
+
+
+@dataclass
+class Conn:
+    state: str = "connecting"
+    detail: str = ""
+    retry_in: float | None = None
+    retry_at: float | None = None  # clock time of the next attempt
+    since: float = 0.0
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _fmt_bytes(n) -> str:
+    n = _num(n)
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def _visible_devices(run: dict | None) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES from run.json as a list, when it is set and non-empty."""
+    env = (run or {}).get("env") or {}
+    cvd = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
+    if not isinstance(cvd, str) or not cvd.strip():
+        return None
+    return [p.strip() for p in cvd.split(",") if p.strip()]
+
+
+@dataclass
+class ConsoleState:
+    """Everything the screen shows, folded from events. Histories are bounded."""
+
+    clock: Callable[[], float] = time.time
+    history: int = 600  # points kept per graph
+    max_events: int = 200
+
+    version: int = 0
+    conn: Conn = field(default_factory=Conn)
+    telemetry_available: bool | None = None
+    telemetry_detail: str = ""
+    trainer: object | None = None  # TrainerInfo or None
+    trainer_known: bool = False  # a TrainerFound has arrived (None then means: no trainer)
+    last_run: dict | None = None  # run.json of the newest trainer seen; kept after it exits
+    trainer_exited: bool = False
+
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    acc: list[float] = field(default_factory=list)
+    accept_len: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    last_step_t: float | None = None
+
+    devices: list[dict] = field(default_factory=list)  # last throughput's devices
+    tok_s: float | None = None  # headline: drafters' sum
+    role_tok_s: dict[str, float] = field(default_factory=dict)
+    queue_depth: int | None = None
+    queue_capacity: int | None = None
+    last_throughput_t: float | None = None
+
+    gpus: list = field(default_factory=list)  # last GpuSample's Gpu objects
+    gpu_t: float | None = None
+
+    ckpt_t: float | None = None
+    ckpt_step: int | None = None
+    ckpt_path: str | None = None
+    ckpt_seconds: float | None = None
+    saving_since: float | None = None  # a checkpoint_saving without its checkpoint_saved yet
+    saving_expected_s: float | None = None
+    stopped: dict | None = None  # the last "stopped" event
+
+    def __post_init__(self) -> None:
+        self.tok_hist: deque[tuple[float, float, dict[str, float]]] = deque(maxlen=self.history)
+        self.loss_hist: deque[tuple[int, float]] = deque(maxlen=self.history)
+        self.events: deque[EventLine] = deque(maxlen=self.max_events)
+        self._steps: deque[tuple[float, int]] = deque(maxlen=64)  # (t, step) for the ETA
+        self.records = 0
+
+    # ---- folding ------------------------------------------------------------------------------
+
+    def apply(self, event) -> None:
+        """Fold one session event (matched by class name: ConnState, Record, GpuSample, ...)."""
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is not None:
+            handler(event)
+
+    def apply_all(self, events: Iterable) -> None:
+        for ev in events:
+            self.apply(ev)
+
+    def _touch(self) -> None:
+        self.version += 1
+
+    def _on_ConnState(self, ev) -> None:
+        if ev.state != self.conn.state:
+            self.conn.since = self.clock()
+            if ev.state in ("reconnecting", "disconnected"):
+                self._event(None, f"connection {ev.state}: {ev.detail}".rstrip(": "), "warn")
+            elif ev.state == "connected" and self.conn.state in ("reconnecting", "disconnected"):
+                self._event(None, "connection restored")
+        self.conn.state = ev.state
+        self.conn.detail = ev.detail or ""
+        self.conn.retry_in = ev.retry_in
+        self.conn.retry_at = None if ev.retry_in is None else self.clock() + ev.retry_in
+        self._touch()
+
+    def _on_Record(self, ev) -> None:
+        self.apply_record(ev.record)
+
+    def _on_GpuSample(self, ev) -> None:
+        self.set_gpus(ev.gpus)
+
+    def _on_TelemetryState(self, ev) -> None:
+        self.telemetry_available = bool(ev.available)
+        self.telemetry_detail = ev.detail or ""
+        self._touch()
+
+    def _on_TrainerFound(self, ev) -> None:
+        tr = ev.trainer
+        self.trainer_known = True
+        prev = self.trainer
+        self.trainer = tr
+        if tr is not None:
+            self.trainer_exited = False
+            run = getattr(tr, "run", None)
+            if isinstance(run, dict):
+                self.last_run = run
+            if prev is None or getattr(prev, "pid", None) != tr.pid:
+                self._event(None, f"trainer found: PID {tr.pid} ({tr.source})")
+        elif prev is not None:
+            self.trainer_exited = True
+            self._event(None, f"trainer PID {getattr(prev, 'pid', '?')} is gone")
+        self._touch()
+
+    def _on_StopPhase(self, ev) -> None:
+        level = "error" if ev.phase in ("timeout", "refused", "error") else "info"
+        self._event(getattr(ev, "t", None), f"stop: {ev.phase} {ev.detail}".rstrip(), level)
+        self._touch()
+
+    def set_gpus(self, gpus: list) -> None:
+        self.gpus = list(gpus)
+        self.gpu_t = self.clock()
+        self._touch()
+
+    def apply_record(self, rec: dict) -> None:
+        """Fold one metrics.jsonl record; unknown kinds and fields are ignored."""
+        kind = rec.get("kind")
+        t = _num(rec.get("t"))
+        self.records += 1
+        if kind == "step":
+            self._on_step(rec, t)
+        elif kind == "throughput":
+            self._on_throughput(rec, t)
+        elif kind == "event":
+            self._on_event(rec, t)
+        else:
+            return
+        self._touch()
+
+    def _on_step(self, rec: dict, t: float | None) -> None:
+        step = rec.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            if self.step is not None and step < self.step:
+                self._steps.clear()  # a restart from an older checkpoint: the rate starts over
+            self.step = step
+            if t is not None:
+                self._steps.append((t, step))
+        total = rec.get("total_steps")
+        if isinstance(total, int) and not isinstance(total, bool):
+            self.total_steps = total
+        for name in ("epoch", "loss", "accept_len", "lr", "grad_norm"):
+            if name in rec:
+                setattr(self, name, _num(rec.get(name)))
+        acc = rec.get("acc")
+        if isinstance(acc, list):
+            self.acc = [v for v in (_num(a) for a in acc) if v is not None]
+        self.last_step_t = t
+        if self.step is not None and self.loss is not None:
+            self.loss_hist.append((self.step, self.loss))
+
+    def _on_throughput(self, rec: dict, t: float | None) -> None:
+        devs = [d for d in rec.get("devices") or [] if isinstance(d, dict)]
+        self.devices = devs
+        self.tok_s = headline_tok_s(rec)
+        roles: dict[str, float] = {}
+        for d in devs:
+            v = _num(d.get("tok_s"))
+            role = d.get("role")
+            if v is not None and isinstance(role, str):
+                roles[role] = roles.get(role, 0.0) + v
+        self.role_tok_s = roles
+        q = rec.get("queue")
+        if isinstance(q, dict):
+            depth, cap = q.get("depth"), q.get("capacity")
+            self.queue_depth = int(depth) if _num(depth) is not None else None
+            self.queue_capacity = int(cap) if _num(cap) is not None else None
+        self.last_throughput_t = t
+        if t is not None:
+            self.tok_hist.append((t, self.tok_s, roles))
+
+    def _on_event(self, rec: dict, t: float | None) -> None:
+        name = rec.get("name")
+        if name == "started":
+            self.stopped = None
+            self.saving_since = None
+            self._event(t, f"trainer started (PID {rec.get('pid')}, step {rec.get('step')})")
+        elif name == "stop_requested":
+            self._event(t, f"stop requested ({rec.get('signal')})", "warn")
+        elif name == "checkpoint_saving":
+            self.saving_since = t
+            self.saving_expected_s = _num(rec.get("expected_s"))
+            exp = self.saving_expected_s
+            self._event(t, f"saving checkpoint at step {rec.get('step')}"
+                        + (f" (expect ~{exp:.0f} s)" if exp is not None else ""))
+        elif name == "checkpoint_saved":
+            self.saving_since = None
+            self.ckpt_t = t
+            step = rec.get("step")
+            self.ckpt_step = step if isinstance(step, int) else None
+            self.ckpt_path = rec.get("path") if isinstance(rec.get("path"), str) else None
+            self.ckpt_seconds = _num(rec.get("seconds"))
+            secs = self.ckpt_seconds
+            self._event(t, f"checkpoint saved: step {step}"
+                        + (f" in {secs:.1f} s" if secs is not None else "")
+                        + f", {_fmt_bytes(rec.get('bytes'))}")
+        elif name == "stopped":
+            self.stopped = rec
+            self.saving_since = None
+            level = "info" if rec.get("reason") in ("signal", "finished") else "error"
+            self._event(t, f"trainer stopped: {rec.get('reason')} (exit {rec.get('exit_code')})", level)
+        elif name == "nan_skipped":
+            self._event(t, f"NaN loss, step {rec.get('step')} skipped", "warn")
+        elif name == "error":
+            self._event(t, f"trainer error: {rec.get('message')}", "error")
+        elif isinstance(name, str):
+            self._event(t, f"event {name}")
+
+    def _event(self, t: float | None, text: str, level: str = "info") -> None:
+        self.events.append(EventLine(t if t is not None else self.clock(), text, level))
+
+    # ---- derived views ------------------------------------------------------------------------
+
+    @property
+    def run(self) -> dict | None:
+        """run.json of the current trainer, else of the last one seen."""
+        run = getattr(self.trainer, "run", None)
+        return run if isinstance(run, dict) else self.last_run
+
+    def rows(self) -> list[DeviceRow]:
+        """GPU rows joined to the trainer's devices (by uuid, else through CUDA_VISIBLE_DEVICES),
+        followed by trainer devices that match no GPU (the CPU demo's ``cpu``)."""
+        by_uuid = {d.get("uuid"): d for d in self.devices if d.get("uuid")}
+        by_index: dict[str, dict] = {}
+        visible = _visible_devices(self.run)
+        for d in self.devices:
+            dev = d.get("device")
+            if d.get("uuid") or not isinstance(dev, str) or not dev.startswith("cuda:"):
+                continue
+            local = dev.split(":", 1)[1]
+            if visible is not None:
+                if local.isdigit() and int(local) < len(visible):
+                    by_index[visible[int(local)]] = d
+            else:
+                by_index[local] = d
+        used: set[int] = set()
+        rows: list[DeviceRow] = []
+        for g in self.gpus:
+            d = by_uuid.get(getattr(g, "uuid", None))
+            if d is None:
+                d = by_index.get(str(getattr(g, "index", ""))) or by_index.get(getattr(g, "uuid", None))
+            row = DeviceRow(
+                label=str(g.index), name=g.name or "", uuid=g.uuid, util=g.util,
+                mem_used=g.mem_used, mem_total=g.mem_total, power=g.power, temp=g.temp,
+            )
+            if d is not None:
+                used.add(id(d))
+                self._join(row, d)
+            rows.append(row)
+        for d in self.devices:
+            if id(d) in used:
+                continue
+            row = DeviceRow(label=str(d.get("device") or "?"), uuid=d.get("uuid"))
+            self._join(row, d)
+            rows.append(row)
+        return rows
+
+    @staticmethod
+    def _join(row: DeviceRow, d: dict) -> None:
+        row.device = d.get("device") if isinstance(d.get("device"), str) else None
+        row.role = d.get("role") if isinstance(d.get("role"), str) else None
+        row.tok_s = _num(d.get("tok_s"))
+        row.busy = _num(d.get("busy"))
+
+    def steps_per_s(self) -> float | None:
+        """Step rate over the recent step records (record time, not the clock)."""
+        if len(self._steps) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return (s1 - s0) / (t1 - t0)
+
+    def eta_s(self) -> float | None:
+        """Seconds to total_steps at the recent step rate; None while unknown."""
+        rate = self.steps_per_s()
+        if rate is None or self.step is None or self.total_steps is None:
+            return None
+        return max(0.0, (self.total_steps - self.step) / rate)
+
+    def checkpoint_age_s(self) -> float | None:
+        return None if self.ckpt_t is None else max(0.0, self.clock() - self.ckpt_t)
+
+    def saving_elapsed_s(self) -> float | None:
+        return None if self.saving_since is None else max(0.0, self.clock() - self.saving_since)
+
+    def retry_left_s(self) -> float | None:
+        return None if self.conn.retry_at is None else max(0.0, self.conn.retry_at - self.clock())
+
+    def conn_age_s(self) -> float:
+        return max(0.0, self.clock() - self.conn.since)
+
+    def data_age_s(self) -> float | None:
+        """Seconds since the newest step or throughput record was written."""
+        ts = [t for t in (self.last_step_t, self.last_throughput_t) if t is not None]
+        return None if not ts else max(0.0, self.clock() - max(ts))
+
+
+def fmt_duration(s: float | None) -> str:
+    """12s, 3m05s, 2h07m, 3d04h; '-' for unknown."""
+    if s is None:
+        return "-"
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def fmt_tok_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 10_000:
+        return f"{v / 1000:.1f}K"
+    return f"{v:.0f}"

@@ -1,0 +1,114 @@
+"""Launch: trainer flags prefilled from the last run's argv (run.json), with its interpreter and
+code directory; Cancel is focused, Enter in a field launches, Escape cancels."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Awaitable, Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
+
+
+def prefill(run: dict | None) -> tuple[str, str, str]:
+    """(flags, python, code_dir) from run.json; empty where unknown."""
+    run = run or {}
+    argv = run.get("argv")
+    flags = shlex.join(str(a) for a in argv) if isinstance(argv, list) else ""
+    python = run.get("interpreter") if isinstance(run.get("interpreter"), str) else "python3"
+    code_dir = run.get("code_dir") if isinstance(run.get("code_dir"), str) else ""
+    return flags, python, code_dir
+
+
+class LaunchDialog(ModalScreen[object]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+    DEFAULT_CSS = """
+    LaunchDialog { align: center middle; }
+    LaunchDialog > Vertical {
+        width: 100; height: auto; max-height: 32; padding: 1 2;
+        border: thick $accent; background: $surface;
+    }
+    LaunchDialog #title { text-style: bold; margin-bottom: 1; }
+    LaunchDialog Label { color: $text-muted; }
+    LaunchDialog #buttons { height: 3; align-horizontal: right; margin-top: 1; }
+    LaunchDialog Button { margin-left: 2; }
+    """
+
+    def __init__(self, run: dict | None, launcher: Launcher) -> None:
+        super().__init__()
+        self.last_run = run
+        self.launcher = launcher
+        self.result: object | None = None
+        self.busy = False
+
+    def compose(self) -> ComposeResult:
+        flags, python, code_dir = prefill(self.last_run)
+        with Vertical():
+            src = "the last run's run.json" if self.last_run else "nothing (no run.json seen)"
+            yield Static(Text("Launch the trainer  ", style="bold") + Text(f"prefilled from {src}",
+                                                                           style="dim"), id="title")
+            yield Label("trainer flags (python -m trainer.pipeline …)")
+            yield Input(flags, id="flags")
+            yield Label("remote interpreter")
+            yield Input(python, id="python")
+            yield Label("code directory (holds the trainer package; empty: the deployed default)")
+            yield Input(code_dir, id="code_dir")
+            yield Static("", id="outcome")
+            with Horizontal(id="buttons"):
+                yield Button("Cancel (Esc)", id="cancel", variant="primary")
+                yield Button("Launch", id="launch", variant="warning")
+
+    def on_mount(self) -> None:
+        self.query_one("#cancel", Button).focus()
+
+    def action_cancel(self) -> None:
+        if not self.busy:
+            self.dismiss(self.result)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.action_cancel()
+
+    @on(Button.Pressed, "#launch")
+    @on(Input.Submitted)
+    def _launch(self) -> None:
+        if self.busy:
+            return
+        try:
+            flags = shlex.split(self.query_one("#flags", Input).value)
+        except ValueError as exc:
+            self._say(Text(f"flags: {exc}", style="bold red"))
+            return
+        python = self.query_one("#python", Input).value.strip() or "python3"
+        code_dir = self.query_one("#code_dir", Input).value.strip() or None
+        self.busy = True
+        self._say(Text("launching… (waiting for the trainer's started event)", style="yellow"))
+        self._go(flags, python, code_dir)
+
+    @work(exclusive=True, group="launch")
+    async def _go(self, flags: list[str], python: str, code_dir: str | None) -> None:
+        try:
+            self.result = await self.launcher(flags, python=python, code_dir=code_dir)
+            self._say(Text(f"✔ launched: {describe(self.result)}  (Esc closes)", style="bold green"))
+        except Exception as exc:
+            self.result = exc
+            self._say(Text(f"✖ {exc}", style="bold red"))
+        finally:
+            self.busy = False
+
+    def _say(self, text: Text) -> None:
+        self.query_one("#outcome", Static).update(text)
+
+
+def describe(result: object) -> str:
+    pid = getattr(result, "pid", None)
+    if pid is not None:
+        return f"PID {pid}"
+    return str(result) if result is not None else "ok"

@@ -1,0 +1,242 @@
+"""Stop / restart: a guarded confirmation, then a countdown through the stop phases.
+
+The dialog shows which process it is about to signal (PID, command line), the step and the age of
+the last checkpoint. "No" is focused; ``y`` confirms, ``n`` or Escape cancels. After confirming it
+follows the session's phases (verifying, signal sent, saving with the expected seconds, saved,
+exited) and, at the timeout, says what to do: the trainer is left running, never killed.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from console.core.state import ConsoleState, fmt_duration
+
+STEPS = [
+    ("verifying", "check PID is still the trainer"),
+    ("signal_sent", "SIGINT sent"),
+    ("saving", "saving checkpoint"),
+    ("saved", "checkpoint saved"),
+    ("exited", "trainer exited"),
+]
+FAILED = {"timeout", "refused", "error"}
+
+Runner = Callable[..., Awaitable[object]]  # (timeout=..., on_phase=...) -> StopResult
+
+
+def trainer_summary(state: ConsoleState) -> Text:
+    tr = state.trainer
+    t = Text()
+    if tr is None:
+        t.append("no trainer found", style="bold red")
+        return t
+    t.append("PID ", style="dim")
+    t.append(str(tr.pid), style="bold")
+    t.append(f"   found by {tr.source}", style="dim")
+    if getattr(tr, "run_dir", None):
+        t.append(f"   run dir {tr.run_dir}", style="dim")
+    t.append("\ncommand ", style="dim")
+    cmd = shlex.join(tr.cmdline) if tr.cmdline else "?"
+    t.append(cmd if len(cmd) <= 300 else cmd[:299] + "…")
+    t.append("\nstep ", style="dim")
+    t.append("-" if state.step is None else f"{state.step:,}", style="bold")
+    if state.total_steps:
+        t.append(f" / {state.total_steps:,}")
+    t.append("    last checkpoint ", style="dim")
+    age = state.checkpoint_age_s()
+    if age is None:
+        t.append("none yet (a stop writes one)", style="yellow")
+    else:
+        t.append(f"{fmt_duration(age)} ago", style="bold")
+        t.append(f" (step {state.ckpt_step})", style="dim")
+    return t
+
+
+class StopDialog(ModalScreen[object]):
+    """``kind`` is "stop" or "restart"; ``runner`` is the session's stop_trainer/restart_trainer."""
+
+    BINDINGS = [
+        Binding("y", "confirm", "Yes", show=False),
+        Binding("n", "cancel", "No", show=False),
+        Binding("escape", "cancel", "Cancel / close", show=False),
+    ]
+    DEFAULT_CSS = """
+    StopDialog { align: center middle; }
+    StopDialog > Vertical {
+        width: 96; height: auto; max-height: 30; padding: 1 2;
+        border: thick $warning; background: $surface;
+    }
+    StopDialog #title { text-style: bold; margin-bottom: 1; }
+    StopDialog #summary { margin-bottom: 1; }
+    StopDialog #phases { margin-bottom: 1; }
+    StopDialog #buttons { height: 3; align-horizontal: right; }
+    StopDialog Button { margin-left: 2; }
+    StopDialog.running #buttons { display: none; }
+    StopDialog #phases, StopDialog #outcome { display: none; }
+    StopDialog.running #phases, StopDialog.running #outcome { display: block; }
+    """
+
+    def __init__(self, kind: str, state: ConsoleState, runner: Runner, *, timeout: float = 120.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.kind = kind
+        self.state = state
+        self.runner = runner
+        self.timeout = timeout
+        self.clock = clock
+        self.phases: dict[str, object] = {}  # phase name -> StopPhase
+        self.arrived: dict[str, float] = {}  # phase name -> clock() when it arrived
+        self.extra: list[object] = []  # phases not in STEPS (restart's launch steps, ...)
+        self.started_at: float | None = None
+        self.result: object | None = None
+        self.done = False
+
+    def compose(self) -> ComposeResult:
+        verb = "Stop" if self.kind == "stop" else "Restart"
+        with Vertical():
+            yield Static(f"{verb} the trainer cleanly?", id="title")
+            yield Static(trainer_summary(self.state), id="summary")
+            yield Static(self._explain(), id="explain")
+            yield Static("", id="phases")
+            yield Static("", id="outcome")
+            with Horizontal(id="buttons"):
+                yield Button("No (n)", id="no", variant="primary")
+                yield Button(f"Yes, {verb.lower()} (y)", id="yes", variant="error")
+
+    def _explain(self) -> Text:
+        t = Text("It gets SIGINT, writes a checkpoint and exits; nothing is killed.", style="dim")
+        if self.kind == "restart":
+            t.append(" Then it is launched again with the same interpreter, directory, environment"
+                     " and flags plus --resume auto.", style="dim")
+        t.append(f" Gives up waiting after {self.timeout:.0f} s.", style="dim")
+        return t
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.action_cancel()
+
+    @on(Button.Pressed, "#yes")
+    def _yes(self) -> None:
+        self.action_confirm()
+
+    def action_cancel(self) -> None:
+        if self.started_at is None or self.done:
+            self.dismiss(self.result)
+
+    def action_confirm(self) -> None:
+        if self.started_at is not None or self.state.trainer is None:
+            return
+        self.started_at = self.clock()
+        self.add_class("running")
+        self.query_one("#title", Static).update(
+            "Stopping the trainer…" if self.kind == "stop" else "Restarting the trainer…")
+        self.query_one("#explain", Static).display = False
+        self._show()
+        self.set_interval(0.25, self._show)
+        self._run()
+
+    @work(exclusive=True, group="stop")
+    async def _run(self) -> None:
+        try:
+            self.result = await self.runner(timeout=self.timeout, on_phase=self.on_phase)
+        except Exception as exc:  # shown, not raised: the screen must survive a failed stop
+            self.result = exc
+        self.done = True
+        self._show()
+
+    def on_phase(self, phase) -> None:
+        name = getattr(phase, "phase", str(phase))
+        if name in dict(STEPS) or name in FAILED:
+            self.phases[name] = phase
+            self.arrived[name] = self.clock()
+        else:
+            self.extra.append(phase)
+        self._show()
+
+    # ---- rendering ----------------------------------------------------------------------------
+
+    def _show(self) -> None:
+        if not self.is_mounted:
+            return
+        self.query_one("#phases", Static).update(self.phases_text())
+        self.query_one("#outcome", Static).update(self.outcome_text())
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started_at is None else self.clock() - self.started_at
+
+    def phases_text(self) -> Text:
+        t = Text()
+        reached = [i for i, (name, _) in enumerate(STEPS) if name in self.phases]
+        last = max(reached) if reached else -1
+        for i, (name, label) in enumerate(STEPS):
+            ph = self.phases.get(name)
+            if ph is not None or i < last:
+                mark, style = "✔ ", "green"
+            elif i == last + 1 and not self.done:
+                mark, style = "◌ ", "bold yellow"
+            else:
+                mark, style = "  ", "dim"
+            t.append(mark + label, style=style)
+            if name == "saving" and (ph is not None or i == last + 1):
+                t.append(self._saving_detail(ph), style="yellow" if "saved" not in self.phases else "dim")
+            elif ph is not None and getattr(ph, "detail", ""):
+                t.append(f"  {ph.detail}", style="dim")
+            t.append("\n")
+        for ph in self.extra:
+            t.append(f"✔ {ph.phase}", style="green")
+            if getattr(ph, "detail", ""):
+                t.append(f"  {ph.detail}", style="dim")
+            t.append("\n")
+        return t
+
+    def _saving_detail(self, ph) -> str:
+        if ph is None:
+            return ""
+        exp = getattr(ph, "expected_s", None)
+        s = ""
+        if "saved" not in self.phases:
+            s += f"  {self.clock() - self.arrived['saving']:.0f}s"
+            s += f" of ~{exp:.0f}s expected" if exp is not None else " (no past save to estimate from)"
+        elif getattr(ph, "detail", ""):
+            s += f"  {ph.detail}"
+        return s
+
+    def outcome_text(self) -> Text:
+        t = Text()
+        failed = next((self.phases[n] for n in ("refused", "timeout", "error") if n in self.phases), None)
+        if not self.done:
+            left = max(0.0, self.timeout - self.elapsed())
+            t.append(f"waiting… {self.elapsed():.0f}s elapsed, gives up in {left:.0f}s", style="bold")
+            return t
+        code = getattr(self.result, "code", None)
+        msg = getattr(self.result, "message", None) or (str(self.result) if self.result else "")
+        if isinstance(self.result, Exception) or failed is not None or code not in (0, None):
+            t.append("✖ ", style="bold red")
+            if (failed is not None and failed.phase == "timeout") or code == 3:
+                tr = self.state.trainer
+                pid = getattr(tr, "pid", "?")
+                t.append(f"still running after {self.timeout:.0f} s; it was left running, not killed.\n",
+                         style="bold red")
+                t.append("Watch the log (it may still be saving) and press s again to wait longer. "
+                         f"Only if it hangs: kill -KILL {pid} in the container; checkpoints/latest "
+                         "then still names the last complete checkpoint.", style="yellow")
+            else:
+                t.append(msg or getattr(failed, "detail", "failed"), style="bold red")
+        else:
+            t.append("✔ ", style="bold green")
+            t.append(msg or "done", style="bold green")
+        t.append("\nEscape closes.", style="dim")
+        return t

@@ -1,0 +1,54 @@
+"""Connection bar: always visible; says connected / reconnecting (with the retry countdown) /
+disconnected, which host, which trainer, and whether this screen is read-only."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from console.core.state import ConsoleState, fmt_duration
+
+STYLE = {
+    "connected": ("●", "bold green"),
+    "connecting": ("◌", "bold yellow"),
+    "reconnecting": ("◌", "bold yellow"),
+    "disconnected": ("✖", "bold red"),
+}
+
+
+def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
+    c = state.conn
+    mark, style = STYLE.get(c.state, ("?", "bold"))
+    t = Text()
+    t.append(f" {mark} {c.state.upper()} ", style=style + " reverse")
+    t.append(f" {target}" if target else "")
+    if c.state != "connected":
+        if c.detail:
+            t.append(f"  {c.detail}", style="yellow")
+        left = state.retry_left_s()
+        if left is not None:
+            t.append(f"  retry in {left:.0f}s", style="yellow")
+        t.append(f"  (for {fmt_duration(state.conn_age_s())})", style="dim")
+    tr = state.trainer
+    if tr is not None:
+        t.append(f"  trainer PID {tr.pid}", style="bold")
+        t.append(f" ({tr.source})", style="dim")
+    elif state.trainer_known:
+        t.append("  no trainer running", style="yellow")
+    if state.telemetry_available is False:
+        t.append("  no GPU telemetry", style="dim")
+    if readonly:
+        t.append("  READ-ONLY ", style="bold black on yellow")
+    return t
+
+
+class ConnectionBar(Static):
+    DEFAULT_CSS = "ConnectionBar { height: 1; background: $panel; }"
+
+    def __init__(self, target: str = "", readonly: bool = False, **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.target = target
+        self.readonly = readonly
+
+    def update_from(self, state: ConsoleState) -> None:
+        self.update(bar_text(state, self.target, self.readonly))

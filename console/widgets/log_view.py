@@ -1,0 +1,206 @@
+"""The trainer's log: follows the tail, searchable, and never stalls the screen.
+
+Lines arriving at thousands a second are coalesced (toolong's approach): ``push`` only appends to
+a bounded buffer; the widget is written at most every ``flush_s`` in one batch, and keeps at most
+``max_lines`` (older ones drop off the top). Search highlights every match and jumps between them
+(newest first); jumping pauses following, ``f`` resumes it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.strip import Strip
+from textual.widgets import Input, Log, Static
+
+
+class LogStatus(Message):
+    """The log's follow / search status changed."""
+
+
+MATCH = Style.parse("black on yellow")
+CURRENT = Style.parse("bold black on #ff8700")
+
+
+class LogView(Log):
+    BINDINGS = [
+        Binding("n", "next_match", "Next match", show=False),
+        Binding("N", "prev_match", "Prev match", show=False),
+        Binding("f,end", "follow", "Follow", show=False),
+    ]
+
+    def __init__(self, max_lines: int = 5000, flush_s: float = 0.1, **kwargs) -> None:
+        super().__init__(max_lines=max_lines, auto_scroll=True, **kwargs)
+        self.flush_s = flush_s
+        self._pending: deque[str] = deque(maxlen=max_lines)
+        self._flush_handle = None
+        self.received = 0  # lines pushed in total
+        self.dropped = 0  # lines that never reached the widget (over max_lines within one flush)
+        self.query_text = ""
+        self._matches: list[int] = []
+        self._current: int | None = None  # index into _matches
+
+    # ---- feeding ------------------------------------------------------------------------------
+
+    def push(self, lines: list[str]) -> None:
+        """Queue lines for the next flush; cheap at any rate."""
+        over = len(self._pending) + len(lines) - (self._pending.maxlen or 0)
+        if over > 0:
+            self.dropped += over
+        self._pending.extend(lines)
+        self.received += len(lines)
+        if self._flush_handle is None and self.is_mounted:
+            self._flush_handle = self.set_timer(self.flush_s, self.flush)
+
+    def flush(self) -> None:
+        self._flush_handle = None
+        if not self._pending:
+            return
+        batch = list(self._pending)
+        self._pending.clear()
+        before = len(self._lines)
+        self.write_lines(batch)
+        pruned = before + len(batch) - len(self._lines)
+        if self.query_text:
+            self._shift_matches(pruned, before - pruned, batch)
+        self._notify_status()
+
+    # ---- search -------------------------------------------------------------------------------
+
+    def set_query(self, text: str) -> None:
+        self.query_text = text
+        q = text.lower()
+        self._matches = [i for i, line in enumerate(self._lines) if q and q in line.lower()]
+        self._current = None
+        self._render_line_cache.clear()
+        self.refresh()
+        self._notify_status()
+
+    def _shift_matches(self, pruned: int, start: int, batch: list[str]) -> None:
+        q = self.query_text.lower()
+        cur = self._matches[self._current] if self._current is not None else None
+        self._matches = [m - pruned for m in self._matches if m - pruned >= 0]
+        self._matches += [start + i for i, line in enumerate(batch) if q in line.lower()
+                          and start + i >= 0]
+        if cur is not None and cur - pruned >= 0:
+            self._current = self._matches.index(cur - pruned)
+        else:
+            self._current = None
+
+    def action_next_match(self) -> None:
+        self._jump(+1)
+
+    def action_prev_match(self) -> None:
+        self._jump(-1)
+
+    def _jump(self, direction: int) -> None:
+        """``prev`` goes toward older lines; the first jump lands on the newest match."""
+        if not self._matches:
+            self._notify_status()
+            return
+        if self._current is None:
+            self._current = len(self._matches) - 1
+        else:
+            self._current = (self._current + direction) % len(self._matches)
+        self.auto_scroll = False
+        y = self._matches[self._current]
+        self.scroll_to(y=max(0, y - self.size.height // 2), animate=False, immediate=True)
+        self._render_line_cache.clear()
+        self.refresh()
+        self._notify_status()
+
+    def action_follow(self) -> None:
+        self.auto_scroll = True
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._notify_status()
+
+    @property
+    def current_match_line(self) -> int | None:
+        return None if self._current is None else self._matches[self._current]
+
+    def status_text(self) -> Text:
+        t = Text()
+        if self.auto_scroll:
+            t.append(" following ", style="bold green")
+        else:
+            t.append(" paused (f follows) ", style="bold yellow")
+        t.append(f" {self.line_count:,} lines", style="dim")
+        if self.dropped:
+            t.append(f", {self.dropped:,} skipped in bursts", style="dim")
+        if self.query_text:
+            n = len(self._matches)
+            pos = "-" if self._current is None else str(self._current + 1)
+            t.append(f"   /{self.query_text}  match {pos}/{n}  (n/N)", style="bold")
+        else:
+            t.append("   / search", style="dim")
+        return t
+
+    def _notify_status(self) -> None:
+        if self.is_mounted:
+            self.post_message(LogStatus())
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        q = self.query_text
+        if not q or self.text_selection is not None:
+            return super()._render_line_strip(y, rich_style)
+        line = self._process_line(self._lines[y])
+        text = Text(line, no_wrap=True)
+        text.stylize(rich_style)
+        text.highlight_words([q], CURRENT if y == self.current_match_line else MATCH,
+                             case_sensitive=False)
+        return Strip(text.render(self.app.console), text.cell_len)
+
+
+class LogPane(Vertical):
+    """The log, its status line and the search box (shown by ``/``)."""
+
+    DEFAULT_CSS = """
+    LogPane { height: 1fr; border-top: solid $primary-darken-2; }
+    LogPane LogView { height: 1fr; }
+    LogPane #log-status { height: 1; background: $panel; }
+    LogPane Input { display: none; height: 3; }
+    LogPane.searching Input { display: block; }
+    """
+
+    def __init__(self, max_lines: int = 5000, flush_s: float = 0.1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.view = LogView(max_lines=max_lines, flush_s=flush_s, id="log")
+
+    def compose(self) -> ComposeResult:
+        yield self.view
+        yield Static(self.view.status_text(), id="log-status")
+        yield Input(placeholder="search the log (Enter: newest match, n/N: next/prev, Esc: close)",
+                    id="log-search")
+
+    def on_log_status(self, message: LogStatus) -> None:
+        message.stop()
+        self.query_one("#log-status", Static).update(self.view.status_text())
+
+    def open_search(self) -> None:
+        self.add_class("searching")
+        self.query_one(Input).focus()
+
+    def close_search(self) -> None:
+        self.remove_class("searching")
+        self.view.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.view.set_query(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.view.set_query(event.value)
+        self.view.action_prev_match()
+        self.close_search()
+
+    def on_key(self, event) -> None:
+        if event.key == "escape" and self.has_class("searching"):
+            event.stop()
+            self.close_search()

@@ -1,0 +1,48 @@
+"""tok/s over time: the headline (drafters' sum) and the target role's sum, from throughput records."""
+
+from __future__ import annotations
+
+from textual_plotext import PlotextPlot
+
+from console.core.state import ConsoleState
+
+
+class TokSPlot(PlotextPlot):
+    """Redrawn only when a throughput record arrived since the last draw.
+
+    x is seconds before the newest record (record time, not the clock), so the graph is the same
+    whenever it is drawn.
+    """
+
+    DEFAULT_CSS = "TokSPlot { height: 1fr; min-height: 6; }"
+
+    def __init__(self, window_s: float = 300.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.window_s = window_s
+        self._seen: tuple | None = None
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._style()
+
+    def _style(self) -> None:
+        self.plt.title("tok/s  (total = drafters' sum)")
+        self.plt.xlabel("s ago")
+
+    def update_from(self, state: ConsoleState) -> None:
+        hist = state.tok_hist
+        key = (len(hist), hist[-1][0] if hist else None)
+        if key == self._seen:
+            return
+        self._seen = key
+        plt = self.plt
+        plt.clear_data()
+        if hist:
+            t_end = hist[-1][0]
+            pts = [h for h in hist if t_end - h[0] <= self.window_s]
+            xs = [h[0] - t_end for h in pts]
+            plt.plot(xs, [h[1] for h in pts], label="total", marker="braille", color="cyan")
+            if any("target" in h[2] for h in pts):
+                plt.plot(xs, [h[2].get("target", 0.0) for h in pts], label="target",
+                         marker="braille", color="magenta")
+        self.refresh()

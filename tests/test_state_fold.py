@@ -1,0 +1,89 @@
+"""The screen's view model (console/core/state.py) folds metrics records into what is shown."""
+
+from console.core.state import ConsoleState, fmt_duration, fmt_tok_s
+
+T0 = 1_700_000_000.0
+
+
+def tp(t, devices, depth=3, cap=8):
+    return {"t": t, "kind": "throughput", "devices": devices, "queue": {"depth": depth, "capacity": cap}}
+
+
+def dev(i, role, tok_s, uuid=True):
+    return {"device": f"cuda:{i}", "uuid": f"GPU-{i}" if uuid else None, "role": role, "tok_s": tok_s,
+            "busy": 0.5}
+
+
+def step(t, s, total=100, loss=2.0):
+    return {"t": t, "kind": "step", "step": s, "total_steps": total, "epoch": s / 50, "loss": loss,
+            "acc": [0.9, 0.5, 0.25], "accept_len": 1.6, "lr": 3e-4, "grad_norm": 0.7, "tokens": 512}
+
+
+def test_headline_is_drafters_sum_and_history_keeps_roles():
+    st = ConsoleState(clock=lambda: T0)
+    st.apply_record(tp(T0, [dev(0, "target", 900.0), dev(1, "drafter", 300.0), dev(2, "drafter", 200.0)]))
+    assert st.tok_s == 500.0
+    assert st.role_tok_s == {"target": 900.0, "drafter": 500.0}
+    assert st.queue_depth == 3 and st.queue_capacity == 8
+    assert st.tok_hist[-1] == (T0, 500.0, {"target": 900.0, "drafter": 500.0})
+
+
+def test_step_eta_uses_record_time_not_the_clock():
+    now = [T0]
+    st = ConsoleState(clock=lambda: now[0])
+    for i in range(11):
+        st.apply_record(step(T0 + 2 * i, i))  # one step every 2 s
+    assert st.step == 10 and st.total_steps == 100
+    assert st.acc == [0.9, 0.5, 0.25] and st.lr == 3e-4
+    assert st.steps_per_s() == 0.5
+    assert st.eta_s() == 180.0
+    now[0] += 1000  # the clock moving does not change the ETA
+    assert st.eta_s() == 180.0
+    assert list(st.loss_hist)[-1] == (10, 2.0)
+    st.apply_record(step(T0 + 30, 3))  # resumed from an older checkpoint: the rate starts over
+    assert st.eta_s() is None
+
+
+def test_checkpoint_age_and_saving_follow_the_clock():
+    now = [T0 + 100]
+    st = ConsoleState(clock=lambda: now[0])
+    assert st.checkpoint_age_s() is None
+    st.apply_record({"t": T0 + 90, "kind": "event", "name": "checkpoint_saving", "step": 5, "expected_s": 4.0})
+    assert st.saving_elapsed_s() == 10.0 and st.saving_expected_s == 4.0
+    st.apply_record({"t": T0 + 94, "kind": "event", "name": "checkpoint_saved", "step": 5,
+                     "path": "/r/checkpoints/step_00000005", "seconds": 3.9, "bytes": 2048})
+    assert st.saving_since is None
+    assert st.checkpoint_age_s() == 6.0 and st.ckpt_step == 5
+    now[0] += 60
+    assert st.checkpoint_age_s() == 66.0
+    assert "checkpoint saved: step 5 in 3.9 s, 2.0 KB" in [e.text for e in st.events]
+
+
+def test_unknown_kinds_fields_and_bad_values_are_survived():
+    st = ConsoleState(clock=lambda: T0)
+    v0 = st.version
+    st.apply_record({"t": T0, "kind": "future", "x": 1})
+    assert st.version == v0
+    st.apply_record({"t": None, "kind": "step", "step": "seven", "loss": "NaN?", "acc": [0.5, None, "x"],
+                     "new_field": {"a": 1}})
+    assert st.step is None and st.loss is None and st.acc == [0.5]
+    st.apply_record({"t": T0, "kind": "throughput", "devices": [None, {"role": "drafter", "tok_s": "fast"}],
+                     "queue": "full"})
+    assert st.tok_s == 0.0 and st.queue_depth is None
+    st.apply_record({"t": T0, "kind": "event", "name": "stopped", "reason": "nan", "exit_code": 1})
+    assert st.events[-1].level == "error"
+
+
+def test_unmatched_trainer_devices_get_rows_of_their_own():
+    st = ConsoleState(clock=lambda: T0)
+    st.apply_record(tp(T0, [{"device": "cpu", "uuid": None, "role": "target", "tok_s": 50.0},
+                            {"device": "cpu", "uuid": None, "role": "drafter", "tok_s": 40.0}]))
+    rows = st.rows()
+    assert [(r.label, r.role, r.tok_s, r.util) for r in rows] == [
+        ("cpu", "target", 50.0, None), ("cpu", "drafter", 40.0, None)]
+
+
+def test_formatting():
+    assert fmt_duration(None) == "-"
+    assert [fmt_duration(s) for s in (5, 65, 3700, 90000)] == ["5s", "1m05s", "1h01m", "1d01h"]
+    assert fmt_tok_s(14523.0) == "14.5K" and fmt_tok_s(812.4) == "812"
