@@ -87,3 +87,54 @@ def test_formatting():
     assert fmt_duration(None) == "-"
     assert [fmt_duration(s) for s in (5, 65, 3700, 90000)] == ["5s", "1m05s", "1h01m", "1d01h"]
     assert fmt_tok_s(14523.0) == "14.5K" and fmt_tok_s(812.4) == "812"
+
+
+def _gpus(n):
+    from console.core.events import Gpu, GpuSample
+
+    return GpuSample([Gpu(i, f"GPU-{i}", "NVIDIA H200", util=10.0 * i, mem_used=1024.0 * i,
+                          mem_total=143771.0, power=100.0 + i, temp=40.0 + i) for i in range(n)])
+
+
+def test_gpus_join_trainer_devices_by_uuid():
+    st = ConsoleState(clock=lambda: T0)
+    st.apply(_gpus(4))
+    # the trainer names its devices by local index; the uuid ties them to the physical GPU
+    st.apply_record(tp(T0, [{"device": "cuda:0", "uuid": "GPU-2", "role": "target", "tok_s": 900.0},
+                            {"device": "cuda:1", "uuid": "GPU-3", "role": "drafter", "tok_s": 450.0}]))
+    rows = st.rows()
+    assert [(r.label, r.role, r.tok_s, r.util) for r in rows] == [
+        ("0", None, None, 0.0), ("1", None, None, 10.0), ("2", "target", 900.0, 20.0),
+        ("3", "drafter", 450.0, 30.0)]
+    assert rows[3].device == "cuda:1" and rows[3].mem_used == 3072.0
+
+
+def test_gpus_join_through_cuda_visible_devices_without_uuids():
+    from console.core.events import TrainerFound, TrainerInfo
+
+    st = ConsoleState(clock=lambda: T0)
+    run = {"env": {"CUDA_VISIBLE_DEVICES": "3,1"}, "argv": ["--lr", "1e-3"]}
+    st.apply(TrainerFound(TrainerInfo(42, 1, ["python3"], "/r", "run.json", run)))
+    st.apply(_gpus(4))
+    st.apply_record(tp(T0, [dev(0, "target", 900.0, uuid=False), dev(1, "drafter", 450.0, uuid=False)]))
+    roles = {r.label: r.role for r in st.rows()}
+    assert roles == {"0": None, "1": "drafter", "2": None, "3": "target"}
+    st.apply(TrainerFound(None))  # the trainer exited: its run.json stays for the launch dialog
+    assert st.trainer is None and st.trainer_exited and st.run == run
+
+
+def test_connection_states_and_retry_countdown():
+    from console.core.events import ConnState
+
+    now = [T0]
+    st = ConsoleState(clock=lambda: now[0])
+    st.apply(ConnState("connected"))
+    now[0] += 5
+    st.apply(ConnState("reconnecting", "connection lost", retry_in=2.0))
+    assert st.conn.state == "reconnecting" and st.retry_left_s() == 2.0
+    now[0] += 1.5
+    assert st.retry_left_s() == 0.5 and st.conn_age_s() == 1.5
+    st.apply(ConnState("connected"))
+    assert st.retry_left_s() is None
+    assert [e.text for e in st.events][-2:] == ["connection reconnecting: connection lost",
+                                                 "connection restored"]

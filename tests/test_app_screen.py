@@ -1,0 +1,119 @@
+"""The screen without a host: fed events directly (the same path a Session's events take)."""
+
+from console.app import ConsoleApp
+from console.core.events import ConnState, GpuSample, LogLines, Record, TrainerFound, TrainerInfo
+from console.core.state import ConsoleState
+from console.screens.help import HelpScreen
+from console.screens.stop_dialog import StopDialog
+from tests.screen_text import screen_text
+from tests.test_state_fold import T0, _gpus, step, tp
+
+SIZE = (120, 36)
+
+
+def _trainer():
+    run = {"argv": ["--target-model", "/m", "--output-dir", "/runs/a b"], "interpreter": "/usr/bin/python3",
+           "code_dir": "/opt/code v2"}
+    return TrainerFound(TrainerInfo(4242, 99, ["python3", "-m", "trainer.pipeline", "--output-dir", "/runs/a b"],
+                                    "/runs/a b", "run.json", run))
+
+
+def _app(**kw):
+    return ConsoleApp(None, state=ConsoleState(clock=lambda: T0 + 60), target="127.0.0.1 · CT 200", **kw)
+
+
+def _cells(app):
+    t = app.w_gpus
+    return [[str(c) for c in t.get_row_at(y)] for y in range(t.row_count)]
+
+
+async def test_table_and_panel_fill_from_events():
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected"), _trainer(), _gpus(2),
+                  Record(tp(T0, [{"device": "cuda:0", "uuid": "GPU-0", "role": "target", "tok_s": 900.0},
+                                 {"device": "cuda:1", "uuid": "GPU-1", "role": "drafter", "tok_s": 450.0}],
+                            depth=5, cap=8)),
+                  Record(step(T0, 7, total=70, loss=1.25))])
+        await pilot.pause(0.3)
+        cells = _cells(app)
+        assert cells[0][2] == "target" and cells[0][7] == "900"
+        assert cells[1][2] == "drafter" and cells[1][7] == "450" and cells[1][3] == "10%"
+        text = screen_text(app)
+        assert "450 tok/s (drafters)" in text  # the headline is the drafter, not 900 + 450
+        assert "7 / 70" in text and "1.2500" in text
+        assert "5/8" in text
+        assert "CONNECTED" in text and "trainer PID 4242" in text
+        # a new sample updates cells in place
+        app.feed([GpuSample([g.__class__(**{**g.__dict__, "util": 77.0}) for g in _gpus(2).gpus])])
+        await pilot.pause(0.3)
+        assert _cells(app)[1][3] == "77%"
+
+
+async def test_log_coalesces_caps_and_searches():
+    app = _app(log_max_lines=1000)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.log_view
+        for i in range(50):  # 50 bursts of 200 lines inside one flush period
+            app.feed([LogLines([f"line {i * 200 + j} loss {j}" for j in range(200)])])
+        await pilot.pause(0.4)
+        assert log.received == 10_000
+        assert log.line_count == 1000 and log.lines[-1] == "line 9999 loss 199"
+        assert app.refreshes < 10  # lines never trigger a screen refresh of their own
+        await pilot.press("slash")
+        await pilot.press(*"line 99")
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        # matches: line 99, 990..999, 9900..9999 are within the last 1000 lines only as 9xxx
+        assert log.current_match_line is not None
+        assert log.lines[log.current_match_line] == "line 9999 loss 199"
+        assert not log.auto_scroll  # jumping pauses following
+        await pilot.press("N")
+        assert log.lines[log.current_match_line] == "line 9998 loss 198"
+        await pilot.press("f")
+        assert log.auto_scroll
+
+
+async def test_stop_dialog_is_guarded():
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected"), _trainer(), Record(step(T0, 7))])
+        await pilot.press("s")
+        await pilot.pause(0.1)
+        dlg = app.screen
+        assert isinstance(dlg, StopDialog)
+        assert app.focused.id == "no"  # the safe choice is preselected
+        text = screen_text(app)
+        assert "PID 4242" in text and "trainer.pipeline" in text and "step 7" in text
+        await pilot.press("enter")  # Enter on the preselected "No" cancels
+        assert not isinstance(app.screen, StopDialog)
+        await pilot.press("r")
+        await pilot.press("escape")
+        assert not isinstance(app.screen, StopDialog)
+        await pilot.press("s", "n")
+        assert not isinstance(app.screen, StopDialog)
+
+
+async def test_readonly_removes_every_changing_action():
+    app = _app(readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected"), _trainer()])
+        await pilot.pause(0.1)
+        keys = {b.binding.action for b in app.active_bindings.values() if b.enabled}
+        assert not keys & {"stop", "restart", "launch", "deploy"}
+        assert {"quit", "help", "search"} <= keys
+        assert [c[0] for c in app.palette_commands()] == ["search", "help", "quit"]
+        for key in "srld":
+            await pilot.press(key)
+        assert not isinstance(app.screen, StopDialog) and len(app.screen_stack) == 1
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        shown = " ".join(r[1] for r in app.screen.rows)
+        assert "Stop" not in shown and "Quit" in shown
+
+
+async def test_palette_lists_the_actions():
+    app = _app()
+    async with app.run_test(size=SIZE):
+        assert [c[0] for c in app.palette_commands()] == [
+            "stop", "restart", "launch", "deploy", "search", "help", "quit"]
