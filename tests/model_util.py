@@ -1,0 +1,57 @@
+"""Shared builders for the drafter tests: a tiny random Qwen3 target and a drafter on it (no download)."""
+
+from __future__ import annotations
+
+import torch
+
+from trainer.config import DraftConfig
+from trainer.head import FrozenHead
+from trainer.model import DFlashDrafter
+
+VOCAB = 300
+
+
+def tiny_target_config(**over):
+    from transformers import Qwen3Config
+
+    kw = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=VOCAB,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    kw.update(over)
+    return Qwen3Config(**kw)
+
+
+def tiny_target(seed: int = 0, **over):
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = tiny_target_config(**over)
+    cfg._attn_implementation = "sdpa"
+    return Qwen3ForCausalLM(cfg).eval()
+
+
+def tiny_drafter(seed: int = 1, target_config=None, **over) -> tuple[DFlashDrafter, DraftConfig]:
+    kw = dict(num_draft_layers=2, block_size=4)
+    kw.update(over)
+    cfg = DraftConfig.from_target_config(target_config or tiny_target_config(), **kw)
+    torch.manual_seed(seed)
+    return DFlashDrafter(cfg).eval(), cfg
+
+
+def random_embed(seed: int = 2, vocab: int = VOCAB, hidden: int = 64) -> torch.nn.Embedding:
+    torch.manual_seed(seed)
+    e = torch.nn.Embedding(vocab, hidden)
+    e.requires_grad_(False)
+    return e
+
+
+def frozen_head_of(model) -> FrozenHead:
+    return FrozenHead.from_model(model)
