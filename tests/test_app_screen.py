@@ -40,7 +40,7 @@ async def test_table_and_panel_fill_from_events():
         assert cells[0][2] == "target" and cells[0][7] == "900"
         assert cells[1][2] == "drafter" and cells[1][7] == "450" and cells[1][3] == "10%"
         text = screen_text(app)
-        assert "450 tok/s (drafters)" in text  # the headline is the drafter, not 900 + 450
+        assert "450 tok/s (drafters' sum" in text  # the headline is the drafter, not 900 + 450
         assert "7 / 70" in text and "1.2500" in text
         assert "5/8" in text
         assert "CONNECTED" in text and "trainer PID 4242" in text

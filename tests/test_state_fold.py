@@ -138,3 +138,14 @@ def test_connection_states_and_retry_countdown():
     assert st.retry_left_s() is None
     assert [e.text for e in st.events][-2:] == ["connection reconnecting: connection lost",
                                                  "connection restored"]
+
+
+def test_tok_s_is_a_window_mean_per_device():
+    st = ConsoleState(clock=lambda: T0, avg_window_s=2.0)
+    # a trainer whose windows are shorter than a step: bursts and zeros
+    for i, v in enumerate([0.0, 600.0, 0.0, 600.0, 0.0, 0.0]):
+        st.apply_record(tp(T0 + 0.5 * i, [dev(0, "target", 1000.0), dev(1, "drafter", v)]))
+    # the last 2 s of records hold 600, 0, 600, 0, 0 (t = 0.5 .. 2.5): mean 240
+    assert st.tok_s == 240.0
+    assert st.role_tok_s == {"target": 1000.0, "drafter": 240.0}
+    assert [h[1] for h in st.tok_hist][:2] == [0.0, 300.0]

@@ -81,6 +81,7 @@ class ConsoleState:
 
     clock: Callable[[], float] = time.time
     history: int = 600  # points kept per graph
+    avg_window_s: float = 10.0  # tok/s shown is the mean over this much record time
     max_events: int = 200
 
     version: int = 0
@@ -103,7 +104,7 @@ class ConsoleState:
     last_step_t: float | None = None
 
     devices: list[dict] = field(default_factory=list)  # last throughput's devices
-    tok_s: float | None = None  # headline: drafters' sum
+    tok_s: float | None = None  # headline: drafters' sum (window mean)
     role_tok_s: dict[str, float] = field(default_factory=dict)
     queue_depth: int | None = None
     queue_capacity: int | None = None
@@ -125,6 +126,7 @@ class ConsoleState:
         self.loss_hist: deque[tuple[int, float]] = deque(maxlen=self.history)
         self.events: deque[EventLine] = deque(maxlen=self.max_events)
         self._steps: deque[tuple[float, int]] = deque(maxlen=64)  # (t, step) for the ETA
+        self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
 
     # ---- folding ------------------------------------------------------------------------------
@@ -229,10 +231,31 @@ class ConsoleState:
         if self.step is not None and self.loss is not None:
             self.loss_hist.append((self.step, self.loss))
 
+    def _smooth(self, devs: list[dict], t: float | None) -> list[dict]:
+        """Each device's tok_s as its mean over the last ``avg_window_s`` of records (a trainer's
+        windows can be shorter than a step, so single records jump between 0 and a burst)."""
+        if t is None:
+            return devs
+        self._tp.append((t, devs))
+        while self._tp and t - self._tp[0][0] > self.avg_window_s:
+            self._tp.popleft()
+        sums: dict[tuple, list[float]] = {}
+        for _, ds in self._tp:
+            for d in ds:
+                v = _num(d.get("tok_s"))
+                if v is not None:
+                    sums.setdefault((d.get("device"), d.get("uuid"), d.get("role")), []).append(v)
+        out = []
+        for d in devs:
+            vals = sums.get((d.get("device"), d.get("uuid"), d.get("role")))
+            out.append({**d, "tok_s": sum(vals) / len(vals)} if vals else d)
+        return out
+
     def _on_throughput(self, rec: dict, t: float | None) -> None:
         devs = [d for d in rec.get("devices") or [] if isinstance(d, dict)]
+        devs = self._smooth(devs, t)
         self.devices = devs
-        self.tok_s = headline_tok_s(rec)
+        self.tok_s = headline_tok_s({"devices": devs})
         roles: dict[str, float] = {}
         for d in devs:
             v = _num(d.get("tok_s"))

@@ -8,6 +8,7 @@ a bounded buffer; the widget is written at most every ``flush_s`` in one batch, 
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from rich.style import Style
@@ -24,6 +25,7 @@ class LogStatus(Message):
     """The log's follow / search status changed."""
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 MATCH = Style.parse("black on yellow")
 CURRENT = Style.parse("bold black on #ff8700")
 
@@ -45,6 +47,15 @@ class LogView(Log):
         self.query_text = ""
         self._matches: list[int] = []
         self._current: int | None = None  # index into _matches
+
+    @classmethod
+    def _process_line(cls, line: str) -> str:
+        """Colour and cursor codes (transformers' load report, tqdm) are dropped, not shown as junk."""
+        return super()._process_line(ANSI.sub("", line)) if "\x1b" in line else super()._process_line(line)
+
+    def on_mount(self) -> None:
+        if self._pending:
+            self.flush()
 
     # ---- feeding ------------------------------------------------------------------------------
 

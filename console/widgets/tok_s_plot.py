@@ -23,10 +23,6 @@ class TokSPlot(PlotextPlot):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self._style()
-
-    def _style(self) -> None:
-        self.plt.title("tok/s  (total = drafters' sum)")
         self.plt.xlabel("s ago")
 
     def update_from(self, state: ConsoleState) -> None:
@@ -36,6 +32,7 @@ class TokSPlot(PlotextPlot):
             return
         self._seen = key
         plt = self.plt
+        plt.title(f"tok/s, {state.avg_window_s:g} s mean  (total = drafters' sum)")
         plt.clear_data()
         if hist:
             t_end = hist[-1][0]

@@ -35,7 +35,7 @@ def panel_renderable(state: ConsoleState, n_events: int = 4):
     g.add_column(style="dim", no_wrap=True, min_width=10)
     g.add_column(no_wrap=True, overflow="ellipsis")
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
-    tok.append(" tok/s (drafters)", style="dim")
+    tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
     g.add_row("throughput", tok)
     step = "-" if state.step is None else f"{state.step:,}"
     if state.total_steps:

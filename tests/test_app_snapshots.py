@@ -1,0 +1,40 @@
+"""Snapshots (pytest-textual-snapshot) at 120x36 of the main screen, the stop dialog and help, fed
+from a recorded tiny-trainer run with a frozen clock (tests/replay.py). Regenerate after a deliberate
+change with ``pytest tests/test_app_snapshots.py --snapshot-update`` and look at the SVGs."""
+
+from console.app import ConsoleApp
+from console.core.state import ConsoleState
+from tests.replay import recorded
+
+SIZE = (120, 36)
+
+
+def replay_app() -> ConsoleApp:
+    """The app, with the recording fed through the same path a Session's events take."""
+    events, last_t = recorded()
+
+    def clock() -> float:
+        return last_t + 5.0
+
+    return ConsoleApp(None, state=ConsoleState(clock=clock), target="127.0.0.1 · CT 200 (recorded)",
+                      clock=clock, tick_s=3600)
+
+
+async def _settle(pilot) -> None:
+    app = pilot.app
+    app.feed(recorded()[0])
+    app.log_view.flush()
+    app.refresh_now(plots=True)
+    await pilot.pause()
+
+
+def test_main_screen(snap_compare):
+    assert snap_compare(replay_app(), terminal_size=SIZE, run_before=_settle)
+
+
+def test_stop_dialog(snap_compare):
+    assert snap_compare(replay_app(), press=["s"], terminal_size=SIZE, run_before=_settle)
+
+
+def test_help_screen(snap_compare):
+    assert snap_compare(replay_app(), press=["question_mark"], terminal_size=SIZE, run_before=_settle)
