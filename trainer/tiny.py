@@ -25,6 +25,8 @@ WORDS = ["system", "user", "assistant", "count", "from", "by", "repeat", "please
 NUMBERS = [str(i) for i in range(100)]
 VOCAB_SIZE = 128
 MASK = "<|mask|>"
+EMBED_STD = 1.0  # transformers' 0.02 init makes logits of a frozen random lm_head too flat to learn against
+LM_HEAD_STD = 0.25
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -83,11 +85,11 @@ def conversations(n: int, seed: int) -> list[dict]:
     for _ in range(n):
         length = rng.randint(24, 64)
         if rng.random() < 0.5:
-            a, d = rng.randrange(100), rng.randint(1, 4)
+            a, d = rng.randrange(100), rng.randint(1, 2)
             ask = f"count from {a} by {d}"
             ans = [str((a + d * k) % 100) for k in range(length)]
         else:
-            motif = [str(rng.randrange(100)) for _ in range(rng.randint(2, 5))]
+            motif = [str(rng.randrange(100)) for _ in range(rng.randint(2, 4))]
             ask = "repeat " + " ".join(motif)
             ans = [motif[k % len(motif)] for k in range(length)]
         out.append({"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": " ".join(ans)}]})
@@ -107,6 +109,9 @@ def build(out: str, *, n_docs: int = 400, seed: int = 0) -> dict[str, str]:
         os.makedirs(d, exist_ok=True)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(target_config())
+    with torch.no_grad():  # a trained model's scale: token identity and logits visible in one step
+        model.get_input_embeddings().weight.normal_(0.0, EMBED_STD)
+        model.get_output_embeddings().weight.normal_(0.0, LM_HEAD_STD)
     model.save_pretrained(target)
     tok = build_tokenizer()
     tok.save_pretrained(target)

@@ -1,0 +1,138 @@
+"""Helpers for tests that run the real trainer (``python -m trainer.pipeline``) on the tiny target."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+              "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    for k in [k for k in e if k.startswith("DFLASH_TEST_")]:
+        del e[k]
+    e.update(extra)
+    return e
+
+
+def tiny_flags(tiny: Path, out: Path, *extra: str) -> list[str]:
+    """The small CPU configuration the tests (and the demo) use."""
+    return [
+        "--target-model", str(tiny / "target"), "--data-dir", str(tiny / "data"), "--output-dir", str(out),
+        "--target-gpus", "cpu", "--drafter-gpus", "cpu", "--block-size", "8", "--max-anchors", "64",
+        "--token-budget", "1024", "--max-seq-len", "256", "--lr", "1e-2", "--warmup-ratio", "0.02",
+        *extra,
+    ]
+
+
+class Trainer:
+    """A running trainer: stdout collected by a thread, started in its own session."""
+
+    def __init__(self, flags: list[str], **env_extra: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer.pipeline", *flags], cwd=ROOT, env=env(**env_extra),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_line(self, prefix: str, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for ln in list(self.lines):
+                if ln.startswith(prefix):
+                    return ln
+            if self.proc.poll() is not None and not self._t.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no line starting {prefix!r}; output:\n{self.output}")
+
+    def signal(self, sig: int = signal.SIGINT) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 90) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self._t.join(5)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def run(flags: list[str], timeout: float = 120, **env_extra: str) -> tuple[int, str]:
+    t = Trainer(flags, **env_extra)
+    rc = t.wait(timeout)
+    return rc, t.output
+
+
+def records(run_dir: Path) -> list[dict]:
+    out = []
+    p = Path(run_dir) / "metrics.jsonl"
+    if not p.exists():
+        return out
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [r for r in records(run_dir) if r.get("kind") == "event"]
+
+
+def steps(run_dir: Path) -> list[dict]:
+    return [r for r in records(run_dir) if r.get("kind") == "step"]
+
+
+def wait_for_step(run_dir: Path, n: int, trainer: Trainer, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if any(r["step"] >= n for r in steps(run_dir)):
+            return
+        if trainer.proc.poll() is not None:
+            raise AssertionError(f"trainer exited early:\n{trainer.output}")
+        time.sleep(0.02)
+    raise AssertionError(f"step {n} not reached:\n{trainer.output}")
+
+
+def session_members(sid: int) -> list[int]:
+    """PIDs whose session id is ``sid`` (a trainer started with start_new_session leads its own)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(rest[3]) == sid:  # field 6: session
+            out.append(int(d))
+    return out

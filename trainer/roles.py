@@ -1,0 +1,188 @@
+"""The two roles of the pipeline and the bounded hidden-state queue between them.
+
+- ``TargetRole``: the frozen target on one device; ``role(micro_batch) -> HiddenBatch`` (captured hidden
+  states, plus the final hidden state for soft labels). ``TargetWorker`` runs one in a thread, producing
+  every ``n``-th micro-batch of the stream into its lane of the ``HiddenStateQueue``.
+- ``HiddenStateQueue``: one bounded lane per target worker (capacities add up to ``--hs-queue-depth``);
+  the drafter takes micro-batch ``g`` from lane ``g % n``, so the order is the data order whatever the
+  threads' timing (what makes resume exact).
+- ``DrafterRole``: anchors, feature noise, drafter forward, DFlash loss and backward per micro-batch;
+  clipping and the AdamW step per optimizer step. It owns the generator for anchors and noise.
+
+The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline can put them in
+different processes and replace the queue by point-to-point transfers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from trainer.data import MicroBatch, Plan
+from trainer.loss import dflash_loss
+from trainer.masks import sample_anchors
+from trainer.rundir import RoleMeter
+from trainer.target import capture
+
+
+@dataclass
+class HiddenBatch:
+    index: int  # global micro-batch index
+    epoch: int
+    tokens: int
+    hidden: torch.Tensor  # (1, T, n*H) on the target's device
+    final: torch.Tensor | None  # (1, T, H) last_hidden_state, only for soft labels
+    input_ids: torch.Tensor  # (1, T)
+    loss_mask: torch.Tensor  # (1, T) bool
+    doc_ids: torch.Tensor  # (1, T)
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class Stopped(Exception):
+    """Raised by queue operations once the pipeline is stopping."""
+
+
+class TargetRole:
+    def __init__(self, model, device: str, layer_ids: list[int], need_final: bool, meter: RoleMeter):
+        self.model, self.device, self.layer_ids, self.need_final, self.meter = model, device, layer_ids, need_final, meter
+
+    def __call__(self, mb: MicroBatch) -> HiddenBatch:
+        self.meter.begin()
+        ids, lm, docs, _pos = mb.to_tensors(self.device)
+        hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        self.meter.end(mb.num_tokens)
+        return HiddenBatch(mb.index, mb.epoch, mb.num_tokens, hidden, final, ids, lm, docs)
+
+
+class HiddenStateQueue:
+    def __init__(self, lanes: int, depth: int):
+        per = max(1, depth // lanes)
+        self.capacity = per * lanes
+        self._lanes = [queue.Queue(maxsize=per) for _ in range(lanes)]
+        self.stop = threading.Event()
+
+    def depth(self) -> int:
+        return sum(q.qsize() for q in self._lanes)
+
+    def put(self, lane: int, item) -> None:
+        q = self._lanes[lane]
+        while True:
+            if self.stop.is_set():
+                raise Stopped
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def get(self, g: int, should_stop=lambda: False) -> HiddenBatch:
+        q = self._lanes[g % len(self._lanes)]
+        while True:
+            if self.stop.is_set() or should_stop():
+                raise Stopped
+            try:
+                item = q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, _Failure):
+                raise RuntimeError(f"target worker failed: {item.exc!r}") from item.exc
+            if item.index != g:
+                raise RuntimeError(f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}")
+            return item
+
+    def close(self) -> None:
+        self.stop.set()
+        for q in self._lanes:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    q.get_nowait()
+
+
+class TargetWorker(threading.Thread):
+    """Produces micro-batches start+lane, start+lane+lanes, ... < end into its queue lane."""
+
+    def __init__(self, role: TargetRole, plan: Plan, lane: int, lanes: int, start: int, end: int, q: HiddenStateQueue):
+        super().__init__(name=f"dflash-target-{lane}", daemon=True)
+        self.role, self.plan, self.lane, self.lanes, self.start_g, self.end_g, self.q = role, plan, lane, lanes, start, end, q
+
+    def run(self) -> None:
+        first = self.start_g + (self.lane - self.start_g) % self.lanes
+        try:
+            for g in range(first, self.end_g, self.lanes):
+                if self.q.stop.is_set():
+                    return
+                self.q.put(self.lane, self.role(self.plan.batch(g)))
+        except Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - handed to the drafter, which reports it
+            with contextlib.suppress(Stopped):
+                self.q.put(self.lane, _Failure(e))
+
+
+def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generator) -> torch.Tensor:
+    if scale <= 0:
+        return h
+    if kind == "uniform":
+        n = torch.rand(h.shape, generator=generator, device=h.device, dtype=torch.float32).mul_(2).sub_(1)
+    else:
+        n = torch.randn(h.shape, generator=generator, device=h.device, dtype=torch.float32)
+    return h + (n * scale).to(h.dtype)
+
+
+class DrafterRole:
+    def __init__(self, drafter, head, optimizer, *, device: str, block_size: int, max_anchors: int, gamma: float,
+                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter):
+        self.drafter, self.head, self.optimizer = drafter, head, optimizer
+        self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
+        self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
+        self.attn_impl = "flex" if device.startswith("cuda") else "sdpa"
+        self.params = [p for p in drafter.parameters() if p.requires_grad]
+
+    def _autocast(self):
+        if self.device.startswith("cuda"):
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def micro_step(self, hb: HiddenBatch, noise: float, loss_scale: float, poison: bool = False) -> dict:
+        """Forward + backward of one micro-batch; returns detached metric tensors (no host sync)."""
+        self.meter.begin()
+        dev = self.device
+        ids, lm, docs = hb.input_ids.to(dev), hb.loss_mask.to(dev), hb.doc_ids.to(dev)
+        hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
+        final = hb.final.to(dev) if hb.final is not None else None
+        anchors = sample_anchors(docs, lm, self.block_size, self.max_anchors, self.generator)
+        with self._autocast():
+            out = self.drafter(hidden, ids, docs, anchors, self.head.embed_tokens, attn_impl=self.attn_impl)
+            loss, metrics = dflash_loss(out, self.head, ids, anchors, self.gamma, target_final_hidden=final)
+        if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
+            loss = loss * float("nan")
+        (loss * loss_scale).backward()
+        if dev.startswith("cuda"):
+            torch.cuda.synchronize(dev)
+        self.meter.end(hb.tokens)
+        return {"loss": loss.detach(), **metrics}
+
+    def clip(self) -> torch.Tensor:
+        """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""
+        max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
+        return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+
+    def apply(self, lr: float) -> None:
+        """The AdamW step at ``lr``, then clear the gradient."""
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def discard(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
