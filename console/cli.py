@@ -1,0 +1,345 @@
+"""``dflash-console``: status, launch, deploy, stop, restart and logs of a remote trainer; connect; demo.
+
+    dflash-console status|launch|deploy|stop|restart|logs HOST [--ct N] [-p PORT] [-l USER] [-i KEY]
+        [-F CONFIG] [-J JUMP] [--known-hosts FILE] [--run-dir DIR]
+
+Exit codes: 0 done (stop: the trainer exited after saving); 1 other errors, a declined confirmation;
+2 bad usage; 3 still running at the timeout; 4 no trainer; 5 refused (the PID is no longer that
+trainer); 6 the trainer exited without a checkpoint_saved. docs/cli.md has the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+import time
+
+from console.core import control
+from console.core.events import ConnState, StopPhase, StopResult
+from console.core.options import ConnectOptions
+
+EXIT_ERROR = control.ERROR
+EXIT_USAGE = control.USAGE
+
+
+# --- arguments --------------------------------------------------------------------------------------
+
+def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True) -> None:
+    p.add_argument("host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)")
+    g = p.add_argument_group("connection (as ssh)")
+    g.add_argument("--ct", type=int, metavar="N", help="Proxmox container: run everything via `pct exec N --`")
+    g.add_argument("-p", dest="port", type=int, metavar="PORT", help="ssh port")
+    g.add_argument("-l", dest="user", metavar="USER", help="login user")
+    g.add_argument("-i", dest="identity", action="append", default=[], metavar="KEY", help="identity (key) file")
+    g.add_argument("-F", dest="config", metavar="CONFIG", help="ssh config file (default ~/.ssh/config)")
+    g.add_argument("-J", dest="jump", metavar="JUMP", help="jump host(s): [user@]host[:port][,...]")
+    g.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check the host key against "
+                   "(default ~/.ssh/known_hosts; unknown or changed keys are refused)")
+    if run_dir:
+        p.add_argument("--run-dir", metavar="DIR", help="the trainer's run directory (its --output-dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dflash-console",
+        description="Drive a DFlash trainer on a remote host (or in a Proxmox container) over one SSH connection.",
+        epilog="Exit codes: 0 ok; 1 error or declined; 2 usage; 3 still running at timeout; 4 no trainer; "
+               "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("status", help="show the trainer, its progress, the GPUs")
+    _conn_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("launch", help="start the trainer: launch HOST [options] -- TRAINER_FLAGS",
+                       usage="dflash-console launch HOST [options] -- TRAINER_FLAGS")
+    _conn_flags(p)
+    p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter (default python3)")
+    p.add_argument("--code-dir", metavar="DIR", help="remote dir holding trainer/ (default: deploy the bundled one)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the trainer")
+    p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for its started event (300)")
+
+    p = sub.add_parser("deploy", help="copy the bundled trainer into a new versioned code dir, compile-checked")
+    _conn_flags(p)
+    p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter for the check")
+
+    for name, what in (("stop", "stop cleanly: SIGINT, wait for the checkpoint and the exit"),
+                       ("restart", "stop cleanly, then launch the same run with --resume auto")):
+        p = sub.add_parser(name, help=what)
+        _conn_flags(p)
+        p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up waiting after S s (120)")
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name == "restart":
+            p.add_argument("--code-dir", metavar="DIR", help="relaunch with this code dir (default run.json's)")
+            p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for started (300)")
+
+    p = sub.add_parser("logs", help="print the trainer's train.log")
+    _conn_flags(p)
+    p.add_argument("-f", dest="follow", action="store_true", help="follow (across reconnects) until Ctrl-C")
+    p.add_argument("-n", dest="lines", type=int, default=50, metavar="N", help="last N lines (50)")
+
+    p = sub.add_parser("connect", help="open the operator screen")
+    _conn_flags(p)
+    p.add_argument("--readonly", action="store_true", help="hide every action that changes the remote")
+
+    p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
+    p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
+    p.add_argument("--dir", metavar="DIR", help="where the demo keeps its files (default: a temp dir)")
+    return parser
+
+
+def connect_options(args: argparse.Namespace) -> ConnectOptions:
+    """ConnectOptions from the connection flags (used by the screen's ``connect`` too)."""
+    return ConnectOptions.from_target(
+        args.host,
+        port=args.port,
+        user=args.user,
+        identity_files=list(args.identity or []),
+        config_files=[args.config] if args.config else None,
+        known_hosts=args.known_hosts,
+        jump=args.jump,
+    )
+
+
+def _session(args: argparse.Namespace, **kw):
+    from console.core.session import Session
+
+    return Session(connect_options(args), ct=args.ct, run_dir=getattr(args, "run_dir", None),
+                   streams=False, telemetry=False, **kw)
+
+
+def err(msg: str) -> None:
+    print(f"dflash-console: {msg}", file=sys.stderr)
+
+
+# --- commands ---------------------------------------------------------------------------------------
+
+async def cmd_status(args) -> int:
+    from console.core.status import collect, format_text
+
+    async with _session(args) as s:
+        st = await collect(s)
+    if args.json:
+        print(json.dumps(st, indent=1, default=str))
+    else:
+        print(format_text(st))
+    return control.OK if st["trainer"] else control.NO_TRAINER
+
+
+async def cmd_deploy(args) -> int:
+    async with _session(args) as s:
+        t0 = time.monotonic()
+        where = await s.deploy(python=args.python)
+    print(f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s); "
+          f"launch with --code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)")
+    return control.OK
+
+
+async def cmd_launch(args) -> int:
+    flags = args.trainer_flags
+    if not flags:
+        err("launch needs the trainer's flags after `--` (e.g. -- --target-model M --data-dir D --output-dir R)")
+        return EXIT_USAGE
+    env = control.env_from_pairs(args.env)
+    out = control.flag_value(flags, "--output-dir")
+    if args.run_dir is None and out is not None:
+        args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
+    async with _session(args) as s:
+        res = await s.launch(flags, python=args.python, code_dir=args.code_dir, env=env, wait_s=args.wait,
+                             on_status=lambda m: print(m, flush=True))
+    return _report(res)
+
+
+def _report(res: StopResult) -> int:
+    if res.code == control.OK:
+        print(res.message, flush=True)
+    else:
+        err(res.message)
+    return res.code
+
+
+def _confirm(question: str) -> bool | None:
+    """True/False from the terminal; None when there is no terminal to ask on."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+class Countdown:
+    """Prints the stop phases; on a terminal it also redraws a live line with the seconds."""
+
+    def __init__(self, timeout: float, stream=None) -> None:
+        self.timeout = timeout
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.phase: StopPhase | None = None
+        self.phase_t = self.t0
+        self._last_plain = self.t0
+
+    def on_phase(self, ph: StopPhase) -> None:
+        self.phase = ph
+        self.phase_t = time.monotonic()
+        extra = f" (expected {ph.expected_s:.1f} s)" if ph.expected_s is not None else ""
+        self._line(f"[{ph.phase}] {ph.detail}{extra}", newline=True)
+
+    def _line(self, text: str, newline: bool) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + text + ("\n" if newline else ""))
+        elif newline:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    async def tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.2 if self.tty else 1.0)
+            ph = self.phase
+            if ph is None or ph.phase in ("exited", "timeout", "refused"):
+                continue
+            now = time.monotonic()
+            left = self.timeout - (now - self.t0)
+            in_phase = now - self.phase_t
+            if ph.phase == "saving" and ph.expected_s is not None:
+                msg = f"  saving: {in_phase:.1f} s of ~{ph.expected_s:.1f} s"
+            else:
+                msg = f"  {ph.phase}: {in_phase:.1f} s"
+            msg += f"; timeout in {max(0.0, left):.0f} s"
+            if self.tty:
+                self._line(msg, newline=False)
+            elif now - self._last_plain >= 10:
+                self._last_plain = now
+                self._line(msg, newline=True)
+
+
+async def cmd_stop(args, restart: bool = False) -> int:
+    async with _session(args) as s:
+        tr = s.trainer
+        if tr is None and not (restart and s.run_dir and s.run):
+            where = f" for {s.run_dir}" if s.run_dir else ""
+            err(f"no trainer running{where} on {s.where}")
+            return control.NO_TRAINER
+        verb = "restart" if restart else "stop"
+        if tr is not None:
+            print(f"trainer pid {tr.pid} ({tr.source}) in {tr.run_dir or '?'}\n  {shlex.join(tr.cmdline)}")
+        else:
+            print(f"no trainer running; will launch the run of {s.run_dir} again (run.json, --resume auto)")
+        if not args.yes:
+            ok = _confirm(f"{verb} it?")
+            if ok is None:
+                err(f"refusing to {verb} without --yes: no terminal to ask on")
+                return EXIT_ERROR
+            if not ok:
+                err(f"not confirmed; nothing was done ({verb})")
+                return EXIT_ERROR
+        cd = Countdown(args.timeout)
+        ticker = asyncio.ensure_future(cd.tick())
+        try:
+            if restart:
+                res = await s.restart_trainer(timeout=args.timeout, on_phase=cd.on_phase, code_dir=args.code_dir,
+                                              wait_s=args.wait)
+            else:
+                res = await s.stop_trainer(timeout=args.timeout, on_phase=cd.on_phase)
+        finally:
+            ticker.cancel()
+            if cd.tty:
+                cd._line("", newline=False)
+    return _report(res)
+
+
+async def cmd_logs(args) -> int:
+    from console.core.streams import FileTail, LineSplitter
+
+    async with _session(args) as s:
+        if not s.run_dir:
+            err(f"no run dir: no trainer found on {s.where}; give --run-dir")
+            return control.NO_TRAINER
+        path = s.run_dir.rstrip("/") + "/train.log"
+        helper = s._need_helper()
+        lines, end = await control.tail_lines_at(helper, path, args.lines)
+        for ln in lines:
+            print(ln)
+        sys.stdout.flush()
+        if not args.follow:
+            return control.OK
+        split = LineSplitter()
+
+        def on_data(data: bytes) -> None:
+            for ln in split.feed(data):
+                print(ln)
+            sys.stdout.flush()
+
+        tail = FileTail(path, end, on_data)
+
+        def on_event(ev) -> None:
+            if isinstance(ev, ConnState):
+                if ev.state == "connected" and s.helper is not None:
+                    tail.attach(s.helper)
+                elif ev.state == "reconnecting":
+                    err(f"{ev.detail} in {ev.retry_in:.1f} s")
+
+        s.subscribe(on_event)
+        try:
+            await asyncio.Event().wait()  # until Ctrl-C
+        finally:
+            await tail.detach()
+    return control.OK
+
+
+# --- entry point ------------------------------------------------------------------------------------
+
+def _split_trainer_flags(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head, trainer_flags = _split_trainer_flags(argv)
+    parser = build_parser()
+    args = parser.parse_args(head)
+    args.trainer_flags = trainer_flags or []
+    if trainer_flags is not None and args.command != "launch":
+        parser.error(f"`--` and trainer flags only go with launch, not {args.command}")
+    if args.command == "connect":
+        from console import app
+
+        return app.run(args) or 0
+    if args.command == "demo":
+        from console import demo
+
+        return demo.run(args) or 0
+    runner = {
+        "status": cmd_status,
+        "launch": cmd_launch,
+        "deploy": cmd_deploy,
+        "stop": cmd_stop,
+        "restart": lambda a: cmd_stop(a, restart=True),
+        "logs": cmd_logs,
+    }[args.command]
+    from console.core.helper import HelperError, HelperStartError
+    from console.core.session import NotConnected
+    from console.core.ssh import ConnectError
+
+    try:
+        return asyncio.run(runner(args))
+    except KeyboardInterrupt:
+        return 130
+    except control.ControlError as e:
+        err(str(e))
+        return e.code
+    except (ConnectError, HelperStartError, NotConnected, HelperError, OSError) as e:
+        err(str(e))
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,530 @@
+"""Trainer control through the helper: find, deploy, launch, stop cleanly, restart.
+
+Every function takes a started :class:`~console.core.helper.Helper`; nothing here knows about
+reconnects or the screen. Results carry the CLI's exit codes (:data:`OK` ... :data:`NO_CHECKPOINT`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import importlib.util
+import json
+import posixpath
+import secrets
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from console.core.events import StopPhase, StopResult, TrainerInfo
+from console.core.helper import Helper, HelperError, HelperGone, b64decode, b64encode
+from console.core.metrics import MetricsParser
+
+OK, ERROR, USAGE, STILL_RUNNING, NO_TRAINER, REFUSED, NO_CHECKPOINT = 0, 1, 2, 3, 4, 5, 6
+
+TRAINER_MODULE = "trainer.pipeline"
+USER_SCRIPT = "train_dflash_pipeline.py"
+LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
+CODE_HOME = ".dflash-console/code"
+
+PhaseCallback = Callable[[StopPhase], None]
+
+
+class ControlError(Exception):
+    """An operation could not be done; ``code`` is the CLI exit code to use."""
+
+    def __init__(self, message: str, code: int = ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# --- command lines ----------------------------------------------------------------------------------
+
+def is_trainer_cmdline(cmdline: list[str]) -> bool:
+    """``python -m trainer.pipeline ...`` or ``python .../train_dflash_pipeline.py ...``."""
+    if not cmdline or not posixpath.basename(cmdline[0]).startswith(LAUNCHERS):
+        return False
+    for i, arg in enumerate(cmdline[:6]):
+        if arg == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == TRAINER_MODULE:
+            return True
+        if i > 0 and posixpath.basename(arg) == USER_SCRIPT:
+            return True
+    return False
+
+
+def flag_value(argv: list[str], name: str) -> str | None:
+    """The value of ``--name X`` or ``--name=X`` (the last one wins, as argparse does)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def set_flag(argv: list[str], name: str, value: str) -> list[str]:
+    """``argv`` with every ``--name X`` / ``--name=X`` removed and ``--name value`` appended."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == name:
+            skip = i + 1 < len(argv)
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    return [*out, name, value]
+
+
+def resolve(path: str, cwd: str | None) -> str:
+    if not posixpath.isabs(path) and cwd:
+        path = posixpath.join(cwd, path)
+    return posixpath.normpath(path)
+
+
+# --- find --------------------------------------------------------------------------------------------
+
+async def read_run_json(helper: Helper, run_dir: str) -> dict | None:
+    run = await helper.read_json(posixpath.join(run_dir, "run.json"))
+    return run if isinstance(run, dict) else None
+
+
+def _same_process(info: dict | None, start_time: int | None, cmdline: list[str]) -> bool:
+    return bool(
+        info and info.get("alive") and info.get("start_time") == start_time
+        and info.get("cmdline", [])[1:] == list(cmdline)[1:]
+    )
+
+
+async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo | None, dict | None]:
+    """The live trainer (of ``run_dir`` when given) and the run.json found, if any.
+
+    run.json first (its pid must still run with the recorded start time and command), else a process
+    running ``trainer.pipeline`` / ``train_dflash_pipeline.py`` whose ``--output-dir`` (resolved
+    against its own cwd) is ``run_dir``; without ``run_dir`` the oldest such process.
+    """
+    run = await read_run_json(helper, run_dir) if run_dir else None
+    if run and isinstance(run.get("pid"), int):
+        cmd = run.get("command") or []
+        info = await helper.proc(run["pid"])
+        if _same_process(info, run.get("start_time"), cmd):
+            return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], run_dir, "run.json", run), run
+    cands = []
+    for info in await helper.call("find", patterns=[TRAINER_MODULE, USER_SCRIPT]):
+        if not is_trainer_cmdline(info["cmdline"]):
+            continue
+        out = flag_value(info["cmdline"], "--output-dir")
+        rd = resolve(out, info.get("cwd")) if out else None
+        if run_dir is not None and rd != posixpath.normpath(run_dir):
+            continue
+        cands.append((info, rd))
+    pids = {c[0]["pid"] for c in cands}
+    cands = [c for c in cands if c[0]["ppid"] not in pids]  # the root of a launcher tree
+    if not cands:
+        return None, run
+    info, rd = min(cands, key=lambda c: (c[0]["start_time"], c[0]["pid"]))
+    if rd is not None and (run is None or run_dir != rd):
+        run = await read_run_json(helper, rd)
+    if run and run.get("pid") == info["pid"] and run.get("start_time") == info["start_time"]:
+        return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "run.json", run), run
+    return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "cmdline", None), run
+
+
+# --- deploy ------------------------------------------------------------------------------------------
+
+def bundled_trainer_dir() -> Path:
+    """Where the bundled ``trainer`` package lies, found without importing it."""
+    spec = importlib.util.find_spec("trainer")
+    if spec is None or not spec.submodule_search_locations:
+        raise ControlError("the bundled trainer package is not installed next to the console")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def bundled_trainer_files() -> tuple[str, list[tuple[str, bytes]]]:
+    """(content hash, [(path relative to the code dir, bytes)]) of the bundled trainer package."""
+    root = bundled_trainer_dir()
+    files = []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or "__pycache__" in p.parts or p.suffix in (".pyc", ".pyo"):
+            continue
+        files.append(("trainer/" + p.relative_to(root).as_posix(), p.read_bytes()))
+    h = hashlib.sha256()
+    for rel, data in files:
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16], files
+
+
+async def deploy(helper: Helper, python: str = "python3", base: str | None = None) -> str:
+    """Copy the bundled trainer into ``~/.dflash-console/code/<hash>/`` and compile-check it there.
+
+    The directory is named by content and written under a temporary name, then renamed: code that a
+    running trainer imports is never written over. Returns the code dir (it contains ``trainer/``).
+    """
+    digest, files = bundled_trainer_files()
+    base = base or posixpath.join(helper.home, CODE_HOME)
+    final = posixpath.join(base, digest)
+    if (await helper.stat(posixpath.join(final, ".complete"))).get("exists"):
+        return final
+    tmp = posixpath.join(base, f".tmp-{digest}-{secrets.token_hex(4)}")
+    try:
+        await helper.call("write_files", root=tmp,
+                          files=[{"path": rel, "data": b64encode(data)} for rel, data in files])
+        r = await helper.run([python, "-m", "compileall", "-q", posixpath.join(tmp, "trainer")], timeout=120)
+        if r["rc"] != 0:
+            raise ControlError(f"the deployed trainer does not compile with {python} in the container:\n"
+                               + (r["stdout"] + r["stderr"]).strip()[-2000:])
+        manifest = {"hash": digest, "files": [rel for rel, _ in files], "t": time.time()}
+        await helper.call("write", path=posixpath.join(tmp, ".complete"),
+                          data=b64encode(json.dumps(manifest).encode()))
+        try:
+            await helper.call("rename", src=tmp, dst=final)
+        except HelperError:
+            if not (await helper.stat(posixpath.join(final, ".complete"))).get("exists"):
+                raise
+    finally:
+        with contextlib.suppress(HelperError, HelperGone):
+            if (await helper.stat(tmp)).get("exists"):
+                await helper.call("rmtree", path=tmp)
+    return final
+
+
+# --- reading the run's files ------------------------------------------------------------------------
+
+async def file_size(helper: Helper, path: str) -> int:
+    st = await helper.stat(path)
+    return int(st["size"]) if st.get("exists") else 0
+
+
+async def tail_lines(helper: Helper, path: str, n: int) -> list[str]:
+    """The last ``n`` lines of a remote text file ([] when it is absent)."""
+    return (await tail_lines_at(helper, path, n))[0]
+
+
+async def tail_lines_at(helper: Helper, path: str, n: int, chunk: int = 1 << 16) -> tuple[list[str], int]:
+    """(last ``n`` complete lines, the byte offset just after them): follow on from that offset."""
+    try:
+        data, start, _ = await helper.read(path, -chunk, chunk)
+    except HelperError as e:
+        if e.kind == "FileNotFoundError":
+            return [], 0
+        raise
+    cut = data.rfind(b"\n") + 1  # a partial last line is left for the follower
+    data = data[:cut]
+    end = start + cut
+    while data.count(b"\n") <= n and start > 0:
+        step = min(start, chunk * 4)
+        more, start, _ = await helper.read(path, start - step, step)
+        data = more + data
+        chunk *= 4
+    lines = data.decode("utf-8", "replace").split("\n")[:-1]
+    if start > 0:
+        lines = lines[1:]  # the first one is cut
+    return (lines[-n:] if n > 0 else []), end
+
+
+async def recent_records(helper: Helper, run_dir: str, nbytes: int = 1 << 18) -> list[dict]:
+    """Records from the last ``nbytes`` of metrics.jsonl (the first, cut line dropped)."""
+    path = posixpath.join(run_dir, "metrics.jsonl")
+    try:
+        data, start, _ = await helper.read(path, -nbytes, nbytes)
+    except HelperError as e:
+        if e.kind == "FileNotFoundError":
+            return []
+        raise
+    if start > 0:
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+    return MetricsParser().feed(data)
+
+
+class _EventFollower:
+    """Follows metrics.jsonl from an offset and queues its event records."""
+
+    def __init__(self, helper: Helper, path: str, offset: int) -> None:
+        self.helper = helper
+        self.path = path
+        self.offset = offset
+        self.parser = MetricsParser()
+        self.queue: asyncio.Queue[dict] = asyncio.Queue()
+        self.stream = None
+
+    def _push(self, push: dict) -> None:
+        if "data" in push:
+            self.offset = int(push["offset"])
+            self.feed(b64decode(push["data"]))
+
+    def feed(self, data: bytes) -> None:
+        for rec in self.parser.feed(data):
+            if rec.get("kind") == "event":
+                self.queue.put_nowait(rec)
+
+    def start(self) -> None:
+        self.stream = self.helper.stream("follow", self._push, path=self.path, offset=self.offset,
+                                         interval=0.05)
+
+    async def finish(self) -> None:
+        """Stop following and read what is left up to the end of the file."""
+        if self.stream is not None:
+            await self.stream.cancel()
+        while True:
+            try:
+                data, _, size = await self.helper.read(self.path, self.offset)
+            except HelperError:
+                return
+            if not data:
+                return
+            self.offset += len(data)
+            self.feed(data)
+            if self.offset >= size:
+                return
+
+
+# --- stop --------------------------------------------------------------------------------------------
+
+async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
+               on_phase: PhaseCallback | None = None, sig: str = "SIGINT") -> StopResult:
+    """Stop the trainer cleanly: verify, SIGINT, follow the save, return when it exits or at timeout."""
+
+    def phase(name: str, detail: str, expected: float | None = None) -> None:
+        if on_phase is not None:
+            on_phase(StopPhase(name, detail, expected, time.time()))
+
+    pid = trainer.pid
+    phase("verifying", f"pid {pid}: checking /proc/{pid} still is the trainer")
+    info = await helper.proc(pid)
+    if info is None or not info.get("alive"):
+        phase("exited", f"pid {pid} is not running")
+        return StopResult(NO_TRAINER, f"no trainer: pid {pid} is not running", trainer)
+    if info["start_time"] != trainer.start_time or info["cmdline"][1:] != trainer.cmdline[1:]:
+        now = shlex.join(info["cmdline"])[:200]
+        msg = (f"refused: pid {pid} is no longer the trainer (start time {info['start_time']} vs "
+               f"{trainer.start_time}; now running: {now}); nothing was signalled")
+        phase("refused", msg)
+        return StopResult(REFUSED, msg, trainer)
+
+    metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
+    has_events = trainer.source == "run.json" or bool(
+        metrics and (await helper.stat(metrics)).get("exists")
+    )
+    follower = None
+    if metrics and has_events:
+        follower = _EventFollower(helper, metrics, await file_size(helper, metrics))
+        follower.start()
+    waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=trainer.start_time))
+    try:
+        sent = await helper.call("kill", pid=pid, sig=sig,
+                                 expect={"start_time": trainer.start_time, "argv_rest": trainer.cmdline[1:]})
+        if not sent["sent"]:
+            if sent["reason"] == "mismatch":
+                msg = f"refused: pid {pid} is no longer the trainer; nothing was signalled"
+                phase("refused", msg)
+                return StopResult(REFUSED, msg, trainer)
+            phase("exited", f"pid {pid} exited before the signal")
+            return StopResult(NO_TRAINER, f"no trainer: pid {pid} exited before the signal", trainer)
+        t_signal = time.time()
+        deadline = time.monotonic() + timeout
+        phase("signal_sent", f"{sig} sent to pid {pid}")
+        if not has_events:
+            phase("saving", "waiting for the trainer to save and exit (it reports no progress events)")
+        saved: dict | None = None
+        saving_seen = False
+        while True:
+            getter = asyncio.ensure_future(follower.queue.get()) if follower else None
+            wait_for = [waiter] + ([getter] if getter else [])
+            left = deadline - time.monotonic()
+            done, _ = await asyncio.wait(wait_for, timeout=max(0.0, left),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if getter is not None and not getter.done():
+                getter.cancel()
+            if getter is not None and getter in done:
+                ev = getter.result()
+                name = ev.get("name")
+                if name == "stop_requested":
+                    phase("signal_sent", f"trainer acknowledged {ev.get('signal') or sig}")
+                elif name == "checkpoint_saving":
+                    saving_seen = True
+                    exp = ev.get("expected_s")
+                    phase("saving", f"saving checkpoint at step {ev.get('step')}",
+                          float(exp) if isinstance(exp, (int, float)) else None)
+                elif name == "checkpoint_saved":
+                    saved = ev
+                    phase("saved", f"checkpoint saved: {ev.get('path')} ({ev.get('seconds', 0):.1f} s)")
+                elif name == "error":
+                    phase("error", f"trainer reported an error: {ev.get('message')}")
+                continue
+            if waiter in done:
+                exit_info = waiter.result()
+                if follower is not None:
+                    await follower.finish()
+                    while not follower.queue.empty():
+                        ev = follower.queue.get_nowait()
+                        if ev.get("name") == "checkpoint_saved":
+                            saved = ev
+                            phase("saved", f"checkpoint saved: {ev.get('path')}")
+                took = exit_info.get("t", time.time()) - t_signal
+                rc = exit_info.get("rc")
+                rc_s = f", exit code {rc}" if rc is not None else ""
+                if saved is not None or not has_events:
+                    phase("exited", f"pid {pid} exited {took:.1f} s after the signal{rc_s}")
+                    msg = (f"stopped: checkpoint {saved.get('path')} saved (step {saved.get('step')}); "
+                           f"pid {pid} exited{rc_s}") if saved else f"stopped: pid {pid} exited{rc_s}"
+                    return StopResult(OK, msg, trainer, saved.get("path") if saved else None)
+                phase("exited", f"pid {pid} exited without saving a checkpoint{rc_s}")
+                return StopResult(NO_CHECKPOINT, f"pid {pid} exited without checkpoint_saved{rc_s}", trainer)
+            # timeout
+            what = "still saving" if saving_seen and saved is None else "still running"
+            msg = (f"timeout after {timeout:.0f} s: pid {pid} is {what} and was left running. "
+                   f"Wait and check with `status`, run `stop` again with a longer --timeout, or (losing the "
+                   f"save in progress; checkpoints/latest keeps the last complete one) `kill -KILL {pid}` "
+                   f"inside the container.")
+            phase("timeout", msg)
+            return StopResult(STILL_RUNNING, msg, trainer)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+        if follower is not None and follower.stream is not None:
+            await follower.stream.cancel()
+
+
+# --- launch / restart ------------------------------------------------------------------------------
+
+def pythonpath(code_dir: str, recorded: str | None, old_code_dir: str | None = None) -> str:
+    """PYTHONPATH with ``code_dir`` first, the recorded entries after it (the old code dir removed)."""
+    parts = [p for p in (recorded or "").split(":") if p and p not in (code_dir, old_code_dir)]
+    return ":".join([code_dir, *parts])
+
+
+async def launch(helper: Helper, flags: list[str], *, run_dir: str | None = None, python: str = "python3",
+                 code_dir: str | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+                 wait_s: float = 300.0, on_status: Callable[[str], None] | None = None) -> StopResult:
+    """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
+
+    Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
+    tail of train.log. ``run_dir`` defaults to the flags' ``--output-dir``; when both are given they
+    must name the same directory (code 2 otherwise).
+    """
+    say = on_status or (lambda s: None)
+    cwd = cwd or helper.home
+    flags = list(flags)
+    out = flag_value(flags, "--output-dir")
+    if out is None and run_dir is None:
+        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", USAGE)
+    if out is None:
+        flags += ["--output-dir", run_dir]
+        out = run_dir
+    rd = resolve(out, cwd)
+    if run_dir is not None and resolve(run_dir, cwd) != rd:
+        raise ControlError(f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", USAGE)
+    live, _ = await find_trainer(helper, rd)
+    if live is not None:
+        raise ControlError(f"refused: a live trainer (pid {live.pid}) owns {rd}; stop it first")
+    if code_dir is None:
+        say("deploying the bundled trainer")
+        code_dir = await deploy(helper, python)
+    env = dict(env or {})
+    env["PYTHONPATH"] = pythonpath(code_dir, env.get("PYTHONPATH"))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    metrics = posixpath.join(rd, "metrics.jsonl")
+    log = posixpath.join(rd, "train.log")
+    await helper.call("mkdir", path=rd)
+    follower = _EventFollower(helper, metrics, await file_size(helper, metrics))
+    argv = [python, "-m", TRAINER_MODULE, *flags]
+    say(f"starting {shlex.join(argv)}")
+    sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
+    pid = int(sp["pid"])
+    follower.start()
+    waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            getter = asyncio.ensure_future(follower.queue.get())
+            done, _ = await asyncio.wait([waiter, getter], timeout=max(0.0, deadline - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+            if getter in done:
+                ev = getter.result()
+                if ev.get("name") == "started" and ev.get("pid") in (pid, None):
+                    break
+                continue
+            if waiter in done:
+                await follower.finish()
+                started = False
+                while not follower.queue.empty():
+                    started |= follower.queue.get_nowait().get("name") == "started"
+                rc = waiter.result().get("rc")
+                tail = "\n".join(await tail_lines(helper, log, 30))
+                raise ControlError(f"the trainer exited during start-up (exit code {rc}; "
+                                   f"{'after' if started else 'before'} its started event). "
+                                   f"Last lines of {log}:\n{tail}")
+            say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
+            break
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+        if follower.stream is not None:
+            await follower.stream.cancel()
+    trainer, _ = await find_trainer(helper, rd)
+    if trainer is None:
+        info = await helper.proc(pid)
+        trainer = TrainerInfo(pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd,
+                              "cmdline", None)
+    return StopResult(OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
+
+
+def restart_plan(run: dict, code_dir: str | None = None) -> dict:
+    """What a restart launches: run.json's interpreter, cwd, code dir, env and argv + ``--resume auto``."""
+    for key in ("interpreter", "argv", "output_dir"):
+        if key not in run:
+            raise ControlError(f"run.json has no {key!r}; cannot restart the same run")
+    old = run.get("code_dir")
+    new = code_dir or old
+    env = {k: str(v) for k, v in (run.get("env") or {}).items() if v is not None}
+    if new:
+        env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old)
+    return {
+        "flags": set_flag(list(run["argv"]), "--resume", "auto"),
+        "python": run["interpreter"],
+        "cwd": run.get("cwd"),
+        "code_dir": new,
+        "env": env,
+        "run_dir": run["output_dir"],
+    }
+
+
+async def restart(helper: Helper, trainer: TrainerInfo | None, run: dict | None, *, timeout: float = 120.0,
+                  on_phase: PhaseCallback | None = None, code_dir: str | None = None,
+                  wait_s: float = 300.0, on_status: Callable[[str], None] | None = None) -> StopResult:
+    """Stop cleanly (when running), then launch the same run with ``--resume auto``."""
+    run = (trainer.run if trainer and trainer.run else None) or run
+    if run is None:
+        if trainer is not None:
+            return StopResult(ERROR, "restart needs the trainer's run.json (this one was found by its command "
+                                     "line only): stop it, then launch", trainer)
+        return StopResult(NO_TRAINER, "no trainer and no run.json to restart from")
+    plan = restart_plan(run, code_dir)
+    if trainer is not None:
+        res = await stop(helper, trainer, timeout=timeout, on_phase=on_phase)
+        if res.code != OK:
+            return StopResult(res.code, f"not restarted: {res.message}", trainer)
+    res = await launch(helper, plan["flags"], run_dir=plan["run_dir"], python=plan["python"],
+                       code_dir=plan["code_dir"], env=plan["env"], cwd=plan["cwd"], wait_s=wait_s,
+                       on_status=on_status)
+    return StopResult(res.code, "restarted: " + res.message, res.trainer)
+
+
+def env_from_pairs(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k:
+            raise ControlError(f"--env wants KEY=VALUE, got {p!r}", USAGE)
+        env[k] = v
+    return env
+
+

@@ -1,0 +1,261 @@
+"""Client of the remote helper (helper_program.py) over one SSH exec channel.
+
+``Helper.start(conn, ct=...)`` runs ``[pct exec N --] python3 -c PROGRAM`` (quoted with shlex.join),
+waits for the hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
+answer, ``helper.stream(op, on_push, **args)`` for a request that pushes data until cancelled.
+When the channel closes every pending call fails with :class:`HelperGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import shlex
+from collections.abc import Callable
+
+import asyncssh
+
+from console.core.helper_program import program_text
+
+
+class HelperError(Exception):
+    """The helper ran the request and it failed remotely (``kind`` is the remote exception name)."""
+
+    def __init__(self, message: str, kind: str = "Error") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class HelperGone(ConnectionError):
+    """The helper's channel closed (link dropped, helper exited)."""
+
+
+class HelperStartError(RuntimeError):
+    """The helper did not come up (no python3, no such container, ...)."""
+
+
+def helper_command(ct: int | None, python: str = "python3") -> str:
+    """The remote command line that starts the helper, quoted from an argument list."""
+    argv = [python, "-c", program_text()]
+    if ct is not None:
+        argv = ["pct", "exec", str(int(ct)), "--", *argv]
+    return shlex.join(argv)
+
+
+def b64decode(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"))
+
+
+def b64encode(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+async def _read_hello(process: asyncssh.SSHClientProcess, ct: int | None, python: str) -> dict:
+    junk: list[bytes] = []
+    while True:
+        line = await process.stdout.readline()
+        if not line:
+            err = b""
+            with contextlib.suppress(Exception):
+                err = await asyncio.wait_for(process.stderr.read(), 2)
+            text = (err or b"".join(junk)).decode("utf-8", "replace").strip()
+            where = f"container {ct}" if ct is not None else "the host"
+            raise HelperStartError(f"could not start the helper ({python}) on {where}: {text or 'no output'}")
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            junk.append(line)  # e.g. a login banner; skip until the hello
+            continue
+        if isinstance(msg, dict) and msg.get("hello") == "dflash-console-helper":
+            return msg
+        junk.append(line)
+
+
+class Stream:
+    """A streaming request in flight; ``done`` resolves with its final result."""
+
+    def __init__(self, helper: Helper, rid: int, on_push: Callable[[dict], None]) -> None:
+        self.helper = helper
+        self.id = rid
+        self.on_push = on_push
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def cancel(self) -> None:
+        if self.done.done():
+            return
+        with contextlib.suppress(HelperGone, HelperError):
+            await self.helper.call("cancel", target=self.id)
+
+
+class Helper:
+    """One running helper. Use :meth:`start`; :meth:`close` ends it (it exits on stdin EOF)."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess, hello: dict) -> None:
+        self._process = process
+        self.hello = hello
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._streams: dict[int, Stream] = {}
+        self._closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def start(
+        cls, conn: asyncssh.SSHClientConnection, *, ct: int | None = None, python: str = "python3",
+        timeout: float = 30.0,
+    ) -> Helper:
+        process = await conn.create_process(helper_command(ct, python), encoding=None)
+        try:
+            hello = await asyncio.wait_for(_read_hello(process, ct, python), timeout)
+        except asyncio.TimeoutError as e:
+            process.close()
+            raise HelperStartError(f"the helper did not answer within {timeout:.0f} s") from e
+        except BaseException:
+            process.close()
+            raise
+        return cls(process, hello)
+
+    @property
+    def pid(self) -> int:
+        return int(self.hello["pid"])
+
+    @property
+    def home(self) -> str:
+        return str(self.hello["home"])
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.done()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    async def _read_loop(self) -> None:
+        reason = "helper channel closed"
+        try:
+            while True:
+                line = await self._process.stdout.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                rid = msg.get("id")
+                if "push" in msg:
+                    st = self._streams.get(rid)
+                    if st is not None:
+                        try:
+                            st.on_push(msg["push"])
+                        except Exception:  # a consumer bug must not kill the channel
+                            import logging
+
+                            logging.getLogger(__name__).exception("stream consumer failed")
+                    continue
+                fut = self._pending.pop(rid, None)
+                st = self._streams.pop(rid, None)
+                target = fut if fut is not None else (st.done if st is not None else None)
+                if target is None or target.done():
+                    continue
+                if msg.get("ok"):
+                    target.set_result(msg.get("result"))
+                else:
+                    target.set_exception(HelperError(msg.get("error", "?"), msg.get("kind", "Error")))
+        except (asyncssh.Error, OSError) as e:
+            reason = f"helper channel lost: {e}"
+        finally:
+            gone = HelperGone(reason)
+            for fut in list(self._pending.values()) + [s.done for s in self._streams.values()]:
+                if not fut.done():
+                    fut.set_exception(gone)
+                    fut.exception()  # mark retrieved: nobody may be awaiting a cancelled stream
+            self._pending.clear()
+            self._streams.clear()
+            if not self._closed.done():
+                self._closed.set_result(None)
+
+    def _send(self, obj: dict) -> None:
+        if self.closed:
+            raise HelperGone("helper channel closed")
+        try:
+            self._process.stdin.write((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        except (asyncssh.Error, OSError, BrokenPipeError) as e:
+            raise HelperGone(f"helper channel lost: {e}") from e
+
+    async def call(self, op: str, *, wait_s: float | None = None, **args) -> object:
+        """Send one request and return its result (raises HelperError / HelperGone).
+
+        ``wait_s`` bounds the wait here; the op's own arguments (``timeout`` of ``run``) go remote.
+        """
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self._send({"id": rid, "op": op, **args})
+        except HelperGone:
+            self._pending.pop(rid, None)
+            raise
+        if wait_s is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), wait_s)
+        except asyncio.TimeoutError:
+            self._pending.pop(rid, None)
+            raise
+
+    def stream(self, op: str, on_push: Callable[[dict], None], **args) -> Stream:
+        """Start a streaming request; ``on_push`` gets each pushed dict on the event loop."""
+        rid = next(self._ids)
+        st = Stream(self, rid, on_push)
+        self._streams[rid] = st
+        try:
+            self._send({"id": rid, "op": op, **args})
+        except HelperGone:
+            self._streams.pop(rid, None)
+            raise
+        return st
+
+    async def close(self) -> None:
+        """End the helper: close its stdin (it exits at once) and the channel."""
+        if not self._process.is_closing():
+            with contextlib.suppress(Exception):
+                self._process.stdin.write_eof()
+            self._process.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._process.wait_closed(), 5)
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+
+    # --- typed conveniences used by control/streams -------------------------------------------
+
+    async def run(self, argv: list[str], *, cwd: str | None = None, env: dict | None = None,
+                  timeout: float | None = None, input: str | None = None) -> dict:
+        return await self.call("run", argv=list(argv), cwd=cwd, env=env, timeout=timeout, input=input)
+
+    async def proc(self, pid: int) -> dict | None:
+        return await self.call("proc", pid=int(pid))
+
+    async def read(self, path: str, offset: int = 0, length: int = 1 << 20) -> tuple[bytes, int, int]:
+        """(data, start offset, file size). Negative offset counts from the end."""
+        r = await self.call("read", path=path, offset=offset, length=length)
+        return b64decode(r["data"]), int(r["offset"]), int(r["size"])
+
+    async def read_json(self, path: str) -> object | None:
+        """A whole (small) JSON file, or None when it is absent or not valid JSON."""
+        try:
+            data, _, size = await self.read(path, 0)
+        except HelperError as e:
+            if e.kind in ("FileNotFoundError", "NotADirectoryError"):
+                return None
+            raise
+        try:
+            return json.loads(data.decode("utf-8"))
+        except ValueError:
+            return None
+
+    async def stat(self, path: str) -> dict:
+        return await self.call("stat", path=path)

@@ -1,0 +1,501 @@
+"""The remote helper: a stdlib-only program the console starts once per connection.
+
+It is sent as the program text of ``python3 -c`` (inside the container through ``pct exec N --``),
+so nothing is installed remotely. It speaks one JSON object per line over stdin/stdout: first it
+prints a hello, then it answers requests ``{"id": n, "op": ..., ...}`` with
+``{"id": n, "ok": true, "result": ...}`` or ``{"id": n, "ok": false, "error": ..., "kind": ...}``.
+Streaming requests (``follow``) also send ``{"id": n, "push": {...}}`` until cancelled. Requests
+run concurrently (slow ones in threads). Bytes travel base64-encoded. It opens no port and exits
+when its stdin closes (its channel is gone); processes it spawned run on in their own session.
+
+This file must stay runnable by any python3 >= 3.8 with the standard library alone: it must not
+import anything from the console. ``program_text()`` is what the client sends.
+"""
+
+import base64
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+VERSION = 1
+MAX_READ = 1 << 20
+
+_out_lock = threading.Lock()
+_cancels = {}  # request id -> threading.Event
+_cancels_lock = threading.Lock()
+_exit_codes = {}  # pid -> returncode, for processes this helper spawned and reaped
+_spawned = {}  # pid -> Popen
+
+
+def _send(obj):
+    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode("ascii")
+    try:
+        with _out_lock:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        os._exit(0)
+
+
+def _b64(data):
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text):
+    return base64.b64decode(text.encode("ascii"))
+
+
+# --- /proc ------------------------------------------------------------------------------------------
+
+def _read_stat(pid):
+    """(state, ppid, start_time) from /proc/PID/stat, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(")") + 2:].split()
+    # rest[0] is field 3 (state); field 22 (starttime) is rest[19].
+    return rest[0], int(rest[1]), int(rest[19])
+
+
+def proc_info(pid):
+    st = _read_stat(pid)
+    if st is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        raw = b""
+    cmdline = [os.fsdecode(p) for p in raw.split(b"\0")[:-1]] if raw else []
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = None
+    state = st[0]
+    return {
+        "pid": pid,
+        "state": state,
+        "alive": state not in ("Z", "X", "x"),
+        "ppid": st[1],
+        "start_time": st[2],
+        "cmdline": cmdline,
+        "cwd": cwd,
+    }
+
+
+def _matches(info, expect):
+    if not expect:
+        return True
+    if "start_time" in expect and expect["start_time"] is not None and info["start_time"] != expect["start_time"]:
+        return False
+    if "cmdline" in expect and expect["cmdline"] is not None and info["cmdline"] != expect["cmdline"]:
+        return False
+    rest = expect.get("argv_rest")  # everything after argv[0], which may be spelled differently
+    return not (rest is not None and info["cmdline"][1:] != rest)
+
+
+def _sig(value):
+    if isinstance(value, int):
+        return value
+    return int(getattr(signal, value))
+
+
+# --- ops ---------------------------------------------------------------------------------------------
+
+def op_ping(req):
+    return {"t": time.time()}
+
+
+def op_proc(req):
+    return proc_info(int(req["pid"]))
+
+
+def op_kill(req):
+    """Signal a process after checking it still is the one expected (pidfd: no PID-reuse race)."""
+    pid = int(req["pid"])
+    sig = _sig(req.get("sig", "SIGINT"))
+    fd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return {"sent": False, "reason": "gone", "proc": None}
+        except OSError:
+            fd = None
+    try:
+        info = proc_info(pid)
+        if info is None or not info["alive"]:
+            return {"sent": False, "reason": "gone", "proc": info}
+        if not _matches(info, req.get("expect")):
+            return {"sent": False, "reason": "mismatch", "proc": info}
+        if fd is not None and hasattr(signal, "pidfd_send_signal"):
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(pid, sig)
+        return {"sent": True, "t": time.time(), "proc": info}
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def op_wait_exit(req, cancel):
+    """Return when PID exits (pidfd + poll where the kernel has it, else a fast /proc poll)."""
+    pid = int(req["pid"])
+    timeout = req.get("timeout")
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    start_time = req.get("start_time")
+    fd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return _exited(pid, "gone")
+        except OSError:
+            fd = None
+    try:
+        info = proc_info(pid)
+        if info is None or not info["alive"]:
+            return _exited(pid, "gone")
+        if start_time is not None and info["start_time"] != start_time:
+            return _exited(pid, "reused")
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+        while True:
+            if cancel.is_set():
+                return {"exited": False, "cancelled": True}
+            wait = 0.25
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {"exited": False, "timeout": True}
+                wait = min(wait, left)
+            if fd is not None:
+                if poller.poll(wait * 1000):
+                    return _exited(pid, "exit")
+            else:
+                end = time.monotonic() + wait
+                while time.monotonic() < end:
+                    info = proc_info(pid)
+                    if info is None or not info["alive"] or (
+                        start_time is not None and info["start_time"] != start_time
+                    ):
+                        return _exited(pid, "exit")
+                    time.sleep(0.01)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _exited(pid, how):
+    t = time.time()
+    rc = None
+    p = _spawned.get(pid)
+    if p is not None:
+        try:
+            rc = p.wait(0.5)
+        except subprocess.TimeoutExpired:
+            rc = None
+    return {"exited": True, "how": how, "t": t, "rc": rc}
+
+
+def _env(overrides):
+    env = dict(os.environ)
+    for k, v in (overrides or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def op_run(req):
+    argv = [str(a) for a in req["argv"]]
+    limit = int(req.get("max_output", MAX_READ))
+    data = req.get("input")
+    try:
+        p = subprocess.run(
+            argv,
+            cwd=req.get("cwd"),
+            env=_env(req.get("env")),
+            input=data.encode("utf-8") if isinstance(data, str) else None,
+            stdin=None if isinstance(data, str) else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=req.get("timeout"),
+        )
+    except subprocess.TimeoutExpired as e:
+        return {"rc": None, "timed_out": True,
+                "stdout": (e.stdout or b"")[-limit:].decode("utf-8", "replace"),
+                "stderr": (e.stderr or b"")[-limit:].decode("utf-8", "replace")}
+    return {"rc": p.returncode, "timed_out": False,
+            "stdout": p.stdout[-limit:].decode("utf-8", "replace"),
+            "stderr": p.stderr[-limit:].decode("utf-8", "replace")}
+
+
+def op_spawn(req):
+    """Start a detached process: own session, stdin from /dev/null, stdout+stderr appended to a log."""
+    argv = [str(a) for a in req["argv"]]
+    log = req["log"]
+    d = os.path.dirname(log)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    logf = open(log, "ab")  # noqa: SIM115 (closed below, once the child holds it)
+    try:
+        p = subprocess.Popen(
+            argv,
+            cwd=req.get("cwd"),
+            env=_env(req.get("env")),
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        logf.close()
+    _spawned[p.pid] = p
+    threading.Thread(target=_reap, args=(p,), daemon=True).start()
+    st = _read_stat(p.pid)
+    return {"pid": p.pid, "start_time": st[2] if st else None}
+
+
+def _reap(p):
+    _exit_codes[p.pid] = p.wait()
+
+
+def op_find(req):
+    """Processes whose command line has an argument containing one of ``patterns``."""
+    pats = [str(p) for p in req["patterns"]]
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        info = proc_info(int(name))
+        if info is None or not info["alive"]:
+            continue
+        if any(pat in arg for arg in info["cmdline"] for pat in pats):
+            out.append(info)
+    return out
+
+
+def op_stat(req):
+    try:
+        st = os.stat(req["path"])
+    except FileNotFoundError:
+        return {"exists": False}
+    import stat as _stat
+    return {"exists": True, "size": st.st_size, "mtime": st.st_mtime,
+            "is_dir": _stat.S_ISDIR(st.st_mode), "ino": st.st_ino}
+
+
+def op_read(req):
+    """Bytes of a file from ``offset`` (negative: from the end), at most ``length``."""
+    length = min(int(req.get("length", MAX_READ)), MAX_READ)
+    with open(req["path"], "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        offset = int(req.get("offset", 0))
+        if offset < 0:
+            offset = max(0, size + offset)
+        f.seek(offset)
+        data = f.read(length)
+    return {"data": _b64(data), "offset": offset, "end": offset + len(data), "size": size}
+
+
+def op_follow(req, cancel):
+    """Push new bytes of a file from ``offset`` as they appear, until cancelled."""
+    path = req["path"]
+    offset = int(req.get("offset", 0))
+    interval = float(req.get("interval", 0.1))
+    rid = req["id"]
+    f = None
+    ino = None
+    said_missing = False
+    try:
+        while not cancel.is_set():
+            if f is None:
+                try:
+                    f = open(path, "rb")  # noqa: SIM115 (kept open across polls)
+                    ino = os.fstat(f.fileno()).st_ino
+                    said_missing = False
+                except FileNotFoundError:
+                    if not said_missing:
+                        _send({"id": rid, "push": {"missing": True}})
+                        said_missing = True
+                    cancel.wait(interval)
+                    continue
+            size = os.fstat(f.fileno()).st_size
+            if size < offset:
+                _send({"id": rid, "push": {"truncated": True, "size": size}})
+                offset = 0
+            if size > offset:
+                f.seek(offset)
+                data = f.read(min(size - offset, MAX_READ))
+                offset += len(data)
+                _send({"id": rid, "push": {"data": _b64(data), "offset": offset}})
+                continue
+            try:
+                if os.stat(path).st_ino != ino:  # replaced: read the rest of the old one, then reopen
+                    f.close()
+                    f = None
+                    continue
+            except FileNotFoundError:
+                pass
+            cancel.wait(interval)
+    finally:
+        if f is not None:
+            f.close()
+    return {"offset": offset, "cancelled": True}
+
+
+def op_write(req):
+    path = req["path"]
+    data = _unb64(req.get("data", ""))
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    if req.get("append"):
+        with open(path, "ab") as f:
+            f.write(data)
+        return {"bytes": len(data)}
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return {"bytes": len(data)}
+
+
+def op_write_files(req):
+    """Write many files under ``root`` (relative paths only)."""
+    root = req["root"]
+    total = 0
+    for item in req["files"]:
+        rel = item["path"]
+        if rel.startswith("/") or ".." in rel.split("/"):
+            raise ValueError(f"refusing path {rel!r}")
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = _unb64(item["data"])
+        with open(path, "wb") as f:
+            f.write(data)
+        if item.get("mode") is not None:
+            os.chmod(path, int(item["mode"]))
+        total += len(data)
+    return {"files": len(req["files"]), "bytes": total}
+
+
+def op_mkdir(req):
+    os.makedirs(req["path"], exist_ok=True)
+    return {}
+
+
+def op_rename(req):
+    os.rename(req["src"], req["dst"])
+    return {}
+
+
+def op_rmtree(req):
+    import shutil
+    shutil.rmtree(req["path"], ignore_errors=True)
+    return {}
+
+
+def op_listdir(req):
+    try:
+        return sorted(os.listdir(req["path"]))
+    except FileNotFoundError:
+        return None
+
+
+def op_cancel(req):
+    with _cancels_lock:
+        ev = _cancels.get(int(req["target"]))
+    if ev is not None:
+        ev.set()
+    return {"found": ev is not None}
+
+
+QUICK = {"ping": op_ping, "proc": op_proc, "kill": op_kill, "stat": op_stat, "read": op_read,
+         "cancel": op_cancel, "mkdir": op_mkdir, "rename": op_rename, "listdir": op_listdir,
+         "write": op_write}
+SLOW = {"run": op_run, "spawn": op_spawn, "find": op_find, "write_files": op_write_files,
+        "rmtree": op_rmtree}
+CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
+
+
+def _reply(rid, fn, req, *extra):
+    try:
+        result = fn(req, *extra)
+        _send({"id": rid, "ok": True, "result": result})
+    except Exception as e:  # every failure goes back to the caller, the helper stays up
+        _send({"id": rid, "ok": False, "error": str(e) or type(e).__name__, "kind": type(e).__name__})
+    finally:
+        if extra:
+            with _cancels_lock:
+                _cancels.pop(rid, None)
+
+
+def _handle(req):
+    rid = req.get("id")
+    op = req.get("op")
+    if op in QUICK:
+        _reply(rid, QUICK[op], req)
+    elif op in SLOW:
+        threading.Thread(target=_reply, args=(rid, SLOW[op], req), daemon=True).start()
+    elif op in CANCELLABLE:
+        ev = threading.Event()
+        with _cancels_lock:
+            _cancels[rid] = ev
+        threading.Thread(target=_reply, args=(rid, CANCELLABLE[op], req, ev), daemon=True).start()
+    else:
+        _send({"id": rid, "ok": False, "error": f"unknown op {op!r}", "kind": "ValueError"})
+
+
+def main():
+    _send({
+        "hello": "dflash-console-helper",
+        "version": VERSION,
+        "pid": os.getpid(),
+        "python": sys.executable,
+        "python_version": list(sys.version_info[:3]),
+        "pidfd": hasattr(os, "pidfd_open"),
+        "home": os.path.expanduser("~"),
+        "cwd": os.getcwd(),
+        "hostname": socket.gethostname(),
+        "uid": os.getuid(),
+    })
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            os._exit(0)  # channel gone: leave at once; spawned processes live on in their sessions
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            req = json.loads(line.decode("utf-8"))
+        except ValueError:
+            _send({"id": None, "ok": False, "error": "bad request line", "kind": "ValueError"})
+            continue
+        _handle(req)
+
+
+if __name__ == "__main__":
+    main()
+
+
+def program_text():
+    """The source sent as ``python3 -c``: this file, which only uses the standard library."""
+    with open(__file__, encoding="utf-8") as f:
+        return f.read()

@@ -1,0 +1,396 @@
+"""A live session with one host: the connection, the helper, the trainer, its streams.
+
+The screen, the CLI and the demo all use this. ``subscribe(callback)`` delivers the events of
+console/core/events.py on the event loop (Records and LogLines in file order). ``start()`` connects
+once (raising what went wrong); after that a dropped link is retried in the background with capped
+backoff, and the tails resume from their byte offsets. ``close()`` never touches the trainer.
+Every method that changes the remote raises :class:`ReadOnlyError` when ``readonly``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import posixpath
+import time
+from collections.abc import Callable
+
+import asyncssh
+
+from console.core import control
+from console.core.events import ConnState, LogLines, Record, StopPhase, StopResult, TrainerFound, TrainerInfo
+from console.core.helper import Helper, HelperError, HelperGone
+from console.core.metrics import MetricsParser
+from console.core.options import ConnectOptions
+from console.core.ssh import backoff, connect
+from console.core.streams import FileTail, LineSplitter, start_offset
+from console.core.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[object], None]
+
+
+class ReadOnlyError(PermissionError):
+    """A changing action was asked of a read-only session."""
+
+
+class NotConnected(ConnectionError):
+    """No live link to the host right now (it is being retried)."""
+
+
+class Session:
+    def __init__(self, options: ConnectOptions, *, ct: int | None = None, run_dir: str | None = None,
+                 readonly: bool = False, gpu_interval_ms: int = 500, python: str = "python3",
+                 streams: bool = True, telemetry: bool = True, metrics_history: int = 4 << 20,
+                 log_history: int = 64 << 10, rescan_s: float = 1.0) -> None:
+        self.options = options
+        self.ct = ct
+        self.run_dir = run_dir
+        self.readonly = readonly
+        self.python = python
+        self.streams = streams
+        self.metrics_history = metrics_history
+        self.log_history = log_history
+        self.rescan_s = rescan_s
+        self.trainer: TrainerInfo | None = None
+        self.run: dict | None = None
+        self.conn: asyncssh.SSHClientConnection | None = None
+        self.helper: Helper | None = None
+        self._subs: list[Callback] = []
+        self._conn_state = ConnState("disconnected", "not started", None)
+        self._trainer_known = False
+        self._closing = False
+        self._supervisor: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None
+        self._telemetry = Telemetry(self._emit, ct=ct, interval_ms=gpu_interval_ms) if telemetry else None
+        self._metrics_tail: FileTail | None = None
+        self._log_tail: FileTail | None = None
+        self._metrics_parser = MetricsParser()
+        self._metrics_skip = False
+        self._log_lines = LineSplitter()
+        self._tails_dir: str | None = None
+
+    # --- events ------------------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callback) -> Callable[[], None]:
+        """Add a subscriber; it gets the current ConnState (and TrainerFound once known) at once."""
+        self._subs.append(callback)
+        callback(self._conn_state)
+        if self._trainer_known:
+            callback(TrainerFound(self.trainer))
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subs.remove(callback)
+
+        return unsubscribe
+
+    def _emit(self, event: object) -> None:
+        for cb in list(self._subs):
+            try:
+                cb(event)
+            except Exception:
+                log.exception("session subscriber failed on %s", type(event).__name__)
+
+    def _state(self, state: str, detail: str, retry_in: float | None = None) -> None:
+        self._conn_state = ConnState(state, detail, retry_in)
+        self._emit(self._conn_state)
+
+    @property
+    def connected(self) -> bool:
+        return self.helper is not None and not self.helper.closed
+
+    @property
+    def where(self) -> str:
+        return self.options.display + (f" CT {self.ct}" if self.ct is not None else "")
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, start the helper, find the trainer, start tails and telemetry; then keep it up."""
+        self._closing = False
+        self._state("connecting", f"connecting to {self.where}")
+        try:
+            await self._connect()
+        except Exception as e:
+            self._state("disconnected", str(e))
+            raise
+        self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def close(self) -> None:
+        """Drop the link and stop every stream. The trainer is left exactly as it is."""
+        self._closing = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._supervisor
+            self._supervisor = None
+        await self._teardown()
+        self._state("disconnected", "closed")
+
+    async def __aenter__(self) -> Session:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _connect(self) -> None:
+        conn = await connect(self.options)
+        try:
+            helper = await Helper.start(conn, ct=self.ct, python=self.python)
+        except BaseException:
+            conn.close()
+            raise
+        self.conn, self.helper = conn, helper
+        if self.run_dir and not posixpath.isabs(self.run_dir):
+            self.run_dir = control.resolve(self.run_dir, helper.home)
+        try:
+            await self._refresh_trainer()
+            if self.streams:
+                await self._attach_tails()
+        except HelperGone:
+            pass  # the link died again at once: the supervisor sees the closed helper and retries
+        py = ".".join(str(v) for v in helper.hello.get("python_version", []))
+        self._state("connected", f"{self.where}: helper pid {helper.pid} (python {py})")
+        if self._telemetry is not None:
+            self._telemetry.start(conn)
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(helper))
+
+    async def _teardown(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watcher
+            self._watcher = None
+        if self._telemetry is not None:
+            await self._telemetry.stop()
+        for tail in (self._metrics_tail, self._log_tail):
+            if tail is not None:
+                await tail.detach()
+        helper, conn = self.helper, self.conn
+        self.helper = self.conn = None
+        if helper is not None:
+            await helper.close()
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 5)
+
+    async def _supervise(self) -> None:
+        """Wait for the link to drop; reconnect with capped backoff; say so at every step."""
+        while not self._closing:
+            helper = self.helper
+            if helper is not None:
+                await helper.wait_closed()
+            if self._closing:
+                return
+            await self._teardown()
+            attempt = 0
+            reason = "link lost"
+            while not self._closing:
+                delay = backoff(attempt)
+                attempt += 1
+                self._state("reconnecting", f"{self.where}: {reason}; retrying", delay)
+                await asyncio.sleep(delay)
+                self._state("connecting", f"reconnecting to {self.where} (attempt {attempt})")
+                try:
+                    await self._connect()
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    reason = str(e) or type(e).__name__
+
+    # --- trainer tracking -------------------------------------------------------------------------
+
+    def _set_trainer(self, trainer: TrainerInfo | None) -> None:
+        old = self.trainer
+        same = (old is None and trainer is None) or (
+            old is not None and trainer is not None
+            and (old.pid, old.start_time) == (trainer.pid, trainer.start_time)
+            and old.source == trainer.source
+        )
+        self.trainer = trainer
+        if trainer is not None and trainer.run is not None:
+            self.run = trainer.run
+        if not same or not self._trainer_known:
+            self._trainer_known = True
+            self._emit(TrainerFound(trainer))
+
+    async def _refresh_trainer(self) -> TrainerInfo | None:
+        helper = self._need_helper()
+        trainer, run = await control.find_trainer(helper, self.run_dir)
+        if run is not None:
+            self.run = run
+        if trainer is not None and self.run_dir is None and trainer.run_dir:
+            self.run_dir = trainer.run_dir
+        self._set_trainer(trainer)
+        if self.streams and self.run_dir and self.run_dir != self._tails_dir:
+            await self._attach_tails()
+        return trainer
+
+    async def _watch(self, helper: Helper) -> None:
+        """Learn at once when the trainer exits (pidfd in the helper); look for one while there is none."""
+        with contextlib.suppress(HelperGone, asyncio.CancelledError):
+            while not helper.closed:
+                trainer = self.trainer
+                if trainer is None:
+                    await asyncio.sleep(self.rescan_s)
+                    if self.trainer is None:
+                        with contextlib.suppress(HelperError):
+                            await self._refresh_trainer()
+                    continue
+                r = await helper.call("wait_exit", pid=trainer.pid, start_time=trainer.start_time)
+                if r.get("exited") and self.trainer is trainer:
+                    self._set_trainer(None)
+
+    # --- streams ------------------------------------------------------------------------------------
+
+    def _on_metrics(self, data: bytes) -> None:
+        if self._metrics_skip:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return
+            data = data[nl + 1:]
+            self._metrics_skip = False
+        for rec in self._metrics_parser.feed(data):
+            self._emit(Record(rec))
+
+    def _on_log(self, data: bytes) -> None:
+        lines = self._log_lines.feed(data)
+        if lines:
+            self._emit(LogLines(lines))
+
+    async def _attach_tails(self) -> None:
+        helper = self.helper
+        if helper is None or self.run_dir is None:
+            return
+        if self._tails_dir != self.run_dir:  # a new run dir: new tails, from a bounded history
+            for tail in (self._metrics_tail, self._log_tail):
+                if tail is not None:
+                    await tail.detach()
+            mpath = posixpath.join(self.run_dir, "metrics.jsonl")
+            lpath = posixpath.join(self.run_dir, "train.log")
+            moff, self._metrics_skip = await start_offset(helper, mpath, self.metrics_history)
+            loff, lskip = await start_offset(helper, lpath, self.log_history)
+            self._metrics_parser = MetricsParser()
+            self._log_lines = LineSplitter(skip_first=lskip)
+            self._metrics_tail = FileTail(mpath, moff, self._on_metrics, on_truncate=self._metrics_reset)
+            self._log_tail = FileTail(lpath, loff, self._on_log, on_truncate=self._log_reset)
+            self._tails_dir = self.run_dir
+        self._metrics_tail.attach(helper)
+        self._log_tail.attach(helper)
+
+    def _metrics_reset(self) -> None:
+        self._metrics_parser = MetricsParser()
+        self._metrics_skip = False
+
+    def _log_reset(self) -> None:
+        self._log_lines = LineSplitter()
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Bytes received so far of metrics.jsonl and train.log (for tests and status)."""
+        return {
+            "metrics": self._metrics_tail.offset if self._metrics_tail else 0,
+            "log": self._log_tail.offset if self._log_tail else 0,
+        }
+
+    # --- actions ------------------------------------------------------------------------------------
+
+    def _need_helper(self) -> Helper:
+        if self.helper is None or self.helper.closed:
+            raise NotConnected(f"not connected to {self.where} ({self._conn_state.detail})")
+        return self.helper
+
+    def _writable(self) -> Helper:
+        if self.readonly:
+            raise ReadOnlyError("this session is read-only")
+        return self._need_helper()
+
+    def _phase_fn(self, on_phase: Callable[[StopPhase], None] | None) -> Callable[[StopPhase], None]:
+        def phase(p: StopPhase) -> None:
+            self._emit(p)
+            if on_phase is not None:
+                on_phase(p)
+
+        return phase
+
+    async def find_trainer(self) -> TrainerInfo | None:
+        """Look again now (run.json of the run dir, else the process table)."""
+        return await self._refresh_trainer()
+
+    async def stop_trainer(self, timeout: float = 120.0, on_phase=None, sig: str = "SIGINT") -> StopResult:
+        """Stop cleanly (see control.stop); the result's code is the CLI's exit code."""
+        helper = self._writable()
+        trainer = self.trainer or await self._refresh_trainer()
+        if trainer is None:
+            where = f" for {self.run_dir}" if self.run_dir else ""
+            return StopResult(control.NO_TRAINER, f"no trainer found{where} on {self.where}")
+        try:
+            res = await control.stop(helper, trainer, timeout=timeout, on_phase=self._phase_fn(on_phase), sig=sig)
+        except HelperGone as e:
+            return StopResult(control.ERROR, f"the link dropped during the stop ({e}); the trainer may be saving: "
+                                             f"check `status`", trainer)
+        if res.code in (control.OK, control.NO_CHECKPOINT, control.NO_TRAINER) and self.trainer is trainer:
+            self._set_trainer(None)
+        return res
+
+    async def restart_trainer(self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None,
+                              wait_s: float = 300.0) -> StopResult:
+        """Stop cleanly, then launch the same run (run.json) with ``--resume auto``."""
+        helper = self._writable()
+        phase = self._phase_fn(on_phase)
+        trainer = self.trainer or await self._refresh_trainer()
+        run = self.run
+        if run is None and self.run_dir:
+            run = await control.read_run_json(helper, self.run_dir)
+        try:
+            res = await control.restart(
+                helper, trainer, run, timeout=timeout, on_phase=phase, code_dir=code_dir, wait_s=wait_s,
+                on_status=lambda s: phase(StopPhase("launching", s, None, time.time())),
+            )
+        except control.ControlError as e:
+            return StopResult(e.code, str(e), trainer)
+        except HelperGone as e:
+            return StopResult(control.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer)
+        if res.code == control.OK and res.trainer is not None:
+            phase(StopPhase("started", res.message, None, time.time()))
+            await self._adopt(res.trainer)
+        return res
+
+    async def launch(self, flags: list[str], python: str = "python3", code_dir: str | None = None,
+                     env: dict[str, str] | None = None, wait_s: float = 300.0,
+                     on_status: Callable[[str], None] | None = None) -> StopResult:
+        """Start the trainer with ``flags`` (see control.launch); never raises for a refusal."""
+        helper = self._writable()
+        try:
+            res = await control.launch(helper, flags, run_dir=self.run_dir, python=python, code_dir=code_dir,
+                                       env=env, wait_s=wait_s, on_status=on_status)
+        except control.ControlError as e:
+            return StopResult(e.code, str(e))
+        if res.trainer is not None:
+            await self._adopt(res.trainer)
+        return res
+
+    async def _adopt(self, trainer: TrainerInfo) -> None:
+        if trainer.run_dir and trainer.run_dir != self.run_dir:
+            self.run_dir = trainer.run_dir
+        self._set_trainer(trainer)
+        if self.streams and self.run_dir != self._tails_dir:
+            await self._attach_tails()
+
+    async def deploy(self, python: str | None = None) -> str:
+        """Copy the bundled trainer into a new versioned code dir in the container; returns it."""
+        helper = self._writable()
+        return await control.deploy(helper, python or self.python)
+
+    async def read_log_tail(self, n: int) -> list[str]:
+        """The last ``n`` lines of the run's train.log ([] without a run dir)."""
+        helper = self._need_helper()
+        if not self.run_dir:
+            return []
+        return await control.tail_lines(helper, posixpath.join(self.run_dir, "train.log"), n)

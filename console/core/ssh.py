@@ -1,0 +1,127 @@
+"""One asyncssh connection per host, with host keys checked and errors said plainly.
+
+``connect(options)`` opens it (through ``-J`` jump hosts when asked, each checked the same way);
+an unknown or changed host key raises :class:`HostKeyRefused` with the key's fingerprint.
+``backoff(n)`` is the capped reconnect delay the session uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+
+import asyncssh
+
+from console.core.options import ConnectOptions
+
+
+class ConnectError(Exception):
+    """Could not connect (refused, unreachable, authentication failed, ...)."""
+
+    retryable = True
+
+
+class HostKeyRefused(ConnectError):
+    """The server's host key is not in known_hosts (or differs from it). Not retried silently."""
+
+    retryable = False
+
+
+def backoff(attempt: int, base: float = 0.5, cap: float = 15.0) -> float:
+    """Delay before reconnect attempt ``attempt`` (0-based): doubling from ``base``, capped, jittered."""
+    d = min(cap, base * (2 ** min(attempt, 16)))
+    return d * (0.8 + 0.4 * random.random())
+
+
+def _parse_jump(spec: str) -> tuple[str | None, str, int | None]:
+    user, sep, hostport = spec.rpartition("@")
+    if not sep:
+        user, hostport = None, spec
+    port = None
+    if hostport.startswith("["):  # [v6addr]:port
+        host, _, rest = hostport[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif hostport.count(":") == 1:
+        host, p = hostport.split(":")
+        port = int(p)
+    else:
+        host = hostport
+    return user or None, host, port
+
+
+def _known_hosts_name(options: ConnectOptions) -> str:
+    return options.known_hosts or "~/.ssh/known_hosts"
+
+
+async def _fingerprint(host: str, kw: dict, tunnel) -> str:
+    """The server's host key fingerprint, fetched without authenticating (for the refusal message)."""
+    keep = {k: kw[k] for k in ("port", "config", "connect_timeout") if k in kw}
+    if tunnel is not None:
+        keep["tunnel"] = tunnel
+    try:
+        key = await asyncssh.get_server_host_key(host, **keep)
+    except (OSError, asyncssh.Error):
+        return "(could not fetch the key)"
+    if key is None:
+        return "(no key offered)"
+    return f"{key.get_algorithm()} {key.get_fingerprint('sha256')}"
+
+
+async def _connect_one(host: str, kw: dict, options: ConnectOptions, tunnel=None):
+    try:
+        return await asyncssh.connect(host, tunnel=tunnel if tunnel is not None else (), **kw)
+    except asyncssh.HostKeyNotVerifiable as e:
+        fp = await _fingerprint(host, kw, tunnel)
+        port = kw.get("port")
+        where = f"[{host}]:{port}" if port and port != 22 else host
+        raise HostKeyRefused(
+            f"host key of {where} is not trusted: it is unknown to or differs from "
+            f"{_known_hosts_name(options)}; the server offered {fp}. Check it out of band; if it is "
+            f"right, add it to known_hosts (e.g. `ssh-keyscan -p {port or 22} {host} >> FILE` after checking "
+            f"the fingerprint). Refusing to connect."
+        ) from e
+    except asyncssh.PermissionDenied as e:
+        err = ConnectError(f"authentication failed for {options.display}: {e.reason or e}")
+        err.retryable = False
+        raise err from e
+    except asyncssh.Error as e:
+        raise ConnectError(f"ssh to {options.display} failed: {e.reason or e}") from e
+    except OSError as e:
+        raise ConnectError(f"cannot reach {options.display}: {e.strerror or e}") from e
+
+
+async def connect(options: ConnectOptions) -> asyncssh.SSHClientConnection:
+    """Open the connection; raises ConnectError / HostKeyRefused with a message for the operator."""
+    kw = options.connect_kwargs()
+    tunnel = None
+    if options.jump:
+        for spec in options.jump.split(","):
+            user, host, port = _parse_jump(spec.strip())
+            jkw = {k: v for k, v in kw.items() if k not in ("port", "username")}
+            if user:
+                jkw["username"] = user
+            if port:
+                jkw["port"] = port
+            try:
+                tunnel = await _connect_one(host, jkw, options, tunnel)
+            except ConnectError as e:
+                raise type(e)(f"jump host {spec}: {e}") from e
+    try:
+        conn = await _connect_one(options.host, kw, options, tunnel)
+    except BaseException:
+        if tunnel is not None:
+            tunnel.close()
+        raise
+    if tunnel is not None:
+        jump = tunnel
+
+        async def _close_jump() -> None:
+            with contextlib.suppress(Exception):
+                await conn.wait_closed()
+            jump.close()
+
+        asyncio.get_running_loop().create_task(_close_jump())
+    return conn
+

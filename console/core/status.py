@@ -1,0 +1,119 @@
+"""One-shot status of a host's trainer, for ``dflash-console status`` (text and ``--json``).
+
+``collect(session)`` reads what is there now: the trainer (verified in /proc), run.json, the recent
+records of metrics.jsonl (last step, throughput, checkpoint, stop events) and one nvidia-smi query.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+
+from console.core import control
+from console.core.helper import HelperError
+from console.core.metrics import headline_tok_s
+from console.core.session import Session
+from console.core.telemetry import join_devices, nvidia_smi_argv, parse_output
+
+
+async def collect(session: Session) -> dict:
+    helper = session._need_helper()
+    trainer = await session.find_trainer()
+    run_dir = session.run_dir
+    out: dict = {
+        "host": session.options.display,
+        "ct": session.ct,
+        "helper": {k: helper.hello.get(k) for k in ("pid", "python", "python_version", "hostname", "pidfd")},
+        "run_dir": run_dir,
+        "trainer": None,
+        "run": session.run,
+        "last_step": None,
+        "throughput": None,
+        "tok_s": None,
+        "last_checkpoint": None,
+        "last_event": None,
+        "gpus": None,
+        "gpu_detail": "",
+        "t": time.time(),
+    }
+    if trainer is not None:
+        out["trainer"] = {"pid": trainer.pid, "start_time": trainer.start_time, "cmdline": trainer.cmdline,
+                          "run_dir": trainer.run_dir, "source": trainer.source}
+    if run_dir:
+        for rec in await control.recent_records(helper, run_dir):
+            kind = rec.get("kind")
+            if kind == "step":
+                out["last_step"] = rec
+            elif kind == "throughput":
+                out["throughput"] = rec
+                out["tok_s"] = headline_tok_s(rec)
+            elif kind == "event":
+                out["last_event"] = rec
+                if rec.get("name") == "checkpoint_saved":
+                    out["last_checkpoint"] = rec
+    try:
+        r = await helper.run(nvidia_smi_argv(None), timeout=15)
+        if r["rc"] == 0:
+            gpus = parse_output(r["stdout"])
+            out["gpus"] = [
+                {**g.__dict__, "role": (d or {}).get("role"), "device": (d or {}).get("device"),
+                 "tok_s": (d or {}).get("tok_s")}
+                for g, d in join_devices(gpus, out["throughput"])
+            ]
+        else:
+            out["gpu_detail"] = f"nvidia-smi failed: {(r['stderr'] or r['stdout']).strip()[:200]}"
+    except HelperError as e:
+        out["gpu_detail"] = f"nvidia-smi is not available ({e})"
+    return out
+
+
+def _age(t: object, now: float) -> str:
+    if not isinstance(t, (int, float)):
+        return "?"
+    s = max(0.0, now - float(t))
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 5400:
+        return f"{s / 60:.0f} min ago"
+    return f"{s / 3600:.1f} h ago"
+
+
+def format_text(st: dict) -> str:
+    now = st["t"]
+    lines = [f"host: {st['host']}" + (f"  CT {st['ct']}" if st["ct"] is not None else "")
+             + f"  (helper pid {st['helper']['pid']} on {st['helper']['hostname']})"]
+    tr = st["trainer"]
+    if tr is None:
+        lines.append("trainer: none running" + (f" for {st['run_dir']}" if st["run_dir"] else ""))
+    else:
+        lines.append(f"trainer: pid {tr['pid']} (found by {tr['source']})")
+        lines.append(f"  command: {shlex.join(tr['cmdline'])}")
+    if st["run_dir"]:
+        lines.append(f"run dir: {st['run_dir']}")
+    step = st["last_step"]
+    if step:
+        acc = step.get("acc") or []
+        parts = [f"step {step.get('step')}/{step.get('total_steps')}",
+                 f"epoch {step.get('epoch', 0):.2f}" if isinstance(step.get("epoch"), (int, float)) else None,
+                 f"loss {step['loss']:.4f}" if isinstance(step.get("loss"), (int, float)) else None,
+                 f"accept_len {step['accept_len']:.2f}" if isinstance(step.get("accept_len"), (int, float)) else None,
+                 f"acc@1 {acc[0]:.3f}" if acc and isinstance(acc[0], (int, float)) else None,
+                 f"lr {step['lr']:.2e}" if isinstance(step.get("lr"), (int, float)) else None,
+                 f"({_age(step.get('t'), now)})"]
+        lines.append("  " + "  ".join(p for p in parts if p))
+    if st["throughput"]:
+        q = st["throughput"].get("queue") or {}
+        lines.append(f"  tok/s {st['tok_s']:.0f} (drafters)  queue {q.get('depth', '?')}/{q.get('capacity', '?')}")
+    ck = st["last_checkpoint"]
+    if ck:
+        lines.append(f"  last checkpoint: step {ck.get('step')} {ck.get('path')} ({_age(ck.get('t'), now)})")
+    ev = st["last_event"]
+    if ev and tr is None:
+        lines.append(f"  last event: {ev.get('name')} ({_age(ev.get('t'), now)})")
+    if st["gpus"]:
+        for g in st["gpus"]:
+            lines.append(f"  gpu {g['index']} {g['name']}: {g['util']}% {g['mem_used']}/{g['mem_total']} MiB "
+                         f"{g['power']} W {g['temp']} C" + (f"  [{g['role']}]" if g.get("role") else ""))
+    else:
+        lines.append(f"gpus: {st['gpu_detail'] or 'none'}")
+    return "\n".join(lines)

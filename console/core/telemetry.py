@@ -1,0 +1,148 @@
+"""GPU telemetry from one long-lived ``nvidia-smi --query-gpu=... -lms N`` on its own channel.
+
+``parse_gpu_line`` reads one CSV line (``--format=csv,noheader,nounits``); ``Telemetry`` runs the
+stream and groups lines into samples (one line per GPU each interval). Where there is no nvidia-smi
+it reports that (``TelemetryState(available=False)``) and stops; it does not crash the session.
+``join_devices`` matches GPUs to the trainer's devices by uuid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Callable
+
+import asyncssh
+
+from console.core.events import Gpu, GpuSample, TelemetryState
+
+FIELDS = "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
+
+
+def nvidia_smi_argv(interval_ms: int | None = 500) -> list[str]:
+    argv = ["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits"]
+    if interval_ms:
+        argv.append(f"-lms={int(interval_ms)}")
+    return argv
+
+
+def remote_command(argv: list[str], ct: int | None) -> str:
+    if ct is not None:
+        argv = ["pct", "exec", str(int(ct)), "--", *argv]
+    return shlex.join(argv)
+
+
+def _num(text: str) -> float | None:
+    text = text.strip()
+    if not text or text.startswith("[") or text in ("N/A", "-"):
+        return None  # [N/A], [Not Supported], [Unknown Error]
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_gpu_line(line: str) -> Gpu | None:
+    """One nvidia-smi CSV line -> Gpu, or None for anything else (a header, an error message)."""
+    parts = [p.strip() for p in line.strip().split(",")]
+    if len(parts) != 8 or not parts[0].isdigit():
+        return None
+    return Gpu(index=int(parts[0]), uuid=parts[1], name=parts[2], util=_num(parts[3]),
+               mem_used=_num(parts[4]), mem_total=_num(parts[5]), power=_num(parts[6]), temp=_num(parts[7]))
+
+
+def parse_output(text: str) -> list[Gpu]:
+    return [g for g in (parse_gpu_line(ln) for ln in text.splitlines()) if g is not None]
+
+
+def join_devices(gpus: list[Gpu], throughput: dict | None) -> list[tuple[Gpu, dict | None]]:
+    """Each GPU with the trainer device (from a ``throughput`` record) that has its uuid, if any."""
+    by_uuid = {}
+    for d in (throughput or {}).get("devices") or []:
+        if isinstance(d, dict) and d.get("uuid"):
+            by_uuid[d["uuid"]] = d
+    return [(g, by_uuid.get(g.uuid)) for g in gpus]
+
+
+class Telemetry:
+    """Runs nvidia-smi on its own channel and calls ``emit`` with GpuSample / TelemetryState."""
+
+    def __init__(self, emit: Callable[[object], None], *, ct: int | None, interval_ms: int = 500) -> None:
+        self.emit = emit
+        self.ct = ct
+        self.interval_ms = interval_ms
+        self._task: asyncio.Task | None = None
+        self._proc: asyncssh.SSHClientProcess | None = None
+
+    def start(self, conn: asyncssh.SSHClientConnection) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(conn))
+
+    async def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._task = None
+        self._proc = None
+
+    async def _run(self, conn: asyncssh.SSHClientConnection) -> None:
+        cmd = remote_command(nvidia_smi_argv(self.interval_ms), self.ct)
+        try:
+            self._proc = proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
+        except (asyncssh.Error, OSError) as e:
+            self.emit(TelemetryState(False, f"could not start nvidia-smi: {e}"))
+            return
+        announced = False
+        batch: list[Gpu] = []
+        flush_after = max(0.05, self.interval_ms / 4000)
+
+        def flush() -> None:
+            nonlocal batch, announced
+            if not batch:
+                return
+            if not announced:
+                self.emit(TelemetryState(True, f"nvidia-smi every {self.interval_ms} ms"))
+                announced = True
+            self.emit(GpuSample(batch))
+            batch = []
+
+        try:
+            while True:
+                try:
+                    if batch:  # one sample is the lines of one interval: flush on a pause
+                        line = await asyncio.wait_for(proc.stdout.readline(), flush_after)
+                    else:
+                        line = await proc.stdout.readline()
+                except asyncio.TimeoutError:
+                    flush()
+                    continue
+                if not line:
+                    break
+                g = parse_gpu_line(line)
+                if g is None:
+                    continue
+                if any(b.index == g.index for b in batch):
+                    flush()
+                batch.append(g)
+        except (asyncssh.Error, OSError):
+            pass
+        flush()
+        err = ""
+        with contextlib.suppress(Exception):
+            err = (await asyncio.wait_for(proc.stderr.read(), 2)).strip()
+        status = None
+        with contextlib.suppress(Exception):
+            status = (await asyncio.wait_for(proc.wait(), 2)).exit_status
+        why = err.splitlines()[-1] if err else f"exit status {status}"
+        if not announced:
+            self.emit(TelemetryState(False, f"no GPU telemetry: nvidia-smi is not available ({why})"))
+        else:
+            self.emit(TelemetryState(False, f"nvidia-smi stopped ({why})"))
+
+
+def _index(line: str) -> int | None:
+    head = line.split(",", 1)[0].strip()
+    return int(head) if head.isdigit() else None
