@@ -20,12 +20,12 @@ def test_default_target_layer_ids_reference_rule():
 
 
 def test_from_target_config_takes_the_target_sizes():
-    tc = tiny_target_config(pad_token_id=7)
+    tc = tiny_target_config(pad_token_id=7)  # the pad token occurs in data: never the default mask
     cfg = DraftConfig.from_target_config(tc, num_draft_layers=3, block_size=8)
     assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (64, 128, 4, 2)
     assert (cfg.head_dim, cfg.vocab_size, cfg.num_target_layers) == (16, 300, 4)
     assert cfg.target_layer_ids == default_target_layer_ids(4, 3)
-    assert cfg.mask_token_id == 7  # pad token when there is one
+    assert cfg.mask_token_id == 299  # last vocab id
     assert cfg.layer_types == ["full_attention"] * 3
     assert DraftConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 

@@ -5,8 +5,9 @@ API (stable; the pipeline codes against it):
 - ``DraftConfig.from_target_config(target_config, *, num_draft_layers=1, block_size=16,
   mask_token_id=None, target_layer_ids=None, layer_types=None, sliding_window=None)``:
   sizes from the target (a multimodal config's ``text_config``). Only Qwen3 / Llama-style decoders
-  (``SUPPORTED_MODEL_TYPES``) are accepted. ``mask_token_id`` defaults to the target's pad token, else
-  the last vocab id. ``layer_types`` defaults to all ``full_attention``; sliding layers take
+  (``SUPPORTED_MODEL_TYPES``) are accepted. ``mask_token_id`` defaults to the last vocab id (an
+  embedding row no text uses in Qwen3 / Llama-3 vocabularies; pass the tokenizer's mask token, or its first
+  unused id as the published Qwen3 drafters do, when there is one; never a token that occurs in data). ``layer_types`` defaults to all ``full_attention``; sliding layers take
   ``sliding_window`` or else the target's.
 - ``default_target_layer_ids(num_target_layers, n)``: the reference rule (z-lab/dflash): one layer ->
   ``[L // 2]``; else ``round(1 + i * (L - 4) / (n - 1))``. Layer ``i`` means the hidden state AFTER
@@ -187,10 +188,7 @@ class DraftConfig:
             target_layer_ids = default_target_layer_ids(num_target_layers, num_draft_layers)
         vocab = int(tc.vocab_size)
         if mask_token_id is None:
-            pad = getattr(tc, "pad_token_id", None)
-            if pad is None:
-                pad = getattr(target_config, "pad_token_id", None)
-            mask_token_id = int(pad) if isinstance(pad, int) and 0 <= pad < vocab else vocab - 1
+            mask_token_id = vocab - 1
         theta, scaling = _rope_of(tc)
         if layer_types is not None and "sliding_attention" in layer_types and sliding_window is None:
             sliding_window = getattr(tc, "sliding_window", None)
