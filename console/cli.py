@@ -222,9 +222,7 @@ async def cmd_stop(args, restart: bool = False) -> int:
     async with _session(args) as s:
         tr = s.trainer
         if tr is None and not (restart and s.run_dir and s.run):
-            where = f" for {s.run_dir}" if s.run_dir else ""
-            err(f"no trainer running{where} on {s.where}")
-            return control.NO_TRAINER
+            return _report(await s.stop_trainer(timeout=args.timeout))  # 4, or 5 for a stale run.json pid
         verb = "restart" if restart else "stop"
         if tr is not None:
             print(f"trainer pid {tr.pid} ({tr.source}) in {tr.run_dir or '?'}\n  {shlex.join(tr.cmdline)}")

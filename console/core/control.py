@@ -136,6 +136,16 @@ async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo
     return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "cmdline", None), run
 
 
+async def stale_run_pid(helper: Helper, run: dict | None) -> dict | None:
+    """/proc info of run.json's pid when that pid runs but is not the recorded trainer (else None)."""
+    if not run or not isinstance(run.get("pid"), int):
+        return None
+    info = await helper.proc(run["pid"])
+    if info and info.get("alive") and not _same_process(info, run.get("start_time"), run.get("command") or []):
+        return info
+    return None
+
+
 # --- deploy ------------------------------------------------------------------------------------------
 
 def bundled_trainer_dir() -> Path:

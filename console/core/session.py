@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import posixpath
+import shlex
 import time
 from collections.abc import Callable
 
@@ -328,6 +329,13 @@ class Session:
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         if trainer is None:
+            stale = await control.stale_run_pid(helper, self.run)
+            if stale is not None:
+                msg = (f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
+                       f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled")
+                p = StopPhase("refused", msg, None, time.time())
+                self._phase_fn(on_phase)(p)
+                return StopResult(control.REFUSED, msg)
             where = f" for {self.run_dir}" if self.run_dir else ""
             return StopResult(control.NO_TRAINER, f"no trainer found{where} on {self.where}")
         try:

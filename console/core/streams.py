@@ -57,9 +57,16 @@ class FileTail:
                 self.on_truncate()
 
     def attach(self, helper: Helper) -> None:
-        """(Re)start following through ``helper`` from the offset received so far."""
-        self._stream = helper.stream("follow", self._push, path=self.path, offset=self.offset,
-                                     interval=self.interval)
+        """(Re)start following through ``helper`` from the offset received so far (once per helper)."""
+        if self._stream is not None and self._stream.helper is helper and not helper.closed:
+            return
+        stream = helper.stream("follow", lambda push: self._push_from(stream, push), path=self.path,
+                               offset=self.offset, interval=self.interval)
+        self._stream = stream
+
+    def _push_from(self, stream: Stream, push: dict) -> None:
+        if stream is self._stream:  # a stream replaced by a newer one says nothing more
+            self._push(push)
 
     async def detach(self) -> None:
         st, self._stream = self._stream, None

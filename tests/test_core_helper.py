@@ -1,0 +1,144 @@
+"""The remote helper through a real SSH server (console/devhost) and the pct stand-in."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from console.core.helper import Helper, HelperError, HelperGone, HelperStartError, b64decode
+from console.core.ssh import connect
+from console.devhost import DevHost
+from tests.core_util import CT, alive, options_for, start_time, wait_until
+
+NASTY = "run dir 'q' \"dq\" $(touch PWNED) ; touch PWNED2 `touch PWNED3` \\ *"
+
+
+@pytest.fixture
+async def host(tmp_path):
+    async with DevHost(tmp_path / "host") as h:
+        h.add_container(CT)
+        yield h
+
+
+@pytest.fixture
+async def helper(host):
+    conn = await connect(options_for(host))
+    hp = await Helper.start(conn, ct=CT)
+    yield hp
+    await hp.close()
+    conn.close()
+
+
+async def test_hello_runs_inside_the_container(helper, host):
+    assert helper.hello["pidfd"] is True  # this kernel has pidfd_open: exit is seen at once
+    assert helper.home == str(host.container_dir(CT))
+    info = await helper.proc(helper.pid)
+    assert info["cmdline"][1] == "-c"  # started as `python3 -c PROGRAM`, nothing installed
+    assert info["cwd"] == str(host.container_dir(CT))
+
+
+async def test_argv_with_shell_metacharacters_reaches_the_remote_intact(helper, host, tmp_path):
+    r = await helper.run(["printf", "%s\n", NASTY, "a;b"], cwd=str(tmp_path))
+    assert r["rc"] == 0 and r["stdout"] == f"{NASTY}\na;b\n"
+    d = tmp_path / NASTY
+    await helper.call("mkdir", path=str(d))
+    assert d.is_dir()
+    assert not any((p / n).exists() for p in (tmp_path, host.container_dir(CT), host.root / "home")
+                   for n in ("PWNED", "PWNED2", "PWNED3"))
+
+
+async def test_requests_run_concurrently(helper):
+    slow = asyncio.ensure_future(helper.run(["sleep", "1"]))
+    for _ in range(20):  # answered while the slow one is still running
+        assert (await helper.call("ping"))["t"] > 0
+    assert not slow.done()
+    assert (await slow)["rc"] == 0
+
+
+async def test_spawn_detached_wait_exit_and_log(helper, tmp_path):
+    log = tmp_path / "out" / "x.log"
+    sp = await helper.call("spawn", argv=[sys.executable, "-c", "import os,sys; print('sid', os.getsid(0) == os.getpid());"
+                                          "sys.stdout.flush(); os.write(2, b'err\\n'); sys.exit(3)"],
+                           log=str(log))
+    r = await helper.call("wait_exit", pid=sp["pid"], start_time=sp["start_time"])
+    assert r["exited"] and r["rc"] == 3
+    assert log.read_text().splitlines() == ["sid True", "err"]  # own session; stdout+stderr appended
+
+
+async def test_kill_checks_the_process_first(helper):
+    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        st = start_time(p.pid)
+        r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"start_time": st + 1})
+        assert r == {**r, "sent": False, "reason": "mismatch"}
+        r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"argv_rest": ["31"]})
+        assert not r["sent"] and alive(p.pid)
+        r = await helper.call("kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": ["30"]})
+        assert r["sent"]
+        assert p.wait(5) == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+async def test_follow_pushes_appended_bytes_from_an_offset(helper, tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_bytes(b"0123456789")
+    got: list[bytes] = []
+    st = helper.stream("follow", lambda p: got.append(b64decode(p["data"])) if "data" in p else None,
+                       path=str(f), offset=4, interval=0.02)
+    with f.open("ab") as w:
+        w.write(b"abc")
+    await asyncio.sleep(0.3)
+    await st.cancel()
+    assert (await st.done)["offset"] == 13
+    assert b"".join(got) == b"456789abc"
+
+
+async def test_unknown_op_and_missing_file_are_errors_not_crashes(helper):
+    with pytest.raises(HelperError) as e:
+        await helper.call("nope")
+    assert e.value.kind == "ValueError"
+    with pytest.raises(HelperError) as e:
+        await helper.read("/nonexistent/file")
+    assert e.value.kind == "FileNotFoundError"
+    assert (await helper.call("ping"))["t"] > 0
+
+
+async def test_helper_dies_with_its_channel(host):
+    conn = await connect(options_for(host))
+    hp = await Helper.start(conn, ct=CT)
+    pid = hp.pid
+    assert alive(pid)
+    conn.close()  # the link goes: stdin EOF, the helper leaves
+    await asyncio.wait_for(hp.wait_closed(), 5)
+    with pytest.raises(HelperGone):
+        await hp.call("ping")
+    await asyncio.to_thread(wait_until, lambda: not alive(pid), 5, "helper exit")
+
+
+async def test_no_such_container_is_said(host):
+    conn = await connect(options_for(host))
+    try:
+        with pytest.raises(HelperStartError, match="container 999.*does not exist"):
+            await Helper.start(conn, ct=999)
+    finally:
+        conn.close()
+
+
+def test_helper_program_is_stdlib_only():
+    import ast
+
+    from console.core.helper_program import program_text
+
+    names = set()
+    for node in ast.walk(ast.parse(program_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
