@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 
 from console.core.events import ConnState, LogLines, Record
