@@ -27,6 +27,7 @@ STAGES = (
     "files_written",  # payload written, not yet synced, no manifest
     "synced",  # payload + manifest written and fsynced, still under the temp name
     "renamed",  # step_N/ in place, latest still names the previous one
+    "latest_tmp_written",  # the new latest is written and fsynced under a temp name, not yet renamed
     "latest_written",  # latest names step_N
 )
 STEP_RE = re.compile(r"^step_(\d{8,})$")
@@ -116,8 +117,12 @@ def remove_partial(ckpt_root: str) -> list[str]:
     except FileNotFoundError:
         return gone
     for n in names:
+        p = os.path.join(ckpt_root, n)
         if ".tmp-" in n or n.startswith(".trash-"):
-            shutil.rmtree(os.path.join(ckpt_root, n), ignore_errors=True)
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(n)
+        elif n.startswith(".latest.") and n.endswith(".tmp"):
+            os.unlink(p)
             gone.append(n)
     return gone
 
@@ -151,7 +156,8 @@ def save(ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _pause("renamed", final)
-    atomic_write_text(os.path.join(ckpt_root, "latest"), name + "\n")
+    atomic_write_text(os.path.join(ckpt_root, "latest"), name + "\n",
+                      before_rename=lambda: _pause("latest_tmp_written", final))
     _pause("latest_written", final)
     _saves_done += 1
     nbytes = sum(files.values()) + os.path.getsize(os.path.join(final, MANIFEST))

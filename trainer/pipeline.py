@@ -74,6 +74,10 @@ class Trainer:
     # -- setup -----------------------------------------------------------------------------------------
     def setup(self) -> None:
         a = self.args
+        t0 = time.monotonic()
+        ds = load_dir(a.data_dir, a.max_seq_len)  # before the heavy imports: bad data fails fast
+        log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s) "
+            f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)")
         import torch
         from transformers import AutoConfig
 
@@ -82,10 +86,6 @@ class Trainer:
         from trainer.model import DFlashDrafter
         from trainer.rundir import RoleMeter
 
-        t0 = time.monotonic()
-        ds = load_dir(a.data_dir, a.max_seq_len)
-        log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s) "
-            f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)")
         check_devices(self.devices)
         try:
             tcfg = AutoConfig.from_pretrained(a.target_model)
