@@ -50,6 +50,22 @@ def test_multimodal_config_uses_text_config_and_llama_rope_scaling():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("rope", [None, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 256}])
+def test_rope_matches_transformers(rope):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                        vocab_size=300, max_position_embeddings=2048, rope_theta=5e5, rope_scaling=rope)
+    drafter, cfg = tiny_drafter(target_config=llama, num_draft_layers=1)
+    pos = torch.tensor([[0, 1, 7, 300, 1500]])
+    cos, sin = drafter._rope(pos, torch.float32)
+    cos_ref, sin_ref = LlamaRotaryEmbedding(llama)(torch.zeros(1, 5, 64), pos)
+    torch.testing.assert_close(cos, cos_ref)
+    torch.testing.assert_close(sin, sin_ref)
+
+
 @pytest.mark.parametrize(
     "kwargs, setting",
     [

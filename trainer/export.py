@@ -11,6 +11,7 @@
   ``layers.N.{input,post_attention}_layernorm``, ``norm.weight``): no embedding, no lm_head (the server takes
   them from the target).
 ``load_drafter(out_dir, device="cpu") -> (drafter, cfg)`` reads both back bit-exactly (same dtype).
+A DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrapper is unwrapped before saving.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def save_drafter(drafter: DFlashDrafter, cfg: DraftConfig, out_dir: str | os.Pat
 
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    for attr in ("module", "_orig_mod"):  # DDP / torch.compile wrappers
+        drafter = getattr(drafter, attr, drafter)
     state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
     dtype = drafter.fc.weight.dtype
     save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
