@@ -58,7 +58,7 @@ class LaunchDialog(ModalScreen[object]):
             yield Input(flags, id="flags")
             yield Label("remote interpreter")
             yield Input(python, id="python")
-            yield Label("code directory (holds the trainer package; empty: the deployed default)")
+            yield Label("code directory (holds the trainer package; empty: deploy the bundled trainer)")
             yield Input(code_dir, id="code_dir")
             yield Static("", id="outcome")
             with Horizontal(id="buttons"):
@@ -95,20 +95,30 @@ class LaunchDialog(ModalScreen[object]):
     @work(exclusive=True, group="launch")
     async def _go(self, flags: list[str], python: str, code_dir: str | None) -> None:
         try:
-            self.result = await self.launcher(flags, python=python, code_dir=code_dir)
-            self._say(Text(f"✔ launched: {describe(self.result)}  (Esc closes)", style="bold green"))
+            self.result = await self.launcher(flags, python=python, code_dir=code_dir,
+                                              on_status=self._status)
         except Exception as exc:
             self.result = exc
-            self._say(Text(f"✖ {exc}", style="bold red"))
         finally:
             self.busy = False
+        ok, text = describe(self.result)
+        self._say(Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)",
+                       style="bold green" if ok else "bold red"))
+
+    def _status(self, line: str) -> None:
+        self._say(Text(f"launching… {line}", style="yellow"))
 
     def _say(self, text: Text) -> None:
         self.query_one("#outcome", Static).update(text)
 
 
-def describe(result: object) -> str:
-    pid = getattr(result, "pid", None)
-    if pid is not None:
-        return f"PID {pid}"
-    return str(result) if result is not None else "ok"
+def describe(result: object) -> tuple[bool, str]:
+    """(succeeded, what to say) for a launch's StopResult or the exception it raised."""
+    if isinstance(result, Exception):
+        return False, f"{type(result).__name__}: {result}"
+    code = getattr(result, "code", None)
+    msg = getattr(result, "message", "") or ""
+    pid = getattr(getattr(result, "trainer", None), "pid", None)
+    if code == 0:
+        return True, f"launched, PID {pid}" + (f": {msg}" if msg else "")
+    return False, msg or f"launch failed (code {code})"

@@ -162,8 +162,8 @@ class StopDialog(ModalScreen[object]):
         if name in dict(STEPS) or name in FAILED:
             self.phases[name] = phase
             self.arrived[name] = self.clock()
-        else:
-            self.extra.append(phase)
+        else:  # restart's launching/started: one line each, the newest status
+            self.extra = [p for p in self.extra if getattr(p, "phase", None) != name] + [phase]
         self._show()
 
     # ---- rendering ----------------------------------------------------------------------------

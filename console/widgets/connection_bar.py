@@ -21,6 +21,8 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
     mark, style = STYLE.get(c.state, ("?", "bold"))
     t = Text()
     t.append(f" {mark} {c.state.upper()} ", style=style + " reverse")
+    if readonly:
+        t.append(" READ-ONLY ", style="bold black on yellow")
     t.append(f" {target}" if target else "")
     if c.state != "connected":
         if c.detail:
@@ -37,8 +39,6 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
         t.append("  no trainer running", style="yellow")
     if state.telemetry_available is False:
         t.append("  no GPU telemetry", style="dim")
-    if readonly:
-        t.append("  READ-ONLY ", style="bold black on yellow")
     return t
 
 

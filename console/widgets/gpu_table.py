@@ -61,7 +61,7 @@ class GpuTable(DataTable):
 
     def update_from(self, state: ConsoleState) -> None:
         rows = state.rows()
-        keys = [f"{r.label}|{r.uuid}|{r.device}" for r in rows]
+        keys = [f"{i}|{r.label}|{r.uuid}|{r.device}|{r.role}" for i, r in enumerate(rows)]
         cells = [row_cells(r) for r in rows]
         plain = [[str(v) for v in c] for c in cells]
         if keys != self._keys:

@@ -1,0 +1,163 @@
+"""The screen against the in-process SSH server (console/devhost) and the real tiny trainer.
+
+One trainer, launched through the console's own launch path, is shared by the module: the reading
+tests run first and the last test stops it through the stop dialog (file order is kept by pytest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from console.app import ConsoleApp
+from console.core.events import ConnState
+from console.core.options import ConnectOptions
+from console.core.session import ReadOnlyError, Session
+from console.devhost.thread import DevHostThread
+from console.screens.stop_dialog import StopDialog
+from tests.screen_text import screen_text
+from tests.trainer_run import ROOT, tiny_flags
+
+CT = 200
+SIZE = (120, 36)
+pytestmark = pytest.mark.slow
+
+
+def options(ht: DevHostThread) -> ConnectOptions:
+    h = ht.host  # the DevHost running in the thread
+    return ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
+                          known_hosts=str(h.known_hosts_path), config_files=[])
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    with DevHostThread(tmp_path_factory.mktemp("devhost"), env={"OMP_NUM_THREADS": "1"}) as h:
+        h.add_container(CT)
+        yield h
+
+
+@pytest.fixture(scope="module")
+def trainer(host, tiny_assets):
+    """A tiny trainer in container 200, launched through Session.launch; killed at the end if alive."""
+    run_dir = host.container_dir(CT) / "run"
+
+    async def launch():
+        async with Session(options(host), ct=CT, run_dir=str(run_dir), telemetry=False) as s:
+            res = await s.launch(tiny_flags(tiny_assets, run_dir, "--epochs", "1000"),
+                                 code_dir=str(ROOT), env={"OMP_NUM_THREADS": "1"}, wait_s=120)
+            assert res.code == 0, res.message
+            return res.trainer
+
+    info = asyncio.run(launch())
+    yield run_dir, info
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(info.pid, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def make_app(host, run_dir: Path, readonly: bool = False) -> ConsoleApp:
+    session = Session(options(host), ct=CT, run_dir=str(run_dir), readonly=readonly, telemetry=False)
+    return ConsoleApp(session, readonly=readonly, target=f"devhost · CT {CT}")
+
+
+async def until(pilot, cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what}:\n{screen_text(pilot.app)}")
+
+
+async def test_table_graphs_and_log_fill_from_the_live_trainer(host, trainer):
+    run_dir, info = trainer
+    app = make_app(host, run_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        st = app.state
+        await until(pilot, lambda: st.trainer is not None and st.step is not None and len(st.loss_hist) >= 2
+                    and len(st.tok_hist) >= 2 and (st.tok_s or 0) > 0, 60, "steps and throughput")
+        await pilot.pause(0.7)  # one plot refresh period
+        text = screen_text(app)
+        assert f"trainer PID {info.pid}" in text and "CONNECTED" in text
+        rows = {r.role: r for r in st.rows()}
+        assert rows["drafter"].label == "cpu" and rows["target"].label == "cpu"
+        assert "drafter" in text and "target" in text
+        shown = re.search(rf"step +([\d,]+) / {st.total_steps:,}", text)
+        assert shown and 1 <= int(shown.group(1).replace(",", "")) <= st.step
+        assert app.w_toks._seen is not None and app.w_loss._seen[0] >= 2  # the graphs hold live points
+        assert "loss" in text and "tok/s" in text
+        await until(pilot, lambda: any(ln.startswith("step ") for ln in app.log_view.lines), 10, "log lines")
+
+
+async def test_readonly_hides_every_changing_action(host, trainer):
+    run_dir, info = trainer
+    app = make_app(host, run_dir, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.trainer is not None, 30, "the trainer")
+        text = screen_text(app)
+        assert "READ-ONLY" in text and "Quit" in text
+        for label in ("Stop", "Restart", "Launch", "Deploy"):
+            assert f" {label} " not in text.splitlines()[-1]
+        await pilot.press("s", "r", "l", "d")
+        assert len(app.screen_stack) == 1
+        with pytest.raises(ReadOnlyError):
+            await app.session.stop_trainer()
+    assert alive(info.pid)  # untouched
+
+
+async def test_a_dropped_server_shows_and_then_clears(host, trainer):
+    run_dir, _ = trainer
+    app = make_app(host, run_dir)
+    seen: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        app.session.subscribe(lambda ev: seen.append(ev.state) if isinstance(ev, ConnState) else None)
+        await until(pilot, lambda: app.state.conn.state == "connected", 30, "connected")
+        await asyncio.to_thread(host.restart, 1.5)
+        await until(pilot, lambda: app.state.conn.state in ("reconnecting", "connecting", "disconnected")
+                    or "reconnecting" in seen, 10, "the drop")
+        assert any(s in screen_text(app) for s in ("RECONNECTING", "CONNECTING", "DISCONNECTED")) \
+            or "reconnecting" in seen
+        await until(pilot, lambda: app.state.conn.state == "connected", 30, "reconnected")
+        await pilot.pause(0.2)
+        assert "CONNECTED" in screen_text(app) and "RECONNECTING" not in screen_text(app)
+        assert "reconnecting" in seen
+        step = app.state.step
+        await until(pilot, lambda: (app.state.step or 0) > (step or 0), 30, "new steps after the drop")
+
+
+async def test_stop_dialog_counts_down_to_exited(host, trainer):
+    run_dir, info = trainer
+    app = make_app(host, run_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.trainer is not None and app.state.step is not None, 30, "trainer")
+        await pilot.press("s")
+        dlg = app.screen
+        assert isinstance(dlg, StopDialog) and app.focused.id == "no"
+        assert f"PID {info.pid}" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: dlg.done, 90, "the stop to finish")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "exited" in dlg.phases and dlg.result.code == 0, text
+        assert "✔ trainer exited" in text and "✔ checkpoint saved" in text
+        latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+        assert (run_dir / "checkpoints" / Path(latest).name).is_dir()
+        await pilot.press("escape")
+        assert not isinstance(app.screen, StopDialog)
+        await until(pilot, lambda: app.state.trainer is None, 10, "the trainer gone")
+    assert not alive(info.pid)
