@@ -9,19 +9,26 @@ import time
 from pathlib import Path
 
 from console.core.options import ConnectOptions
+from console.devhost import DevHostThread
 from tests.trainer_run import ROOT
 
 CT = 200
 CLI = [str(Path(sys.executable).parent / "dflash-console")]
 
 
+def _dh(h):
+    return h.host if isinstance(h, DevHostThread) else h  # DevHostThread.host is the DevHost
+
+
 def options_for(h, **kw) -> ConnectOptions:
     """Options for a DevHost (or DevHostThread): its port, client key and known_hosts; no ssh config."""
+    h = _dh(h)
     return ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
                           known_hosts=str(h.known_hosts_path), config_files=[], **kw)
 
 
 def conn_args(h, ct: int | None = CT) -> list[str]:
+    h = _dh(h)
     args = [h.host, "-p", str(h.port), "-l", h.user, "-i", str(h.client_key_path),
             "--known-hosts", str(h.known_hosts_path), "-F", "/dev/null"]
     return args + (["--ct", str(ct)] if ct is not None else [])
@@ -56,3 +63,31 @@ def wait_until(pred, timeout: float = 30, what: str = "condition") -> None:
 def start_time(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+# A stand-in for the user's own ``train_dflash_pipeline.py`` (no run.json, no metrics): it runs until
+# SIGINT, then "saves" for a moment and exits 0; on SIGUSR1 it execs ``sleep`` (same PID and start
+# time, another program: what a stop must refuse to signal).
+USER_SCRIPT = r"""
+import os, signal, sys, time
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+signal.signal(signal.SIGUSR1, lambda *a: os.execvp("sleep", ["sleep", "30"]))
+print("training", flush=True)
+while not stop:
+    time.sleep(0.01)
+print("saving", flush=True)
+time.sleep(0.4)
+print("saved", flush=True)
+"""
+
+
+def start_user_script(folder: Path, output_dir: str) -> subprocess.Popen:
+    """Run the stand-in as ``python .../train_dflash_pipeline.py --output-dir OUTPUT_DIR`` in ``folder``."""
+    script = folder / "train_dflash_pipeline.py"
+    script.write_text(USER_SCRIPT)
+    p = subprocess.Popen([sys.executable, "-u", str(script), "--epochs", "6", "--output-dir", output_dir],
+                         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    assert p.stdout.readline().strip() == "training"
+    return p

@@ -57,12 +57,12 @@ def _known_hosts_name(options: ConnectOptions) -> str:
 
 async def _fingerprint(host: str, kw: dict, tunnel) -> str:
     """The server's host key fingerprint, fetched without authenticating (for the refusal message)."""
-    keep = {k: kw[k] for k in ("port", "config", "connect_timeout") if k in kw}
+    keep = {k: kw[k] for k in ("port", "config") if k in kw}
     if tunnel is not None:
         keep["tunnel"] = tunnel
     try:
-        key = await asyncssh.get_server_host_key(host, **keep)
-    except (OSError, asyncssh.Error):
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(host, **keep), kw.get("connect_timeout", 15))
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
         return "(could not fetch the key)"
     if key is None:
         return "(no key offered)"

@@ -1,0 +1,117 @@
+"""``dflash-console`` as a real subprocess against the devhost, without the real trainer:
+refusals, exit codes, a user's own trainer script, deploy, host keys, usage."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from console.core.control import bundled_trainer_dir
+from console.devhost import DevHostThread
+from tests.core_util import CT, alive, cli, conn_args, start_time, start_user_script
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
+        h.add_container(CT)
+        yield h
+
+
+def test_stale_run_json_pid_is_refused_and_not_signalled(host, tmp_path):
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({
+            "pid": sleeper.pid, "start_time": start_time(sleeper.pid), "output_dir": str(run),
+            "command": [sys.executable, "-m", "trainer.pipeline", "--output-dir", str(run)],
+            "argv": ["--output-dir", str(run)], "interpreter": sys.executable,
+        }))
+        r = cli("stop", *conn_args(host), "--run-dir", str(run), "--yes")
+        assert r.returncode == 5, r.stderr
+        assert f"pid {sleeper.pid}" in r.stderr and "no longer the trainer" in r.stderr
+        assert alive(sleeper.pid) and sleeper.poll() is None  # nothing was sent to it
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_no_trainer_is_exit_4(host, tmp_path):
+    assert cli("stop", *conn_args(host), "--run-dir", str(tmp_path), "--yes").returncode == 4
+    r = cli("status", *conn_args(host), "--run-dir", str(tmp_path), "--json")
+    assert r.returncode == 4
+    st = json.loads(r.stdout)
+    assert st["trainer"] is None and st["run_dir"] == str(tmp_path)
+    assert st["gpus"] is None and "nvidia-smi" in st["gpu_detail"]  # said, not crashed
+
+
+def test_user_script_found_by_cmdline_verified_and_stopped(host):
+    folder = host.container_dir(CT)
+    p = start_user_script(folder, "runs/mine")  # relative: resolved against the process's cwd
+    try:
+        run_dir = str(folder / "runs" / "mine")
+        r = cli("status", *conn_args(host), "--run-dir", run_dir, "--json")
+        assert r.returncode == 0, r.stderr
+        tr = json.loads(r.stdout)["trainer"]
+        assert tr["pid"] == p.pid and tr["source"] == "cmdline" and tr["run_dir"] == run_dir
+        # launching into its run dir is refused; it keeps running
+        r = cli("launch", *conn_args(host), "--", "--output-dir", run_dir, "--data-dir", "x")
+        assert r.returncode == 1 and f"pid {p.pid}" in r.stderr
+        assert p.poll() is None
+        # without --yes and without a terminal: refused, still running
+        r = cli("stop", *conn_args(host), "--run-dir", run_dir)
+        assert r.returncode == 1 and "--yes" in r.stderr and p.poll() is None
+        r = cli("stop", *conn_args(host), "--run-dir", run_dir, "--yes", "--timeout", "30")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "[saving]" in r.stdout and "[exited]" in r.stdout
+        assert p.wait(5) == 0
+        assert p.stdout.read().split() == ["saving", "saved"]  # it got SIGINT and finished its save
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_deploy_writes_a_versioned_compiled_copy_once(host):
+    r = cli("deploy", *conn_args(host))
+    assert r.returncode == 0, r.stderr
+    code_dir = r.stdout.split(" to ", 1)[1].split(" (", 1)[0]
+    from pathlib import Path
+
+    code = Path(code_dir)
+    assert code.parent == host.container_dir(CT) / ".dflash-console" / "code"
+    src = bundled_trainer_dir()
+    for f in src.glob("*.py"):
+        assert (code / "trainer" / f.name).read_bytes() == f.read_bytes()
+    assert list((code / "trainer" / "__pycache__").glob("pipeline.*.pyc"))  # compile-checked there
+    manifest = (code / ".complete").stat()
+    r2 = cli("deploy", *conn_args(host))
+    assert r2.returncode == 0 and code_dir in r2.stdout
+    assert (code / ".complete").stat().st_mtime_ns == manifest.st_mtime_ns  # not written over
+    assert [p.name for p in code.parent.iterdir()] == [code.name]  # no temporary dir left
+
+
+def test_unknown_or_changed_host_key_is_refused_with_its_fingerprint(host, tmp_path):
+    other = tmp_path / "known_hosts"
+    other.write_text(f"[127.0.0.1]:{host.port} ssh-ed25519 "
+                     "AAAAC3NzaC1lZDI1NTE5AAAAIFm0d3Jvbmcga2V5IGZvciB0ZXN0cyBvbmx5IDAwMDAw\n")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    for kh in (other, empty):
+        args = conn_args(host)
+        args[args.index("--known-hosts") + 1] = str(kh)
+        r = cli("status", *args, "--run-dir", str(tmp_path))
+        assert r.returncode == 1
+        assert host.host_fingerprint in r.stderr and "not trusted" in r.stderr, r.stderr
+
+
+def test_usage_errors_are_exit_2(host, tmp_path):
+    assert cli("launch", *conn_args(host)).returncode == 2  # no trainer flags
+    assert cli("stop", *conn_args(host), "--bogus").returncode == 2
+    assert cli("status", *conn_args(host), "--", "--x").returncode == 2
+    r = cli("launch", *conn_args(host), "--run-dir", str(tmp_path / "a"), "--", "--output-dir", str(tmp_path / "b"))
+    assert r.returncode == 2 and "differ" in r.stderr

@@ -1,0 +1,92 @@
+"""The real tiny trainer driven by ``dflash-console`` (a subprocess) through the devhost's container:
+launch (deploying the bundled trainer), status, logs, restart (resumes from the stop's checkpoint),
+stop (checkpoint saved, exit 0, process gone). The run dir holds spaces, quotes, $() and ;."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from console.devhost import DevHostThread
+from tests.core_util import CT, alive, cli, conn_args, wait_until
+from tests.trainer_run import events, steps, tiny_flags
+
+pytestmark = pytest.mark.slow
+NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
+ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",
+       "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    with DevHostThread(tmp_path_factory.mktemp("devhost"), env=ENV) as h:
+        h.add_container(CT)
+        yield h
+
+
+def test_launch_status_logs_restart_stop(host, tiny_assets):
+    ct_dir = host.container_dir(CT)
+    run_dir = ct_dir / "runs" / NASTY
+    flags = tiny_flags(tiny_assets, run_dir, "--epochs", "1000", "--seed", "7")
+    args = conn_args(host)
+    pids = []
+    try:
+        r = cli("launch", *args, "--", *flags, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        run = json.loads((run_dir / "run.json").read_text())
+        pids.append(run["pid"])
+        assert alive(run["pid"])
+        assert run["argv"] == flags and run["output_dir"] == str(run_dir)  # reached the remote intact
+        assert run["cwd"] == str(ct_dir)  # launched inside the container
+        code_dir = run["code_dir"]
+        assert code_dir.startswith(str(ct_dir / ".dflash-console" / "code") + "/")  # the deployed copy
+        assert (run_dir / "train.log").exists()
+        assert [e["name"] for e in events(run_dir)][:1] == ["started"]
+
+        r = cli("status", *args, "--run-dir", str(run_dir), "--json")
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        assert st["trainer"]["pid"] == run["pid"] and st["trainer"]["source"] == "run.json"
+        wait_until(lambda: steps(run_dir), 120, "a training step")
+        r = cli("status", *args, "--run-dir", str(run_dir))
+        assert r.returncode == 0 and f"pid {run['pid']}" in r.stdout and "step " in r.stdout
+
+        # restart: a clean stop, then the same run again with --resume auto
+        r = cli("restart", *args, "--run-dir", str(run_dir), "--yes", "--timeout", "120", timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "[saved]" in r.stdout and "[exited]" in r.stdout
+        assert not alive(pids[0])
+        run2 = json.loads((run_dir / "run.json").read_text())
+        pids.append(run2["pid"])
+        assert run2["pid"] != run["pid"] and alive(run2["pid"])
+        assert run2["argv"] == [*flags, "--resume", "auto"] and run2["code_dir"] == code_dir
+        evs = events(run_dir)
+        saved = [e for e in evs if e["name"] == "checkpoint_saved"][-1]
+        started = [e for e in evs if e["name"] == "started"]
+        assert len(started) == 2 and started[-1]["pid"] == run2["pid"]
+        assert started[-1]["step"] == saved["step"] >= 1  # resumed from the stop's checkpoint
+
+        # stop: checkpoint saved, exit 0, process gone
+        r = cli("stop", *args, "--run-dir", str(run_dir), "--yes", "--timeout", "120", timeout=200)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not alive(run2["pid"])
+        last = [e for e in events(run_dir) if e["name"] == "checkpoint_saved"][-1]
+        assert last["step"] >= saved["step"] and f"step {last['step']}" in r.stdout
+        latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+        assert (run_dir / "checkpoints" / latest).is_dir() and last["path"].endswith(latest)
+        assert [e["name"] for e in events(run_dir)][-1] == "stopped"
+
+        # logs: the last lines of train.log, as they are on the remote
+        r = cli("logs", *args, "--run-dir", str(run_dir), "-n", "4")
+        assert r.returncode == 0
+        assert r.stdout.splitlines() == (run_dir / "train.log").read_text().splitlines()[-4:]
+        assert cli("stop", *args, "--run-dir", str(run_dir), "--yes").returncode == 4
+        for d in (ct_dir, ct_dir / "runs", run_dir, host.root / "home"):
+            assert not (d / "PWNED").exists() and not (d / "PWNED2").exists()
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
