@@ -9,7 +9,8 @@ dependencies are there). Signals are never delivered through channels, as with a
 
 ``stop()`` drops every connection and ends the processes its sessions started (not what they
 detached: a trainer launched with setsid lives on, as on a real host); ``start()`` listens again
-on the same port with the same keys, so clients can reconnect.
+on the same port with the same keys, so clients can reconnect. It forwards TCP to 127.0.0.1 only,
+so it can be its own ``-J`` jump host.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class _Server(asyncssh.SSHServer):
 
     def password_auth_supported(self) -> bool:
         return False
+
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
+        # Direct TCP forwarding to loopback only: enough to serve as a `-J` jump host for itself.
+        return dest_host in (LOOPBACK, "localhost")
 
 
 class DevHost:

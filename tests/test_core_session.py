@@ -1,0 +1,136 @@
+"""Session and connection behaviour that needs no trainer: PID checks, readonly, jump hosts,
+telemetry parsing, option parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from console.core import control
+from console.core.events import Gpu, StopPhase, TelemetryState
+from console.core.options import ConnectOptions
+from console.core.session import ReadOnlyError, Session
+from console.core.ssh import HostKeyRefused, _parse_jump
+from console.core.telemetry import join_devices, nvidia_smi_argv, parse_gpu_line, parse_output
+from console.devhost import DevHost
+from tests.core_util import CT, alive, options_for, start_user_script, wait_until
+
+
+@pytest.fixture
+async def host(tmp_path):
+    async with DevHost(tmp_path / "host") as h:
+        h.add_container(CT)
+        yield h
+
+
+async def test_pid_that_became_another_program_is_refused(host):
+    p = start_user_script(host.container_dir(CT), "runs/x")
+    run_dir = str(host.container_dir(CT) / "runs" / "x")
+    try:
+        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
+            assert s.trainer is not None and s.trainer.pid == p.pid and s.trainer.source == "cmdline"
+            os.kill(p.pid, signal.SIGUSR1)  # it execs `sleep 30`: same PID, same start time, other program
+            cmdline = Path(f"/proc/{p.pid}/cmdline")
+            await asyncio.to_thread(wait_until, lambda: cmdline.read_bytes().startswith(b"sleep"), 10, "exec")
+            phases: list[StopPhase] = []
+            res = await s.stop_trainer(timeout=10, on_phase=phases.append)
+        assert res.code == control.REFUSED, res
+        assert [ph.phase for ph in phases] == ["verifying", "refused"]
+        assert "sleep 30" in res.message
+        assert alive(p.pid) and p.poll() is None  # no signal reached it
+    finally:
+        p.kill()
+        p.wait()
+
+
+async def test_user_script_stop_has_open_ended_saving_and_sees_the_exit(host):
+    p = start_user_script(host.container_dir(CT), "runs/y")
+    run_dir = str(host.container_dir(CT) / "runs" / "y")
+    try:
+        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
+            phases: list[StopPhase] = []
+            res = await s.stop_trainer(timeout=20, on_phase=phases.append)
+            assert res.code == control.OK, res
+            names = [ph.phase for ph in phases]
+            assert names == ["verifying", "signal_sent", "saving", "exited"], names
+            assert phases[2].expected_s is None  # no events to go by: open-ended
+            assert s.trainer is None
+        assert p.wait(5) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+async def test_readonly_session_refuses_every_change(host, tmp_path):
+    async with Session(options_for(host), ct=CT, run_dir=str(tmp_path), readonly=True, telemetry=False) as s:
+        for call in (s.stop_trainer(), s.restart_trainer(), s.deploy(), s.launch(["--output-dir", str(tmp_path)])):
+            with pytest.raises(ReadOnlyError):
+                await call
+        assert await s.read_log_tail(5) == []  # reading is fine
+    assert not (host.container_dir(CT) / ".dflash-console").exists()
+
+
+async def test_no_nvidia_smi_is_a_state_not_a_crash(host, tmp_path):
+    seen: list = []
+    async with Session(options_for(host), ct=CT, run_dir=str(tmp_path)) as s:
+        s.subscribe(seen.append)
+        for _ in range(200):
+            if any(isinstance(e, TelemetryState) for e in seen):
+                break
+            await asyncio.sleep(0.02)
+        tel = [e for e in seen if isinstance(e, TelemetryState)]
+        assert tel and tel[0].available is False and "nvidia-smi" in tel[0].detail
+        assert s.connected  # the session carries on
+
+
+async def test_jump_host_and_unknown_key(host, tmp_path):
+    opts = options_for(host, jump=f"{host.user}@127.0.0.1:{host.port}")
+    async with Session(opts, ct=CT, run_dir=str(tmp_path), telemetry=False, streams=False) as s:
+        r = await s.helper.run(["pwd"])
+        assert r["stdout"].strip() == str(host.container_dir(CT))
+    (tmp_path / "kh").write_text("")
+    bad = options_for(host)
+    bad.known_hosts = str(tmp_path / "kh")
+    with pytest.raises(HostKeyRefused, match=host.host_fingerprint.replace("+", r"\+")):
+        await Session(bad, ct=CT, telemetry=False).start()
+
+
+def test_nvidia_smi_lines_parse_and_join_by_uuid():
+    out = (
+        "0, GPU-3f2a9c1e-7b7d-4d8e-9f00-1a2b3c4d5e6f, NVIDIA H200, 97, 120345, 143771, 612.34, 64\n"
+        "1, GPU-aaaa0000-1111-2222-3333-444455556666, NVIDIA H200, 0, 4, 143771, [N/A], 31\n"
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+    )
+    gpus = parse_output(out)
+    assert gpus[0] == Gpu(0, "GPU-3f2a9c1e-7b7d-4d8e-9f00-1a2b3c4d5e6f", "NVIDIA H200", 97.0, 120345.0,
+                          143771.0, 612.34, 64.0)
+    assert gpus[1].power is None and gpus[1].util == 0.0 and len(gpus) == 2
+    assert parse_gpu_line("index, uuid, name") is None
+    thr = {"devices": [{"device": "cuda:1", "uuid": "GPU-aaaa0000-1111-2222-3333-444455556666", "role": "drafter",
+                        "tok_s": 5000.0}]}
+    joined = join_devices(gpus, thr)
+    assert joined[0][1] is None and joined[1][1]["role"] == "drafter"
+    assert nvidia_smi_argv(250)[-1] == "-lms=250" and "--format=csv,noheader,nounits" in nvidia_smi_argv(250)
+
+
+def test_options_like_ssh():
+    o = ConnectOptions.from_target("alice@gpu-box", user="bob", port=2222, identity_files=["~/k"])
+    assert (o.user, o.host, o.display) == ("alice", "gpu-box", "alice@gpu-box:2222")
+    kw = o.connect_kwargs()
+    assert kw["username"] == "alice" and kw["port"] == 2222 and kw["client_keys"][0].endswith("/k")
+    assert "known_hosts" not in kw  # default: ~/.ssh/known_hosts, checked
+    assert "config" not in ConnectOptions("h").connect_kwargs()  # ~/.ssh/config applies
+    assert _parse_jump("root@10.0.0.1:2200") == ("root", "10.0.0.1", 2200)
+    assert _parse_jump("bastion") == (None, "bastion", None)
+    assert control.set_flag(["--a", "1", "--resume", "x", "--resume=y"], "--resume", "auto") == \
+        ["--a", "1", "--resume", "auto"]
+    assert control.flag_value(["--output-dir=/r", "--x"], "--output-dir") == "/r"
+    assert control.is_trainer_cmdline(["python3", "-u", "/root/train_dflash_pipeline.py", "--x"])
+    assert control.is_trainer_cmdline(["/v/bin/python", "-m", "trainer.pipeline"])
+    assert not control.is_trainer_cmdline(["pgrep", "-af", "train_dflash_pipeline.py"])
+    assert not control.is_trainer_cmdline(["bash", "-lc", "python3 train_dflash_pipeline.py"])
