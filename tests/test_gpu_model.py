@@ -91,12 +91,17 @@ def test_padding_block_is_finite_on_cuda():
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_training_steps_through_flex(dtype):
-    target = tiny_target(initializer_range=0.2, **TC).to(DEV, dtype)
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "autocast"])
+def test_training_steps_through_flex(mode):
+    """fp32 / bf16 weights, and the pipeline's way: fp32 drafter, bf16 target and head, bf16 autocast."""
+    import contextlib
+
+    tdtype = torch.float32 if mode == "fp32" else torch.bfloat16
+    ddtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    target = tiny_target(initializer_range=0.2, **TC).to(DEV, tdtype)
     head = FrozenHead.from_model(target)
     drafter, cfg = tiny_drafter(target_config=target.config, num_draft_layers=2, block_size=8)
-    drafter = drafter.to(DEV, dtype).train()
+    drafter = drafter.to(DEV, ddtype).train()
     opt = torch.optim.AdamW(drafter.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB - 1, (2, 256), generator=g).to(DEV)
@@ -106,8 +111,11 @@ def test_training_steps_through_flex(dtype):
     for _ in range(8):
         hidden, final = capture(target, ids, doc, cfg.target_layer_ids, need_final_hidden=True)
         anchors = sample_anchors(doc, torch.ones_like(ids, dtype=torch.bool), cfg.block_size, 32, g)
-        out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl="flex")
-        loss, metrics = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final, chunk_tokens=128)
+        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
+        with ctx:
+            out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl="flex")
+            loss, metrics = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final,
+                                        chunk_tokens=128)
         opt.zero_grad()
         loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in drafter.parameters())

@@ -110,6 +110,9 @@ class Attention(nn.Module):
         q = apply_rope(q, *rope_q)
         k = torch.cat([apply_rope(k_ctx, *rope_ctx), apply_rope(k_blk, *rope_q)], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
+        # under autocast the projections come out in the low dtype and the norms/RoPE in the weights' one:
+        # attention kernels (flex in particular) want one dtype
+        q, k = q.to(v.dtype), k.to(v.dtype)
         scale = 1.0 / math.sqrt(self.head_dim)
         if attn_impl == "flex":
             out = _flex_attention(q, k, v, attn_mask, scale)
