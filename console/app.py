@@ -133,11 +133,24 @@ class ConsoleApp(App):
 
     @work(group="session", exit_on_error=False)
     async def _start_session(self) -> None:
-        try:
-            await self.session.start()
-        except Exception as exc:
-            self.notify(f"connection failed: {exc}", severity="error", timeout=10)
-            raise
+        """Connect; a first connection that fails is retried with the session's capped backoff
+        (after that the session reconnects by itself). A refused host key is not retried."""
+        from console.core.events import ConnState
+        from console.core.ssh import HostKeyRefused, backoff
+
+        attempt = 0
+        while True:
+            try:
+                await self.session.start()
+                return
+            except HostKeyRefused as exc:
+                self.notify(str(exc), title="host key refused", severity="error", timeout=60)
+                return
+            except Exception as exc:
+                delay = backoff(attempt)
+                attempt += 1
+                self.on_session_event(ConnState("reconnecting", f"{exc}; retrying", delay))
+                await asyncio.sleep(delay)
 
     async def on_unmount(self) -> None:
         if self.session is not None:

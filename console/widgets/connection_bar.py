@@ -17,20 +17,20 @@ STYLE = {
 
 
 def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
+    """State first, then what must never be cut off (read-only, the retry countdown), then the
+    host and trainer; the connection's detail comes last and may be cut at the edge."""
     c = state.conn
     mark, style = STYLE.get(c.state, ("?", "bold"))
-    t = Text()
+    t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {mark} {c.state.upper()} ", style=style + " reverse")
     if readonly:
         t.append(" READ-ONLY ", style="bold black on yellow")
-    t.append(f" {target}" if target else "")
     if c.state != "connected":
-        if c.detail:
-            t.append(f"  {c.detail}", style="yellow")
         left = state.retry_left_s()
         if left is not None:
-            t.append(f"  retry in {left:.0f}s", style="yellow")
-        t.append(f"  (for {fmt_duration(state.conn_age_s())})", style="dim")
+            t.append(f" retry in {left:.0f}s", style="bold yellow")
+        t.append(f" (for {fmt_duration(state.conn_age_s())})", style="dim")
+    t.append(f"  {target}" if target else "")
     tr = state.trainer
     if tr is not None:
         t.append(f"  trainer PID {tr.pid}", style="bold")
@@ -39,6 +39,8 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
         t.append("  no trainer running", style="yellow")
     if state.telemetry_available is False:
         t.append("  no GPU telemetry", style="dim")
+    if c.state != "connected" and c.detail:
+        t.append(f"  {c.detail}", style="yellow")
     return t
 
 
