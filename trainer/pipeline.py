@@ -80,6 +80,10 @@ class Trainer:
             f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)")
         import torch
         from transformers import AutoConfig
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # e.g. the load report of the deliberately truncated target
+        hf_logging.disable_progress_bar()
 
         from trainer.config import DraftConfig
         from trainer.head import FrozenHead
