@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import sys
 import time
@@ -300,6 +301,7 @@ def _split_trainer_flags(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     head, trainer_flags = _split_trainer_flags(argv)
     parser = build_parser()
@@ -328,15 +330,22 @@ def main(argv: list[str] | None = None) -> int:
     from console.core.ssh import ConnectError
 
     try:
-        return asyncio.run(runner(args))
+        code = asyncio.run(runner(args))
     except KeyboardInterrupt:
-        return 130
+        code = 130
     except control.ControlError as e:
         err(str(e))
-        return e.code
+        code = e.code
     except (ConnectError, HelperStartError, NotConnected, HelperError, OSError) as e:
         err(str(e))
-        return EXIT_ERROR
+        code = EXIT_ERROR
+    if from_shell:
+        # Run as the program: everything is said and closed, so skip the interpreter's slow teardown
+        # (asyncssh/cryptography finalisation, ~0.15 s): a script waiting on `stop` learns at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":
