@@ -134,3 +134,20 @@ def test_options_like_ssh():
     assert control.is_trainer_cmdline(["/v/bin/python", "-m", "trainer.pipeline"])
     assert not control.is_trainer_cmdline(["pgrep", "-af", "train_dflash_pipeline.py"])
     assert not control.is_trainer_cmdline(["bash", "-lc", "python3 train_dflash_pipeline.py"])
+
+
+async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host):
+    p = start_user_script(host.container_dir(CT), "runs/z")  # takes 0.4 s to "save" after SIGINT
+    run_dir = str(host.container_dir(CT) / "runs" / "z")
+    try:
+        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
+            phases: list[StopPhase] = []
+            res = await s.stop_trainer(timeout=0.1, on_phase=phases.append)
+            assert res.code == control.STILL_RUNNING, res
+            assert phases[-1].phase == "timeout" and "left running" in res.message and "--timeout" in res.message
+            assert p.poll() is None  # not killed: nothing escalates
+        assert p.wait(5) == 0  # and it finishes its save on its own
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
