@@ -266,6 +266,10 @@ class Trainer:
         a = self.args
         poison = {int(x) for x in os.environ.get("DFLASH_TEST_NAN_STEPS", "").split(",") if x.strip()}
         nan_streak = 0
+        need = (self.total_steps - self.step) * a.grad_accum
+        if self.step < self.total_steps and self.cursor + need > self.plan.total:
+            raise FlagError("--data-dir", f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
+                                          f"to go exceeds the {self.plan.total} this data gives")
         self.start_workers()
         while self.step < self.total_steps and not self.stop.requested:
             snap = (self.generator.get_state(), torch.get_rng_state())
