@@ -4,6 +4,8 @@ refusals, exit codes, a user's own trainer script, deploy, host keys, usage."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -11,7 +13,8 @@ import pytest
 
 from console.core.control import bundled_trainer_dir
 from console.devhost import DevHostThread
-from tests.core_util import CT, alive, cli, conn_args, start_time, start_user_script
+from tests.core_util import CLI, CT, alive, cli, conn_args, start_time, start_user_script
+from tests.trainer_run import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +118,29 @@ def test_usage_errors_are_exit_2(host, tmp_path):
     assert cli("status", *conn_args(host), "--", "--x").returncode == 2
     r = cli("launch", *conn_args(host), "--run-dir", str(tmp_path / "a"), "--", "--output-dir", str(tmp_path / "b"))
     assert r.returncode == 2 and "differ" in r.stderr
+
+
+def test_logs_follow_across_a_server_restart(host, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("".join(f"old {i}\n" for i in range(10)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert [p.stdout.readline() for _ in range(3)] == ["old 7\n", "old 8\n", "old 9\n"]
+        with log.open("a") as f:
+            f.write("new 0\nnew ")
+            f.flush()
+            assert p.stdout.readline() == "new 0\n"
+            host.restart(pause=0.3)  # the link drops while a line is half written
+            f.write("1\n")
+            f.flush()
+            for i in range(2, 5):
+                f.write(f"new {i}\n")
+        assert [p.stdout.readline() for _ in range(4)] == [f"new {i}\n" for i in range(1, 5)]
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(10)
+    assert "retrying" in p.stderr.read()
