@@ -115,7 +115,7 @@ def test_nvidia_smi_lines_parse_and_join_by_uuid():
                         "tok_s": 5000.0}]}
     joined = join_devices(gpus, thr)
     assert joined[0][1] is None and joined[1][1]["role"] == "drafter"
-    assert nvidia_smi_argv(250)[-1] == "-lms=250" and "--format=csv,noheader,nounits" in nvidia_smi_argv(250)
+    assert nvidia_smi_argv(250)[-2:] == ["-lms", "250"] and "--format=csv,noheader,nounits" in nvidia_smi_argv(250)
 
 
 def test_options_like_ssh():

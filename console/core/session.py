@@ -244,7 +244,11 @@ class Session:
                         with contextlib.suppress(HelperError):
                             await self._refresh_trainer()
                     continue
-                r = await helper.call("wait_exit", pid=trainer.pid, start_time=trainer.start_time)
+                try:
+                    r = await helper.call("wait_exit", pid=trainer.pid, start_time=trainer.start_time)
+                except HelperError:
+                    await asyncio.sleep(self.rescan_s)
+                    continue
                 if r.get("exited") and self.trainer is trainer:
                     self._set_trainer(None)
 

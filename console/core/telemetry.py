@@ -23,7 +23,7 @@ FIELDS = "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,te
 def nvidia_smi_argv(interval_ms: int | None = 500) -> list[str]:
     argv = ["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits"]
     if interval_ms:
-        argv.append(f"-lms={int(interval_ms)}")
+        argv += ["-lms", str(int(interval_ms))]
     return argv
 
 
