@@ -325,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         "restart": lambda a: cmd_stop(a, restart=True),
         "logs": cmd_logs,
     }[args.command]
+    import asyncssh
+
     from console.core.helper import HelperError, HelperStartError
     from console.core.session import NotConnected
     from console.core.ssh import ConnectError
@@ -336,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     except control.ControlError as e:
         err(str(e))
         code = e.code
-    except (ConnectError, HelperStartError, NotConnected, HelperError, OSError) as e:
+    except (ConnectError, HelperStartError, NotConnected, HelperError, OSError, asyncssh.Error) as e:
         err(str(e))
         code = EXIT_ERROR
     if from_shell:
