@@ -67,8 +67,8 @@ class ConsoleApp(App):
     TITLE = "dflash-console"
     CSS = """
     Screen { layout: vertical; }
-    #top { height: auto; max-height: 13; }
-    #left { width: 1fr; height: auto; }
+    #top { height: 13; }
+    #left { width: 1fr; height: 100%; }
     TrainingPanel { width: 54; padding: 0 1; border-left: solid $primary-darken-2; }
     QueueGauge { margin: 0 1; }
     #plots { height: 10; }
@@ -78,7 +78,7 @@ class ConsoleApp(App):
 
     def __init__(self, session=None, *, state: ConsoleState | None = None, readonly: bool = False,
                  target: str = "", clock: Callable[[], float] = time.time, stop_timeout: float = 120.0,
-                 log_max_lines: int = 5000, min_refresh_s: float = 0.1, plot_refresh_s: float = 0.5,
+                 log_max_lines: int = 5000, min_refresh_s: float = 0.05, plot_refresh_s: float = 1.0,
                  tick_s: float = 1.0) -> None:
         super().__init__()
         self.session = session
@@ -91,6 +91,7 @@ class ConsoleApp(App):
         self.tick_s = tick_s
         self.log_max_lines = log_max_lines
         self._refresh_handle: asyncio.TimerHandle | None = None
+        self._plot_handle: asyncio.TimerHandle | None = None
         self._last_refresh = 0.0
         self._last_plot = 0.0
         self._drawn_version = -1
@@ -123,7 +124,6 @@ class ConsoleApp(App):
         return self.w_log.view
 
     def on_mount(self) -> None:
-        self.w_gpus.can_focus = False
         self.log_view.focus()
         self.refresh_now(plots=True)
         self.set_interval(self.tick_s, self._tick)
@@ -196,13 +196,17 @@ class ConsoleApp(App):
         self.w_queue.update_from(st)
         self.w_training.update_from(st)
         if plots or now - self._last_plot >= self.plot_refresh_s:
-            self._last_plot = now
-            self.w_toks.update_from(st)
-            self.w_loss.update_from(st)
-        elif self._refresh_handle is None:
-            # plots skipped this time: come back for them
+            self._refresh_plots()
+        elif self._plot_handle is None:  # plots skipped this time: come back for them
             delay = self._last_plot + self.plot_refresh_s - now
-            self._refresh_handle = asyncio.get_running_loop().call_later(delay, self._scheduled_refresh)
+            self._plot_handle = asyncio.get_running_loop().call_later(delay, self._refresh_plots)
+
+    def _refresh_plots(self) -> None:
+        self._plot_handle = None
+        self._last_plot = time.monotonic()
+        if self.is_running and self.w_toks.is_mounted:
+            self.w_toks.update_from(self.state)
+            self.w_loss.update_from(self.state)
 
     def _tick(self) -> None:
         """Ages and countdowns move with the clock even when no data arrives."""

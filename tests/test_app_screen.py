@@ -23,8 +23,7 @@ def _app(**kw):
 
 
 def _cells(app):
-    t = app.w_gpus
-    return [[str(c) for c in t.get_row_at(y)] for y in range(t.row_count)]
+    return app.w_gpus.cells()
 
 
 async def test_table_and_panel_fill_from_events():

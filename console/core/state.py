@@ -128,6 +128,7 @@ class ConsoleState:
         self._steps: deque[tuple[float, int]] = deque(maxlen=64)  # (t, step) for the ETA
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
+        self._ever_connected = False
 
     # ---- folding ------------------------------------------------------------------------------
 
@@ -147,10 +148,12 @@ class ConsoleState:
     def _on_ConnState(self, ev) -> None:
         if ev.state != self.conn.state:
             self.conn.since = self.clock()
-            if ev.state in ("reconnecting", "disconnected"):
-                self._event(None, f"connection {ev.state}: {ev.detail}".rstrip(": "), "warn")
-            elif ev.state == "connected" and self.conn.state in ("reconnecting", "disconnected"):
+            if self._ever_connected and self.conn.state == "connected":
+                self._event(None, f"connection lost: {ev.detail}".rstrip(": "), "warn")
+            elif ev.state == "connected" and self._ever_connected:
                 self._event(None, "connection restored")
+        if ev.state == "connected":
+            self._ever_connected = True
         self.conn.state = ev.state
         self.conn.detail = ev.detail or ""
         self.conn.retry_in = ev.retry_in

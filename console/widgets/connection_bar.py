@@ -4,9 +4,9 @@ disconnected, which host, which trainer, and whether this screen is read-only.""
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from console.core.state import ConsoleState, fmt_duration
+from console.widgets.text_widget import TextWidget
 
 STYLE = {
     "connected": ("●", "bold green"),
@@ -44,13 +44,13 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
     return t
 
 
-class ConnectionBar(Static):
+class ConnectionBar(TextWidget):
     DEFAULT_CSS = "ConnectionBar { height: 1; background: $panel; }"
 
     def __init__(self, target: str = "", readonly: bool = False, **kwargs) -> None:
-        super().__init__("", **kwargs)
+        super().__init__(**kwargs)
         self.target = target
         self.readonly = readonly
 
     def update_from(self, state: ConsoleState) -> None:
-        self.update(bar_text(state, self.target, self.readonly))
+        self.set_content(bar_text(state, self.target, self.readonly))

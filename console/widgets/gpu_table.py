@@ -1,77 +1,94 @@
-"""GPU table: one row per GPU (and per trainer device without a GPU), joined to the trainer's roles."""
+"""GPU table: one row per GPU (and per trainer device without a GPU), joined to the trainer's roles.
+
+Drawn as fixed-width text lines (no DataTable): it changes twice a second with 8 GPUs, and a
+DataTable re-renders every touched cell through Rich padding, which showed up in the bench.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from console.core.state import ConsoleState, DeviceRow, fmt_tok_s
+from console.widgets.text_widget import TextWidget
 
-COLUMNS = ("GPU", "name", "role", "util", "memory", "power", "temp", "tok/s")
+# (header, width, right-aligned)
+COLUMNS = (("GPU", 4, False), ("name", 9, False), ("role", 8, False), ("util", 5, True),
+           ("memory", 11, True), ("power", 6, True), ("temp", 5, True), ("tok/s", 7, True))
 ROLE_STYLE = {"drafter": "bold cyan", "target": "bold magenta"}
 
 
-def _pct(v: float | None) -> Text:
+def _pct_style(v: float | None) -> str:
     if v is None:
-        return Text("-", justify="right")
-    style = "green" if v >= 80 else "yellow" if v >= 30 else "red"
-    return Text(f"{v:.0f}%", style=style, justify="right")
+        return "dim"
+    return "green" if v >= 80 else "yellow" if v >= 30 else "red"
 
 
-def _mem(used: float | None, total: float | None) -> Text:
+def _mem(used: float | None, total: float | None) -> str:
     """nvidia-smi reports MiB; shown in GiB."""
     if used is None:
-        return Text("-", justify="right")
-    s = f"{used / 1024:.1f}"
-    if total:
-        s += f"/{total / 1024:.0f}G"
-    else:
-        s += "G"
-    return Text(s, justify="right")
+        return "-"
+    return f"{used / 1024:.1f}/{total / 1024:.0f}G" if total else f"{used / 1024:.1f}G"
 
 
-def _num(v: float | None, unit: str) -> Text:
-    return Text("-" if v is None else f"{v:.0f}{unit}", justify="right")
+def _num(v: float | None, unit: str) -> str:
+    return "-" if v is None else f"{v:.0f}{unit}"
 
 
-def row_cells(r: DeviceRow) -> tuple:
+def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
+    """(text, style) per column."""
     name = r.name.removeprefix("NVIDIA ") if r.name else (r.device or "")
-    role = Text(r.role or "-", style=ROLE_STYLE.get(r.role or "", "dim"))
-    tok = Text(fmt_tok_s(r.tok_s), justify="right",
-               style="bold" if r.role == "drafter" else "")
-    return (r.label, name[:18], role, _pct(r.util), _mem(r.mem_used, r.mem_total),
-            _num(r.power, "W"), _num(r.temp, "°C"), tok)
+    return [
+        (r.label, "bold"),
+        (name, ""),
+        (r.role or "-", ROLE_STYLE.get(r.role or "", "dim")),
+        ("-" if r.util is None else f"{r.util:.0f}%", _pct_style(r.util)),
+        (_mem(r.mem_used, r.mem_total), ""),
+        (_num(r.power, "W"), ""),
+        (_num(r.temp, "°C"), ""),
+        (fmt_tok_s(r.tok_s), "bold" if r.role == "drafter" else ""),
+    ]
 
 
-class GpuTable(DataTable):
-    """The GPU table. Rows are rebuilt only when the set of devices changes; cells update in place."""
+def _cell(text: str, width: int, right: bool) -> str:
+    text = text if len(text) <= width else text[: width - 1] + "…"
+    return text.rjust(width) if right else text.ljust(width)
 
-    DEFAULT_CSS = """
-    GpuTable { height: auto; max-height: 12; }
-    """
+
+def table_text(rows: list[DeviceRow]) -> Text:
+    t = Text(no_wrap=True, overflow="ellipsis")
+    t.append(" ".join(_cell(h, w, right) for h, w, right in COLUMNS), style="bold dim")
+    for r in rows:
+        t.append("\n")
+        for i, ((text, style), (_, width, right)) in enumerate(zip(row_cells(r), COLUMNS, strict=True)):
+            if i:
+                t.append(" ")
+            t.append(_cell(text, width, right), style=style)
+    if not rows:
+        t.append("\nno GPUs or trainer devices yet", style="dim")
+    return t
+
+
+class GpuTable(TextWidget):
+    DEFAULT_CSS = "GpuTable { height: auto; max-height: 12; padding: 0 1; }"
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(cursor_type="none", zebra_stripes=True, show_cursor=False, **kwargs)
-        self._keys: list[str] = []
-        self._plain: list[list[str]] = []
-
-    def on_mount(self) -> None:
-        for c in COLUMNS:
-            self.add_column(c, key=c)
+        super().__init__(**kwargs)
+        self._n_rows = -1
 
     def update_from(self, state: ConsoleState) -> None:
         rows = state.rows()
-        keys = [f"{i}|{r.label}|{r.uuid}|{r.device}|{r.role}" for i, r in enumerate(rows)]
-        cells = [row_cells(r) for r in rows]
-        plain = [[str(v) for v in c] for c in cells]
-        if keys != self._keys:
-            self.clear()
-            for k, c in zip(keys, cells, strict=True):
-                self.add_row(*c, key=k)
-            self._keys, self._plain = keys, plain
-            return
-        for y, c in enumerate(cells):
-            for x, v in enumerate(c):
-                if plain[y][x] != self._plain[y][x]:
-                    self.update_cell_at((y, x), v)
-        self._plain = plain
+        grew = len(rows) != self._n_rows  # only a new row count needs a layout pass
+        self._n_rows = len(rows)
+        self.set_content(table_text(rows), layout=grew)
+
+    def cells(self) -> list[list[str]]:
+        """The table as text cells, row by row (header excluded)."""
+        lines = self._content.plain.split("\n")[1:]
+        out = []
+        for line in lines:
+            cells, x = [], 0
+            for _, width, _ in COLUMNS:
+                cells.append(line[x:x + width].strip())
+                x += width + 1
+            out.append(cells)
+        return out

@@ -18,7 +18,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.strip import Strip
-from textual.widgets import Input, Log, Static
+from textual.widgets import Input, Log
+
+from console.widgets.text_widget import TextWidget
 
 
 class LogStatus(Message):
@@ -185,13 +187,15 @@ class LogPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield self.view
-        yield Static(self.view.status_text(), id="log-status")
+        status = TextWidget(id="log-status")
+        status.set_content(self.view.status_text())
+        yield status
         yield Input(placeholder="search the log (Enter: newest match, n/N: next/prev, Esc: close)",
                     id="log-search")
 
     def on_log_status(self, message: LogStatus) -> None:
         message.stop()
-        self.query_one("#log-status", Static).update(self.view.status_text())
+        self.query_one("#log-status", TextWidget).set_content(self.view.status_text())
 
     def open_search(self) -> None:
         self.add_class("searching")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from console.core.state import ConsoleState
+from console.widgets.text_widget import TextWidget
 
 
 def gauge_text(depth: int | None, capacity: int | None, width: int) -> Text:
@@ -31,18 +31,16 @@ def gauge_text(depth: int | None, capacity: int | None, width: int) -> Text:
     return t
 
 
-class QueueGauge(Static):
+class QueueGauge(TextWidget):
     DEFAULT_CSS = "QueueGauge { height: 1; }"
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("", **kwargs)
-        self._seen: tuple | None = None
+        super().__init__(**kwargs)
+        self._last: tuple[int | None, int | None] = (None, None)
 
     def update_from(self, state: ConsoleState) -> None:
-        key = (state.queue_depth, state.queue_capacity, self.size.width)
-        if key != self._seen:
-            self._seen = key
-            self.update(gauge_text(state.queue_depth, state.queue_capacity, self.size.width or 40))
+        self._last = (state.queue_depth, state.queue_capacity)
+        self.set_content(gauge_text(*self._last, self.size.width or 40))
 
     def on_resize(self) -> None:
-        self._seen = None
+        self.set_content(gauge_text(*self._last, self.size.width or 40))

@@ -20,6 +20,8 @@ class TokSPlot(PlotextPlot):
         super().__init__(**kwargs)
         self.window_s = window_s
         self._seen: tuple | None = None
+        self._render_key: tuple | None = None
+        self._rendered = None
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -43,3 +45,11 @@ class TokSPlot(PlotextPlot):
                 plt.plot(xs, [h[2].get("target", 0.0) for h in pts], label="target",
                          marker="braille", color="magenta")
         self.refresh()
+
+    def render(self):
+        """plotext rebuilds the whole figure per render; reuse it until the data or size changes."""
+        key = (self._seen, self.size, self.app.theme)
+        if key != self._render_key:
+            self._render_key = key
+            self._rendered = super().render()
+        return self._rendered

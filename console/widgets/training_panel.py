@@ -1,16 +1,16 @@
 """Training panel: step of total, epoch, loss, per-position accuracy, acceptance length, lr,
-checkpoint age, ETA, the headline tok/s and the newest events."""
+checkpoint age, ETA, the headline tok/s and the newest events. Plain styled text lines (cheap to
+redraw several times a second)."""
 
 from __future__ import annotations
 
-from rich.console import Group
-from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from console.core.state import ConsoleState, fmt_duration, fmt_tok_s
+from console.widgets.text_widget import TextWidget
 
 BARS = " ▁▂▃▄▅▆▇█"
+LABEL_W = 11
 
 
 def acc_text(acc: list[float], limit: int = 8) -> Text:
@@ -18,8 +18,7 @@ def acc_text(acc: list[float], limit: int = 8) -> Text:
     if not acc:
         return Text("-")
     t = Text()
-    for a in acc:
-        t.append(BARS[min(8, max(0, round(a * 8)))], style="green")
+    t.append("".join(BARS[min(8, max(0, round(a * 8)))] for a in acc), style="green")
     t.append("  " + " ".join(f"{a:.2f}" for a in acc[:limit]))
     if len(acc) > limit:
         t.append(" …", style="dim")
@@ -30,23 +29,21 @@ def _f(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def panel_renderable(state: ConsoleState, n_events: int = 4):
-    g = Table.grid(padding=(0, 1))
-    g.add_column(style="dim", no_wrap=True, min_width=10)
-    g.add_column(no_wrap=True, overflow="ellipsis")
+def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
+    rows: list[tuple[str, Text | str]] = []
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
     tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
-    g.add_row("throughput", tok)
+    rows.append(("throughput", tok))
     step = "-" if state.step is None else f"{state.step:,}"
     if state.total_steps:
         pct = 100.0 * (state.step or 0) / state.total_steps
         step += f" / {state.total_steps:,}  ({pct:.1f}%)"
-    g.add_row("step", step)
-    g.add_row("epoch", _f(state.epoch, ".2f"))
-    g.add_row("loss", Text(_f(state.loss, ".4f"), style="bold yellow"))
-    g.add_row("accept len", Text(_f(state.accept_len, ".2f"), style="bold"))
-    g.add_row("acc k=1..", acc_text(state.acc))
-    g.add_row("lr", _f(state.lr, ".2e"))
+    rows.append(("step", step))
+    rows.append(("epoch", _f(state.epoch, ".2f")))
+    rows.append(("loss", Text(_f(state.loss, ".4f"), style="bold yellow")))
+    rows.append(("accept len", Text(_f(state.accept_len, ".2f"), style="bold")))
+    rows.append(("acc k=1..", acc_text(state.acc)))
+    rows.append(("lr", _f(state.lr, ".2e")))
     age = state.checkpoint_age_s()
     if state.saving_since is not None:
         exp = state.saving_expected_s
@@ -55,20 +52,24 @@ def panel_renderable(state: ConsoleState, n_events: int = 4):
     elif age is None:
         ck = Text("none yet", style="dim")
     else:
-        ck = Text(f"{fmt_duration(age)} ago (step {state.ckpt_step})",
-                  style="red" if age > 3600 else "")
-    g.add_row("checkpoint", ck)
-    g.add_row("ETA", fmt_duration(state.eta_s()))
-    ev = Table.grid()
-    ev.add_column(no_wrap=True, overflow="ellipsis")
+        ck = Text(f"{fmt_duration(age)} ago (step {state.ckpt_step})", style="red" if age > 3600 else "")
+    rows.append(("checkpoint", ck))
+    rows.append(("ETA", fmt_duration(state.eta_s())))
+    t = Text(no_wrap=True, overflow="ellipsis")
+    for i, (label, value) in enumerate(rows):
+        if i:
+            t.append("\n")
+        t.append(label.ljust(LABEL_W), style="dim")
+        t.append(value if isinstance(value, Text) else Text(value))
+    t.append("\n")
     for e in list(state.events)[-n_events:]:
-        style = {"warn": "yellow", "error": "bold red"}.get(e.level, "dim")
-        ev.add_row(Text(e.text, style=style))
-    return Group(g, Text(""), ev)
+        t.append("\n")
+        t.append(e.text, style={"warn": "yellow", "error": "bold red"}.get(e.level, "dim"))
+    return t
 
 
-class TrainingPanel(Static):
-    DEFAULT_CSS = "TrainingPanel { height: auto; }"
+class TrainingPanel(TextWidget):
+    DEFAULT_CSS = "TrainingPanel { height: 100%; }"
 
     def update_from(self, state: ConsoleState) -> None:
-        self.update(panel_renderable(state))
+        self.set_content(panel_text(state))
