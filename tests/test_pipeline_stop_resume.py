@@ -11,7 +11,7 @@ from tests.trainer_run import Trainer, events, run, session_members, steps, tiny
 
 pytestmark = pytest.mark.slow
 
-N = 8  # optimizer steps of the reference run
+N = 10  # optimizer steps of the reference run
 EXTRA = ("--max-steps", str(N), "--grad-accum", "2", "--noise-start", "0.2", "--noise-end", "0.05",
          "--noise-type", "gaussian", "--seed", "3")
 
@@ -19,13 +19,17 @@ EXTRA = ("--max-steps", str(N), "--grad-accum", "2", "--noise-start", "0.2", "--
 def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path):
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))  # runs alongside the interrupted one
-    # the stop's checkpoint write is held for 1.5 s so that a second SIGINT lands during the save
+    # the stop's checkpoint write is held until `release` exists, so that a second SIGINT lands during the save
+    release = tmp_path / "release"
     cut = Trainer(tiny_flags(tiny_assets, cut_dir, *EXTRA),
-                  DFLASH_TEST_PAUSE_AT="files_written", DFLASH_TEST_PAUSE_S="1.5")
+                  DFLASH_TEST_PAUSE_AT="files_written", DFLASH_TEST_PAUSE_UNTIL=str(release))
     wait_for_step(cut_dir, 3, cut)
     cut.signal(signal.SIGINT)
     cut.wait_line("DFLASH_TEST_PAUSE files_written")
     cut.signal(signal.SIGINT)
+    cut.wait_line("SIGINT received while a checkpoint is being written: ignored until the save ends")
+    assert cut.proc.poll() is None  # still saving
+    release.touch()
     assert cut.wait() == 0, cut.output
     assert ref.wait() == 0, ref.output
 
@@ -36,7 +40,6 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     assert ev["stop_requested"]["signal"] == "SIGINT"
     assert ev["checkpoint_saving"]["expected_s"] is None  # first save of the run
     assert ev["stopped"] == {**ev["stopped"], "reason": "signal", "exit_code": 0}
-    assert "ignored until the save ends" in cut.output
     assert session_members(cut.proc.pid) == []
     k = ev["checkpoint_saved"]["step"]
     assert 3 <= k < N, k

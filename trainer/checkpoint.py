@@ -7,7 +7,8 @@ checkpoint from anything else. A SIGKILL at any point leaves ``latest`` naming t
 
 Test instrumentation: with ``DFLASH_TEST_PAUSE_AT=<stage>`` (one of ``STAGES``) the writer prints
 ``DFLASH_TEST_PAUSE <stage> <path>`` and sleeps ``DFLASH_TEST_PAUSE_S`` seconds (default 3600) at that
-stage of save number ``DFLASH_TEST_PAUSE_SAVE`` (1-based, counted in this process, default 1).
+stage of save number ``DFLASH_TEST_PAUSE_SAVE`` (1-based, counted in this process, default 1), or until
+the path ``DFLASH_TEST_PAUSE_UNTIL`` exists.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ def _pause(stage: str, path: str) -> None:
         return
     print(f"DFLASH_TEST_PAUSE {stage} {path}", flush=True)
     deadline = time.monotonic() + float(os.environ.get("DFLASH_TEST_PAUSE_S", "3600"))
+    release = os.environ.get("DFLASH_TEST_PAUSE_UNTIL")  # a path: the pause ends once it exists
     while time.monotonic() < deadline:  # short sleeps: signal handlers run in between
+        if release and os.path.exists(release):
+            return
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 

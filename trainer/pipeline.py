@@ -221,9 +221,11 @@ class Trainer:
         t0 = time.monotonic()
         try:
             existing = os.path.join(self.ckpt_root, checkpoint.step_dir_name(self.step))
+            reused = False
             if self.resumed_step == self.step and self.resume_path == existing and checkpoint.is_complete(existing):
-                path = existing  # nothing trained since this checkpoint was loaded: it is this state
-                nbytes = sum(checkpoint.read_manifest(existing)["files"].values())
+                path, reused = existing, True  # nothing trained since this checkpoint was loaded: it is this state
+                nbytes = sum(checkpoint.read_manifest(existing)["files"].values()) + os.path.getsize(
+                    os.path.join(existing, checkpoint.MANIFEST))
             else:
                 meta = {"cursor": self.cursor, "epoch": self.plan.epoch_progress(self.cursor), "time": time.time(),
                         "version": __version__, "total_steps": self.total_steps}
@@ -231,9 +233,11 @@ class Trainer:
         finally:
             self.stop.saving = False
         seconds = time.monotonic() - t0
-        self.save_seconds.append(seconds)
-        with contextlib.suppress(OSError):  # past save times for the next run's expected_s
-            rundir.atomic_write_text(os.path.join(self.ckpt_root, SAVE_TIMES), json.dumps(self.save_seconds[-10:]))
+        if not reused:  # a real write: a data point for expected_s
+            self.save_seconds.append(seconds)
+            with contextlib.suppress(OSError):  # kept for the next run in this dir
+                rundir.atomic_write_text(os.path.join(self.ckpt_root, SAVE_TIMES),
+                                         json.dumps(self.save_seconds[-10:]))
         self.stop.drain()
         self.writer.event("checkpoint_saved", step=self.step, path=path, seconds=seconds, bytes=nbytes)
         log(f"checkpoint saved: {path} ({nbytes / 1e6:.1f} MB, {seconds:.2f}s)")
@@ -242,7 +246,7 @@ class Trainer:
     def start_workers(self) -> None:
         from trainer.roles import TargetWorker
 
-        end = min(self.plan.total, self.total_steps * self.args.grad_accum)
+        end = min(self.plan.total, self.cursor + (self.total_steps - self.step) * self.args.grad_accum)
         n = len(self.target_roles)
         self.workers = [TargetWorker(r, self.plan, i, n, self.cursor, end, self.queue)
                         for i, r in enumerate(self.target_roles)]
