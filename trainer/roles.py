@@ -36,9 +36,9 @@ class HiddenBatch:
     tokens: int
     hidden: torch.Tensor  # (1, T, n*H) on the target's device
     final: torch.Tensor | None  # (1, T, H) last_hidden_state, only for soft labels
-    input_ids: torch.Tensor  # (1, T)
-    loss_mask: torch.Tensor  # (1, T) bool
-    doc_ids: torch.Tensor  # (1, T)
+    input_ids: torch.Tensor  # (1, T) on the target's device
+    loss_mask: torch.Tensor  # (1, T) bool, on the CPU
+    doc_ids: torch.Tensor  # (1, T), on the CPU
 
 
 class _Failure:
@@ -56,7 +56,8 @@ class TargetRole:
 
     def __call__(self, mb: MicroBatch) -> HiddenBatch:
         self.meter.begin()
-        ids, lm, docs, _pos = mb.to_tensors(self.device)
+        ids_cpu, lm, docs, _pos = mb.to_tensors("cpu")  # doc ids stay on the host: no device sync to read them
+        ids = ids_cpu.to(self.device)
         hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
