@@ -259,7 +259,8 @@ class ConsoleApp(App):
     def action_launch(self) -> None:
         if self.readonly or not self._need_session():
             return
-        self.push_screen(LaunchDialog(self.state.run, self.session.launch))
+        live = getattr(self.state.trainer, "pid", None)
+        self.push_screen(LaunchDialog(self.state.run, self.session.launch, live_pid=live))
 
     def action_deploy(self) -> None:
         if self.readonly or not self._need_session():

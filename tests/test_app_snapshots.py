@@ -22,6 +22,7 @@ def replay_app() -> ConsoleApp:
 
 async def _settle(pilot) -> None:
     app = pilot.app
+    await pilot.pause()  # laid out: the panels know their size
     app.feed(recorded()[0])
     app.log_view.flush()
     app.refresh_now(plots=True)

@@ -129,6 +129,7 @@ class ConsoleState:
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
         self._ever_connected = False
+        self.conn.since = self.clock()
 
     # ---- folding ------------------------------------------------------------------------------
 
@@ -146,8 +147,9 @@ class ConsoleState:
         self.version += 1
 
     def _on_ConnState(self, ev) -> None:
+        if (ev.state == "connected") != (self.conn.state == "connected"):
+            self.conn.since = self.clock()  # "for how long" counts from the last up/down change
         if ev.state != self.conn.state:
-            self.conn.since = self.clock()
             if self._ever_connected and self.conn.state == "connected":
                 self._event(None, f"connection lost: {ev.detail}".rstrip(": "), "warn")
             elif ev.state == "connected" and self._ever_connected:

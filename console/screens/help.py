@@ -16,6 +16,8 @@ LOG_KEYS = [
     ("ctrl+p", "command palette: actions by name"),
 ]
 
+QUIT_NOTE = "Quitting never touches the trainer: it keeps training."
+
 
 def help_table(rows: list[tuple[str, str, str]], readonly: bool) -> Table:
     t = Table(box=None, show_header=False, padding=(0, 2))
@@ -41,10 +43,11 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen #title { text-style: bold; margin-bottom: 1; }
     """
 
-    def __init__(self, rows: list[tuple[str, str, str]], readonly: bool) -> None:
+    def __init__(self, rows: list[tuple[str, str, str]], readonly: bool, quit_note: str = QUIT_NOTE) -> None:
         super().__init__()
         self.rows = rows
         self.readonly = readonly
+        self.quit_note = quit_note
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -54,7 +57,7 @@ class HelpScreen(ModalScreen[None]):
             if self.readonly:
                 note.append("\nRead-only: stop, restart, launch and deploy are switched off.\n",
                             style="bold yellow")
-            note.append("\nQuitting never touches the trainer: it keeps training.  Esc closes.", style="dim")
+            note.append(f"\n{self.quit_note}  Esc closes.", style="dim")
             yield Static(note)
 
     async def action_dismiss(self, result=None) -> None:

@@ -41,8 +41,9 @@ class LaunchDialog(ModalScreen[object]):
     LaunchDialog Button { margin-left: 2; }
     """
 
-    def __init__(self, run: dict | None, launcher: Launcher) -> None:
+    def __init__(self, run: dict | None, launcher: Launcher, live_pid: int | None = None) -> None:
         super().__init__()
+        self.live_pid = live_pid
         self.last_run = run
         self.launcher = launcher
         self.result: object | None = None
@@ -60,7 +61,9 @@ class LaunchDialog(ModalScreen[object]):
             yield Input(python, id="python")
             yield Label("code directory (holds the trainer package; empty: deploy the bundled trainer)")
             yield Input(code_dir, id="code_dir")
-            yield Static("", id="outcome")
+            warn = (Text(f"A trainer (PID {self.live_pid}) is running: a launch into its run dir is refused.",
+                         style="yellow") if self.live_pid is not None else "")
+            yield Static(warn, id="outcome")
             with Horizontal(id="buttons"):
                 yield Button("Cancel (Esc)", id="cancel", variant="primary")
                 yield Button("Launch", id="launch", variant="warning")
@@ -102,6 +105,8 @@ class LaunchDialog(ModalScreen[object]):
         finally:
             self.busy = False
         ok, text = describe(self.result)
+        if ok:
+            self.query_one("#launch", Button).disabled = True
         self._say(Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)",
                        style="bold green" if ok else "bold red"))
 

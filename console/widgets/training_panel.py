@@ -71,5 +71,15 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
 class TrainingPanel(TextWidget):
     DEFAULT_CSS = "TrainingPanel { height: 100%; }"
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._state: ConsoleState | None = None
+
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self.update_from(self._state)
+
     def update_from(self, state: ConsoleState) -> None:
-        self.set_content(panel_text(state))
+        self._state = state
+        # nine lines of figures and a blank one; the newest events fill what is left
+        self.set_content(panel_text(state, n_events=max(0, self.size.height - 10)))
