@@ -124,3 +124,26 @@ def test_training_steps_through_flex(mode):
         m = metrics_to_floats(metrics)
         assert len(m["acc"]) == cfg.block_size - 1 and m["n_blocks"] > 0
     assert losses[-1] < losses[0]  # memorising one fixed batch
+
+
+@pytest.mark.parametrize("attn", ["varlen", "flex"])
+def test_direct_capture_matches_transformers_on_cuda(attn):
+    """The compiled direct capture path (per-document varlen / flex attention) == transformers' forward."""
+    from trainer.target import prepare_capture
+    from trainer.target_direct import _varlen_works
+
+    if attn == "varlen" and not _varlen_works(torch.device(DEV)):
+        pytest.skip("this torch has no working varlen_attn")
+    target = tiny_target(**TC).to(DEV, torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB - 1, (2, 200), generator=g).to(DEV)
+    doc = torch.zeros_like(ids)
+    doc[0, 70:] = 1
+    doc[0, 150:] = 2
+    doc[1, 180:] = -1
+    ref, ref_final = capture(target, ids, doc, [0, 2], need_final_hidden=True)
+    assert prepare_capture(target, attn=attn) == attn
+    for d in (doc, doc.cpu()):  # document boundaries read on the device or on the host
+        out, final = capture(target, ids, d, [0, 2], need_final_hidden=True)
+        for got, want in ((out, ref), (final, ref_final)):
+            assert ((got.float() - want.float()).norm() / want.float().norm()) < 2e-2

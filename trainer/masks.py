@@ -35,13 +35,16 @@ def sample_anchors(
     block_size: int,
     max_anchors: int,
     generator: torch.Generator | None = None,
+    pad_to_max: bool = False,
 ) -> torch.Tensor:
     """Random block anchors per row: ``(B, A)`` long, sorted ascending, ``-1`` = padding.
 
     Position ``a`` is a candidate iff the block ``[a, a + block_size - 1]`` fits in the row, lies in one
     document (``doc_ids >= 0``) and positions ``a + 1 .. a + block_size - 1`` (the predicted ones) are in
     ``loss_mask``. Up to ``max_anchors`` candidates per row are drawn without replacement;
-    ``A = max(1, max over rows of the number drawn)``.
+    ``A = max(1, max over rows of the number drawn)`` (one device sync to read it), or with ``pad_to_max``
+    ``A = min(max_anchors, T - block_size + 1)``: known from the shapes, so no sync and one shape for every
+    batch of a length (no recompiles), at the cost of computing padding blocks where rows have fewer.
     """
     if block_size < 2:
         raise ValueError(f"block_size must be >= 2, got {block_size}")
@@ -70,7 +73,7 @@ def sample_anchors(
     scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
     scores = scores.masked_fill(~valid, 2.0)
     counts = valid.sum(1).clamp(max=max_anchors)
-    A = max(1, int(counts.max().item()))
+    A = min(max_anchors, n_cand) if pad_to_max else max(1, int(counts.max().item()))
     picked = scores.argsort(dim=1)[:, :A]
     keep = torch.arange(A, device=device).unsqueeze(0) < counts.unsqueeze(1)
     anchors = torch.where(keep, picked, torch.full_like(picked, n_cand + T))  # padding sorts last
@@ -132,7 +135,8 @@ def flex_block_mask(
     Q = A * block_size
     dev = device if device is not None else anchors.device
     return create_block_mask(
-        mask_mod(anchors, doc_ids, block_size, sliding_window), B=B, H=None, Q_LEN=Q, KV_LEN=T + Q, device=dev
+        mask_mod(anchors, doc_ids, block_size, sliding_window), B=B, H=None, Q_LEN=Q, KV_LEN=T + Q, device=dev,
+        _compile=torch.device(dev).type == "cuda",  # compiled: never materialises the (B, Q, KV) mask
     )
 
 

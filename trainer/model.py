@@ -20,6 +20,8 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   mask (CPU training; FlexAttention has no CPU backward); ``'flex'`` uses a FlexAttention BlockMask
   (compiled ``flex_attention`` on CUDA, eager elsewhere).
 - ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.
+- ``compile_layers`` (attribute, default True): with ``attn_impl='flex'`` on CUDA each decoder layer runs
+  through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU, flex inlined).
 """
 
 from __future__ import annotations
@@ -133,11 +135,26 @@ def _flex_attention(q, k, v, block_mask, scale):
     from torch.nn.attention.flex_attention import flex_attention
 
     fn = flex_attention
-    if q.is_cuda:
+    if q.is_cuda and not torch.compiler.is_compiling():  # inside a compiled layer dynamo compiles it
         if _COMPILED_FLEX is None:
             _COMPILED_FLEX = torch.compile(flex_attention)
         fn = _COMPILED_FLEX
     return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+
+_COMPILED_LAYER = None
+
+
+def _run_layer(layer, x, ctx, rope_q, rope_ctx, attn_mask, attn_impl):
+    return layer(x, ctx, rope_q, rope_ctx, attn_mask, attn_impl)
+
+
+def _compiled_layer():
+    """One compiled decoder-layer step shared by all layers (regional compilation: weights are inputs)."""
+    global _COMPILED_LAYER
+    if _COMPILED_LAYER is None:
+        _COMPILED_LAYER = torch.compile(_run_layer)
+    return _COMPILED_LAYER
 
 
 class MLP(nn.Module):
@@ -176,6 +193,7 @@ class DFlashDrafter(nn.Module):
         # kept outside the module's buffers so .to(dtype) never rounds it
         self._inv_freq, self.rope_scale = rope_inv_freq(cfg)
         self.gradient_checkpointing = False
+        self.compile_layers = True
         self.reset_parameters()
 
     def reset_parameters(self, std: float = 0.02) -> None:
@@ -240,10 +258,11 @@ class DFlashDrafter(nn.Module):
         build = masks.flex_block_mask if attn_impl == "flex" else masks.dense_mask
         mask_by_window = {w: build(anchors, doc_ids, bs, w) for w in {cfg.window_of(i) for i in range(len(self.layers))}}
 
+        run = _compiled_layer() if attn_impl == "flex" and x.is_cuda and self.compile_layers else _run_layer
         for i, layer in enumerate(self.layers):
             m = mask_by_window[cfg.window_of(i)]
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, ctx, rope_q, rope_ctx, m, attn_impl, use_reentrant=False)
+                x = checkpoint(run, layer, x, ctx, rope_q, rope_ctx, m, attn_impl, use_reentrant=False)
             else:
-                x = layer(x, ctx, rope_q, rope_ctx, m, attn_impl)
+                x = run(layer, x, ctx, rope_q, rope_ctx, m, attn_impl)
         return self.norm(x).view(B, A, bs, cfg.hidden_size)

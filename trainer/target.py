@@ -17,6 +17,17 @@
   flex) or uses varlen kernels (flash-attention). Rows are assumed right-padded with their own doc id
   (e.g. -1) for the padding. Linear-attention layers (Qwen3.5 / Qwen3-Next) do not reset their state at
   such boundaries: pack one document per row for those targets.
+- ``prepare_capture(model, attn="auto", compile=None)``: switches ``capture`` to the direct path for
+  pre-norm Qwen3 / Qwen2 / Llama / Mistral decoders (``DIRECT_MODEL_TYPES``): our own loop over
+  ``layers[:last + 1]`` using the layers' weights (no hooks, no transformers mask building), attention
+  per document through ``attn`` = ``"varlen"`` (torch's flash varlen kernel, causal within each
+  document), ``"flex"`` (FlexAttention, document-causal BlockMask), ``"sdpa"`` (dense document-causal
+  mask; CPU) or ``"sdpa_causal"`` (plain causal: ONLY for rows that are one document each, not checked);
+  ``"auto"`` = varlen when torch has it on CUDA, else flex on CUDA, else sdpa. ``compile`` (default: on
+  CUDA) compiles one decoder layer's step (regional compilation, shared by all layers). Returns the
+  chosen mode, or None when the model does not qualify (``capture`` then keeps the hook path).
+  ``load_target`` calls it on CUDA. The varlen path needs the document boundaries on the host: pass
+  ``doc_ids`` on the CPU to avoid the one device sync per ``capture`` call that reading them costs.
 """
 
 from __future__ import annotations
@@ -26,6 +37,9 @@ from torch import nn
 
 from trainer.config import text_config_of
 from trainer.masks import doc_positions
+from trainer.target_direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
+
+__all__ = ["DIRECT_MODEL_TYPES", "capture", "decoder_of", "load_target", "prepare_capture"]
 
 
 class _StopForward(Exception):
@@ -63,13 +77,9 @@ def load_target(
     model.to(device)
     model.eval()
     model.requires_grad_(False)
+    if str(device).startswith("cuda"):
+        prepare_capture(model)
     return model
-
-
-def decoder_of(model: nn.Module) -> nn.Module:
-    """The base decoder (``model.model``; its ``language_model`` for multimodal wrappers)."""
-    base = getattr(model, "model", model)
-    return getattr(base, "language_model", base)
 
 
 def capture(
@@ -80,6 +90,8 @@ def capture(
     need_final_hidden: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     base = decoder_of(model)
+    if getattr(model, "_dflash_capture", None) is not None:
+        return capture_direct(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
     layers = base.layers
     if any(not 0 <= i < len(layers) for i in target_layer_ids):
         raise ValueError(f"target_layer_ids {target_layer_ids} out of range for {len(layers)} loaded layers")
