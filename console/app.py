@@ -273,8 +273,12 @@ class ConsoleApp(App):
         try:
             where = await self.session.deploy()
         except Exception as exc:
+            self.state.note(f"deploy failed: {exc}", "error")
+            self.schedule_refresh()
             self.notify(f"deploy failed: {exc}", severity="error", timeout=15)
             return
+        self.state.note(f"deployed to {where}")
+        self.schedule_refresh()
         self.notify(f"deployed to {where}; a launch or restart uses it", timeout=10)
 
     def action_search(self) -> None:

@@ -154,6 +154,21 @@ async def test_a_host_that_is_down_at_start_is_retried_until_it_is_up(tmp_path):
         await h.stop()
 
 
+async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
+    run_dir, info = trainer
+    app = make_app(host, run_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.trainer is not None, 30, "the trainer")
+        await pilot.press("d")
+        await until(pilot, lambda: any(e.text.startswith("deployed to ") for e in app.state.events), 60,
+                    "the deploy")
+        where = next(e.text for e in app.state.events if e.text.startswith("deployed to ")).split(" ", 2)[2]
+        await pilot.pause(0.2)
+        assert "deployed to" in screen_text(app)  # in the panel's events
+        assert (Path(where) / "trainer" / "pipeline.py").is_file()
+    assert alive(info.pid)  # a deploy never touches the running trainer
+
+
 async def test_stop_dialog_counts_down_to_exited(host, trainer):
     run_dir, info = trainer
     app = make_app(host, run_dir)

@@ -314,6 +314,11 @@ class ConsoleState:
         elif isinstance(name, str):
             self._event(t, f"event {name}")
 
+    def note(self, text: str, level: str = "info") -> None:
+        """An event line of the screen's own (a deploy's outcome, ...)."""
+        self._event(None, text, level)
+        self._touch()
+
     def _event(self, t: float | None, text: str, level: str = "info") -> None:
         self.events.append(EventLine(t if t is not None else self.clock(), text, level))
 
