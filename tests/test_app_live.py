@@ -44,13 +44,19 @@ def host(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trainer(host, tiny_assets):
-    """A tiny trainer in container 200, launched through Session.launch; killed at the end if alive."""
+    """A tiny trainer in container 200, launched through Session.launch; killed at the end if alive.
+
+    Its first checkpoint save (the stop's: no periodic saves) pauses after writing its files until
+    ``run_dir/../release`` exists (trainer/checkpoint.py's test instrumentation), so that the last
+    test can run a stop into its timeout first."""
     run_dir = host.container_dir(CT) / "run"
+    release = host.container_dir(CT) / "release"
+    env = {"OMP_NUM_THREADS": "1", "DFLASH_TEST_PAUSE_AT": "files_written", "DFLASH_TEST_PAUSE_UNTIL": str(release)}
 
     async def launch():
         async with Session(options(host), ct=CT, run_dir=str(run_dir), telemetry=False) as s:
             res = await s.launch(tiny_flags(tiny_assets, run_dir, "--epochs", "1000"),
-                                 code_dir=str(ROOT), env={"OMP_NUM_THREADS": "1"}, wait_s=120)
+                                 code_dir=str(ROOT), env=env, wait_s=120)
             assert res.code == 0, res.message
             return res.trainer
 
@@ -169,9 +175,10 @@ async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
     assert alive(info.pid)  # a deploy never touches the running trainer
 
 
-async def test_stop_dialog_counts_down_to_exited(host, trainer):
+async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
     run_dir, info = trainer
     app = make_app(host, run_dir)
+    app.stop_timeout = 4.0
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer is not None and app.state.step is not None, 30, "trainer")
         await pilot.press("s")
@@ -179,7 +186,23 @@ async def test_stop_dialog_counts_down_to_exited(host, trainer):
         assert isinstance(dlg, StopDialog) and app.focused.id == "no"
         assert f"PID {info.pid}" in screen_text(app)
         await pilot.press("y")
-        await until(pilot, lambda: dlg.done, 90, "the stop to finish")
+        # the save is held (see the fixture): the stop gives up at its timeout and says what to do
+        await until(pilot, lambda: dlg.done, 60, "the stop to time out")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert dlg.result.code == 3, text
+        assert "still running after 4 s; it was left running, not killed" in text
+        assert f"kill -KILL {info.pid}" in text and "✔ SIGINT sent" in text
+        assert alive(info.pid)
+        await pilot.press("escape")
+
+        app.stop_timeout = 90.0  # asked again: the trainer is still saving from the first SIGINT
+        await pilot.press("s")
+        dlg = app.screen
+        await pilot.press("y")
+        await until(pilot, lambda: "signal_sent" in dlg.phases, 30, "the second signal")
+        (run_dir.parent / "release").touch()  # now the held save may finish
+        await until(pilot, lambda: dlg.done, 90, "the second stop to finish")
         await pilot.pause(0.3)
         text = screen_text(app)
         assert "exited" in dlg.phases and dlg.result.code == 0, text

@@ -183,13 +183,15 @@ class StopDialog(ModalScreen[object]):
         last = max(reached) if reached else -1
         for i, (name, label) in enumerate(STEPS):
             ph = self.phases.get(name)
-            if ph is not None or i < last:
+            if ph is not None:
                 mark, style = "✔ ", "green"
+            elif i < last:  # a later phase came without this one (no checkpoint_saved event, ...)
+                mark, style = "– ", "dim"
             elif i == last + 1 and not self.done:
                 mark, style = "◌ ", "bold yellow"
             else:
                 mark, style = "  ", "dim"
-            t.append(mark + label, style=style)
+            t.append(mark + label + (" (not seen)" if mark == "– " else ""), style=style)
             if name == "saving" and (ph is not None or i == last + 1):
                 t.append(self._saving_detail(ph), style="yellow" if "saved" not in self.phases else "dim")
             elif ph is not None and getattr(ph, "detail", ""):
