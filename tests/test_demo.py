@@ -1,0 +1,169 @@
+"""`dflash-console demo --headless` as a user runs it: a real local SSH host, the real tiny trainer
+deployed and launched through the console, a status line a second; interrupted, it stops the trainer
+cleanly and leaves no process behind. A rerun with the same --dir resumes from the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.core_util import CLI, alive
+from tests.trainer_run import ROOT, env
+
+STATUS = re.compile(r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)")
+
+
+class Demo:
+    """``dflash-console demo --headless --dir DIR`` in its own session; its output read by a thread."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.proc = subprocess.Popen(
+            [*CLI, "demo", "--headless", "--dir", str(folder)], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env(), cwd=ROOT,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._q.put(line.rstrip("\n"))
+        self._q.put(None)
+
+    def wait_for(self, pred, timeout: float, what: str):
+        """The first line (from now) for which ``pred`` returns something truthy; returns that."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                line = self._q.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.lines.append(line)
+            got = pred(line)
+            if got:
+                return got
+        raise AssertionError(f"no {what} within {timeout:.0f} s; output:\n" + "\n".join(self.lines[-40:]))
+
+    def finish(self, sig: int, timeout: float = 60) -> int:
+        self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout)
+        while True:
+            line = self._q.get(timeout=5)
+            if line is None:
+                return rc
+            self.lines.append(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def _cwd(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def leftovers(folder: Path, sid: int) -> list[str]:
+    """Live processes that belong to the demo: in its session, run in its folder, or naming it."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if fields[0] in ("Z", "X"):
+            continue
+        if int(fields[3]) == sid or str(folder) in cmd or _cwd(pid).startswith(str(folder)):
+            out.append(f"{pid} {cmd[:160]}")
+    return out
+
+
+def seed_tiny(folder: Path, tiny: Path) -> None:
+    """Put the session's tiny target and data where the demo looks for them (it skips its own build)."""
+    ct_tiny = folder / "host" / "ct" / "200" / "tiny"
+    ct_tiny.mkdir(parents=True)
+    for part in ("target", "data"):
+        shutil.copytree(tiny / part, ct_tiny / part)
+    (folder / ".dflash-demo").write_text("{}\n")
+
+
+@pytest.mark.slow
+def test_headless_demo_trains_and_stops_clean_then_resumes(tmp_path, tiny_assets):
+    folder = tmp_path / "demo dir"
+    seed_tiny(folder, tiny_assets)
+    run_dir = folder / "host" / "ct" / "200" / "runs" / "demo"
+
+    demo = Demo(folder)
+    try:
+        m = demo.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m, 120,
+                          "status line with tok/s above zero")
+        assert float(m[2]) > 0 and int(m[6]) > 0  # a loss; the queue has a capacity
+        rc = demo.finish(signal.SIGINT)
+    finally:
+        demo.kill()
+    out = "\n".join(demo.lines)
+    assert rc == 0, out
+    assert "[saved] checkpoint saved" in out and "demo ended; nothing of it is left running" in out, out
+    assert leftovers(folder, demo.proc.pid) == []
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    first_ckpt = int(re.search(r"step_(\d+)", latest)[1])
+    assert (run_dir / "checkpoints" / latest).is_dir() or Path(latest).is_dir()
+    first_pid = json.loads((run_dir / "run.json").read_text())["pid"]
+    assert not alive(first_pid)
+
+    # The same --dir again: the run resumes from that checkpoint; SIGTERM ends it the same way.
+    again = Demo(folder)
+    try:
+        again.wait_for(lambda ln: "resuming from" in ln, 60, "resume notice")
+        # (the first lines may repeat the old run's last figures: the tail starts with some history)
+        again.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[1]) > first_ckpt, 120,
+                       f"status line past step {first_ckpt}")
+        rc = again.finish(signal.SIGTERM)
+    finally:
+        again.kill()
+    out = "\n".join(again.lines)
+    assert rc == 0, out
+    assert "[saved] checkpoint saved" in out, out
+    assert leftovers(folder, again.proc.pid) == []
+    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    starts = [r["step"] for r in records if r["kind"] == "event" and r["name"] == "started"]
+    assert starts == [0, first_ckpt]
+
+
+def test_demo_refuses_a_foreign_nonempty_dir(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me\n")
+    r = subprocess.run([*CLI, "demo", "--headless", "--dir", str(folder)], capture_output=True, text=True,
+                       env=env(), timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1
+    assert "not empty and not a demo directory" in r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+
+
+def test_demo_screen_needs_a_terminal(tmp_path):
+    r = subprocess.run([*CLI, "demo", "--dir", str(tmp_path / "d")], capture_output=True, text=True,
+                       env=env(), timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2
+    assert "--headless" in r.stderr
+    assert not (tmp_path / "d").exists()
