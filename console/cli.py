@@ -89,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
     p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
-    p.add_argument("--dir", metavar="DIR", help="where the demo keeps its files (default: a temp dir)")
+    p.add_argument("--dir", metavar="DIR", help="keep the demo's files here; a rerun resumes the run "
+                   "(default: a temp dir, removed at the end)")
+    p.add_argument("--port", type=int, default=0, metavar="N", help="port of the demo's SSH host on 127.0.0.1 "
+                   "(default: a free one)")
     return parser
 
 
