@@ -96,15 +96,28 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
     if eager:
         loss_mod._ce_chunk_fn = lambda _dev: loss_mod._ce_chunk
 
+    phases: list = []
+
+    def mark(what: str) -> None:  # first step only: where the time goes (compiles included)
+        if not last:
+            torch.cuda.synchronize() if device == "cuda" else None
+            phases.append((what, time.perf_counter()))
+            print(f"  [{name}] {what} {phases[-1][1] - phases[0][1]:.1f}s", flush=True)
+
     def step():
+        mark("start")
         anchors = sample_anchors(doc, lm, bs, A, g, pad_to_max=not c.get("sync", False))
         with autocast:
             out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl=attn_impl)
+            mark("forward")
             loss, _m = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final)
+            mark("loss")
         loss.backward()
+        mark("backward")
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark("optimizer")
         last["anchors"], last["loss"] = anchors, loss
 
     entry: dict = {"T": T, "max_anchors": A, "block_size": bs, "soft_labels": c["soft"], "compiled": not eager}
@@ -134,14 +147,19 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small shapes on the CPU (smoke run)")
-    ap.add_argument("--configs", default="main,main_sync,main_eager,packed,seed")
+    ap.add_argument("--configs", default="main_eager,main,main_sync,packed,seed")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", default="main")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_drafter"))
+    ap.add_argument("--dump-after", type=int, default=0, help="dump all threads' stacks after N s (hangs)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     raise_compile_limits()
+    if a.dump_after:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(a.dump_after, repeat=True)
     device = "cpu" if a.tiny or not torch.cuda.is_available() else "cuda"
     import transformers
 

@@ -162,6 +162,7 @@ def main() -> None:
                     return capture(model, i, docs_dev, layers)[0]
             else:
                 hooks = []
+                ref = reference(kind)  # the hook path's output, computed before switching the model over
                 attn = name[len("direct_"):].rsplit("_", 1)[0]
                 entry["attn"] = prepare_capture(model, attn=attn, compile=device == "cuda")
                 if device == "cuda":  # compile first here, so that a compile failure falls back to eager
@@ -184,9 +185,12 @@ def main() -> None:
             entry.update({"tokens_per_iter": tok, "layers_run": n_layers, "tok_s": tok / entry["s_per_iter"],
                           "flops_per_iter": flops, **rates(flops, entry["s_per_iter"], res["matmul_tflops"])})
             if name.startswith("direct_"):
-                ref = reference(kind)
                 out = fn()
                 entry["rel_err_vs_hooks"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+                H = shape.hidden  # per captured layer: bf16 rounding grows with depth
+                entry["rel_err_by_layer"] = [
+                    float((out[..., k * H:(k + 1) * H].float() - ref[..., k * H:(k + 1) * H].float()).norm()
+                          / ref[..., k * H:(k + 1) * H].float().norm()) for k in range(len(layers))]
                 model._dflash_capture = None
                 prepare_capture(model, attn=entry["attn"], compile=device == "cuda" and "compile_error" not in entry)
             if device == "cuda":

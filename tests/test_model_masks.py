@@ -124,3 +124,39 @@ def test_flex_block_mask_matches_dense_mask():
         assert torch.equal(dense, flex)
         bm = flex_block_mask(anchors, doc, 4, w)
         assert bm.shape[-2:] == (Q, T + Q)
+
+
+@pytest.mark.parametrize("window", [None, 37])
+def test_flex_block_mask_tiles_equal_create_block_mask(window):
+    """The BlockMask built from the anchors has exactly the tiles (partial and full) that evaluating the
+    predicate over every pair gives (torch's create_block_mask), for random packed rows."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from trainer.masks import mask_mod
+
+    g = torch.Generator().manual_seed(7)
+    for _ in range(6):
+        T = int(torch.randint(200, 600, (1,), generator=g))
+        bs = int(torch.randint(2, 20, (1,), generator=g))
+        doc, lm = _random_row(g, T)
+        doc, lm = torch.stack([doc, doc.roll(50)]), torch.stack([lm, lm])
+        anchors = sample_anchors(doc, lm, bs, 40, g, pad_to_max=True)
+        Q = anchors.shape[1] * bs
+        ref = create_block_mask(mask_mod(anchors, doc, bs, window), B=2, H=None, Q_LEN=Q, KV_LEN=T + Q, device="cpu")
+        got = flex_block_mask(anchors, doc, bs, window)
+        assert torch.equal(got.to_dense(), ref.to_dense())
+        for b in range(2):
+            for qb in range(ref.kv_num_blocks.shape[-1]):
+                n_ref, n_got = int(ref.full_kv_num_blocks[b, 0, qb]), int(got.full_kv_num_blocks[b, 0, qb])
+                assert set(got.full_kv_indices[b, 0, qb, :n_got].tolist()) <= set(
+                    ref.full_kv_indices[b, 0, qb, :n_ref].tolist())
+
+
+def test_sample_anchors_pad_to_max_has_a_fixed_width():
+    doc = torch.zeros(2, 40, dtype=torch.long)
+    lm = torch.ones(2, 40, dtype=torch.bool)
+    lm[1, 10:] = False  # row 1: few candidates
+    a = sample_anchors(doc, lm, 4, 12, torch.Generator().manual_seed(0), pad_to_max=True)
+    assert a.shape == (2, 12)
+    assert (a[0] >= 0).all() and (a[1] >= 0).sum() == 7 and (a[1, 7:] == -1).all()
+    assert sample_anchors(doc, lm, 4, 100, pad_to_max=True).shape == (2, 37)  # capped by T - bs + 1

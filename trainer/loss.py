@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from trainer.compiling import compile_enabled
 from trainer.head import FrozenHead
 
 
@@ -53,7 +54,7 @@ _COMPILED_CE = None
 
 def _ce_chunk_fn(device: torch.device):
     global _COMPILED_CE
-    if device.type != "cuda":
+    if device.type != "cuda" or not compile_enabled():
         return _ce_chunk
     if _COMPILED_CE is None:
         _COMPILED_CE = torch.compile(_ce_chunk, dynamic=True)

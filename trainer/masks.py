@@ -16,7 +16,8 @@ anchor ``a = anchors[j]``. It may attend
 - nothing else (no other block). A padding block (``a == -1``) sees only its own block, so no row of the
   mask is empty and no NaN appears.
 
-``doc_ids`` are any integers, one per position; ``doc_ids < 0`` marks padding, never used for anchors.
+``doc_ids`` are any integers, one per position; a document is a maximal run of equal ids (positions restart
+and visibility stops at every change); ``doc_ids < 0`` marks padding, never used for anchors.
 
 API: ``sample_anchors``, ``mask_mod``, ``dense_mask`` (bool ``(B, 1, Q, T + Q)``, True = may attend),
 ``flex_block_mask`` (a FlexAttention ``BlockMask`` over the same shapes).
@@ -86,7 +87,7 @@ def mask_mod(
 ) -> Callable:
     """The DFlash mask predicate ``f(b, h, q_idx, kv_idx) -> bool`` (FlexAttention ``mask_mod`` form)."""
     anchors = anchors.long()
-    doc = doc_ids.long()
+    doc = _runs(doc_ids)  # a document is a maximal run of equal doc_ids (as doc_positions and anchors see it)
     B, A = anchors.shape
     T = doc.shape[1]
     anchor_doc = torch.gather(doc, 1, anchors.clamp(min=0))  # irrelevant for padding blocks (p < -1 never)
@@ -103,6 +104,14 @@ def mask_mod(
         return ctx | blk
 
     return mod
+
+
+def _runs(doc_ids: torch.Tensor) -> torch.Tensor:
+    """Run index per position: 0 for the first run of equal ``doc_ids`` of a row, then +1 at each change."""
+    doc = doc_ids.long()
+    change = torch.zeros_like(doc)
+    change[:, 1:] = (doc[:, 1:] != doc[:, :-1]).long()
+    return change.cumsum(1)
 
 
 def dense_mask(
@@ -127,17 +136,89 @@ def flex_block_mask(
     sliding_window: int | None = None,
     device: torch.device | str | None = None,
 ):
-    """FlexAttention ``BlockMask`` for the same rule (shapes as ``dense_mask``, heads broadcast)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """FlexAttention ``BlockMask`` for the same rule (shapes as ``dense_mask``, heads broadcast).
+
+    The 128x128 tile structure is computed from the anchors directly (``_tile_structure``: per slot, the
+    visible context interval ``[lo, a)`` and its own block's keys), never by evaluating the predicate over
+    all ``Q x (T + Q)`` pairs: no host sync, no compile, memory ``O(Q + tiles)``. Tiles that are only partly
+    visible are marked partial and evaluated with ``mask_mod`` by the kernel, so the mask is exact."""
+    from torch.nn.attention.flex_attention import BlockMask
 
     B, A = anchors.shape
     T = doc_ids.shape[1]
     Q = A * block_size
-    dev = device if device is not None else anchors.device
-    return create_block_mask(
-        mask_mod(anchors, doc_ids, block_size, sliding_window), B=B, H=None, Q_LEN=Q, KV_LEN=T + Q, device=dev,
-        _compile=torch.device(dev).type == "cuda",  # compiled: never materialises the (B, Q, KV) mask
+    dev = torch.device(device) if device is not None else anchors.device
+    anchors = anchors.to(dev)
+    doc_ids = doc_ids.to(dev)
+    partial, full = _tile_structure(anchors, doc_ids, block_size, sliding_window, _TILE)
+
+    def ordered(m: torch.Tensor):
+        num = m.sum(-1, dtype=torch.int32).unsqueeze(1)
+        idx = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32).unsqueeze(1)
+        return num.contiguous(), idx.contiguous()
+
+    kv_num, kv_idx = ordered(partial)
+    full_num, full_idx = ordered(full)
+    return BlockMask.from_kv_blocks(
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=_TILE,
+        mask_mod=mask_mod(anchors, doc_ids, block_size, sliding_window), seq_lengths=(Q, T + Q),
     )
+
+
+_TILE = 128  # FlexAttention's default sparse block size (queries and keys)
+
+
+def _tile_structure(anchors, doc_ids, block_size: int, sliding_window: int | None, tile: int):
+    """(partial, full): bool ``(B, nQ, nKV)`` over ``tile x tile`` tiles of the (Q, T + Q) mask.
+
+    ``partial | full`` is exactly the set of tiles with at least one visible pair; ``full`` only tiles
+    where every pair is visible (all of its keys are context positions inside every slot's interval)."""
+    B, A = anchors.shape
+    T = doc_ids.shape[1]
+    bs = block_size
+    Q = A * bs
+    KV = T + Q
+    nQ, nKV = -(-Q // tile), -(-KV // tile)
+    dev = anchors.device
+    a = anchors.long()
+    valid = a >= 0
+    a0 = a.clamp(min=0)
+    # start of the document of each position
+    idx = torch.arange(T, device=dev).expand(B, T)
+    start = torch.ones_like(doc_ids, dtype=torch.bool)
+    start[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    first = torch.where(start, idx, torch.zeros_like(idx)).cummax(dim=1).values
+    # per slot: context interval [lo, hi)
+    k = torch.arange(bs, device=dev).view(1, 1, bs)
+    hi = a0.unsqueeze(-1).expand(B, A, bs)
+    lo = torch.gather(first, 1, a0).unsqueeze(-1).expand(B, A, bs)
+    if sliding_window is not None:
+        lo = torch.maximum(lo, hi + k - sliding_window + 1)
+    has_ctx = (lo < hi) & valid.unsqueeze(-1)
+    lo, hi, has_ctx = lo.reshape(B, Q), hi.reshape(B, Q), has_ctx.reshape(B, Q)
+    slot = torch.arange(Q, device=dev)
+    qt = (slot // tile).expand(B, Q)
+    # non-empty tiles: +1 at the first key tile, -1 after the last, per slot; cumulative sum over key tiles
+    diff = torch.zeros(B, nQ, nKV + 1, dtype=torch.int32, device=dev)
+    one = has_ctx.to(torch.int32)
+    flat = qt * (nKV + 1)
+    diff.view(B, -1).scatter_add_(1, flat + lo.clamp(min=0) // tile, one)
+    diff.view(B, -1).scatter_add_(1, flat + (hi - 1).clamp(min=0) // tile + 1, -one)
+    jb = (slot // bs).expand(B, Q)  # own block's keys: [T + j*bs, T + (j+1)*bs)
+    ones = torch.ones_like(one)
+    diff.view(B, -1).scatter_add_(1, flat + (T + jb * bs) // tile, ones)
+    diff.view(B, -1).scatter_add_(1, flat + (T + (jb + 1) * bs - 1) // tile + 1, -ones)
+    nonempty = diff.cumsum(-1)[..., :nKV] > 0
+    # full tiles: every slot of the query tile sees all of the key tile, which lies inside the context
+    pad = nQ * tile - Q
+    big = T + 1
+    lo_f = torch.where(has_ctx, lo, torch.full_like(lo, big))
+    hi_f = torch.where(has_ctx, hi, torch.full_like(hi, -1))
+    lo_t = torch.nn.functional.pad(lo_f, (0, pad), value=big).view(B, nQ, tile).amax(-1)  # ragged last tile: never full
+    hi_t = torch.nn.functional.pad(hi_f, (0, pad), value=-1).view(B, nQ, tile).amin(-1)
+    kv0 = torch.arange(nKV, device=dev).view(1, 1, nKV) * tile
+    full = (kv0 >= lo_t.unsqueeze(-1)) & (kv0 + tile <= hi_t.unsqueeze(-1)) & (kv0 + tile <= T) & nonempty
+    return nonempty & ~full, full
 
 
 def doc_positions(doc_ids: torch.Tensor) -> torch.Tensor:

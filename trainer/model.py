@@ -21,7 +21,8 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   (compiled ``flex_attention`` on CUDA, eager elsewhere).
 - ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.
 - ``compile_layers`` (attribute, default True): with ``attn_impl='flex'`` on CUDA each decoder layer runs
-  through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU, flex inlined).
+  through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU, flex inlined);
+  ``DFLASH_COMPILE=0`` in the environment turns it off.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer import masks
+from trainer.compiling import compile_enabled
 from trainer.config import DraftConfig
 
 
@@ -258,7 +260,8 @@ class DFlashDrafter(nn.Module):
         build = masks.flex_block_mask if attn_impl == "flex" else masks.dense_mask
         mask_by_window = {w: build(anchors, doc_ids, bs, w) for w in {cfg.window_of(i) for i in range(len(self.layers))}}
 
-        run = _compiled_layer() if attn_impl == "flex" and x.is_cuda and self.compile_layers else _run_layer
+        compiled = attn_impl == "flex" and x.is_cuda and self.compile_layers and compile_enabled()
+        run = _compiled_layer() if compiled else _run_layer
         for i, layer in enumerate(self.layers):
             m = mask_by_window[cfg.window_of(i)]
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():

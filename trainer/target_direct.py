@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.compiling import compile_enabled
 from trainer.config import text_config_of
 from trainer.masks import doc_positions
 
@@ -178,7 +179,7 @@ def prepare_capture(model: nn.Module, attn: str = "auto", compile: bool | None =
     if attn == "sdpa_causal" and any(layer_window(model, i) for i in range(len(decoder_of(model).layers))):
         raise ValueError("attn='sdpa_causal' does not support sliding-window layers")
     if compile is None:
-        compile = cuda
+        compile = cuda and compile_enabled()
     step = torch.compile(layer_step, dynamic=None) if compile else layer_step
     model._dflash_capture = {"attn": attn, "step": step, "compiled": bool(compile)}
     return attn
@@ -236,7 +237,10 @@ def capture_direct(model, base, input_ids, doc_ids, target_layer_ids, need_final
     with torch.no_grad():
         doc_dev = doc_ids.to(dev, non_blocking=True)
         if attn == "varlen":
-            meta = dict.fromkeys(windows, _varlen_meta(doc_ids, dev))
+            cu, max_len = _varlen_meta(doc_ids, dev)
+            if cu.shape[0] - 1 == B and not any(windows):
+                attn = "sdpa_causal"  # one document per row: SDPA's causal kernel, ~10% faster here (H200)
+            meta = dict.fromkeys(windows, (cu, max_len))
         elif attn == "flex":
             meta = {w: _flex_mask(doc_dev, w, dev) for w in set(windows)}
         elif attn == "sdpa":
