@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from console.core import control
-from console.core.events import Record, StopPhase, TrainerFound
+from console.core.events import ConnState, Record, StopPhase, TrainerFound
 from console.core.metrics import headline_tok_s
 from console.core.options import ConnectOptions
 from console.core.session import Session
@@ -311,11 +311,21 @@ class Demo:
 
     async def setup(self, session: Session, say: Say) -> None:
         """Everything after the connection: adopt a live trainer, or build, deploy and launch one."""
-        end = time.monotonic() + 60
-        while not session.connected:
-            if time.monotonic() > end:
-                raise DemoError("could not connect to the demo's own SSH host within 60 s")
-            await asyncio.sleep(0.05)
+        # Wait for the "connected" state, which the session announces once its tails are attached too
+        # (acting as soon as the helper is up would race the session's own set-up).
+        connected = asyncio.Event()
+
+        def on_event(ev: object) -> None:
+            if isinstance(ev, ConnState) and ev.state == "connected":
+                connected.set()
+
+        unsubscribe = session.subscribe(on_event)
+        try:
+            await asyncio.wait_for(connected.wait(), 60)
+        except asyncio.TimeoutError:
+            raise DemoError("could not connect to the demo's own SSH host within 60 s") from None
+        finally:
+            unsubscribe()
         trainer = await session.find_trainer()
         if trainer is not None:
             say(f"a trainer from an earlier demo still runs here (pid {trainer.pid}): showing it")
@@ -543,7 +553,9 @@ def run(args) -> int:
         code = asyncio.run(_headless(demo) if args.headless else _screen(demo))
     finally:
         demo.release_dir()
-    if not temp:
+    if temp:
+        say(f"removed the temp dir {root}")
+    else:
         say(f"files kept in {root}; `dflash-console demo --dir {root}` resumes the run")
     return code
 

@@ -43,6 +43,11 @@ class DemoApp(ConsoleApp):
             loop.add_signal_handler(sig, self.end_on_signal, sig)
         self._setup()
 
+    def on_unmount(self) -> None:  # (ConsoleApp.on_unmount closes the session)
+        loop = asyncio.get_running_loop()
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
+
     def say(self, msg: str) -> None:
         """A demo message, in the log pane (the screen's own log) as ``[demo] ...`` lines."""
         self.on_session_event(LogLines([f"[demo] {line}" for line in msg.splitlines()]))

@@ -1,9 +1,11 @@
 """`dflash-console demo --headless` as a user runs it: a real local SSH host, the real tiny trainer
 deployed and launched through the console, a status line a second; interrupted, it stops the trainer
-cleanly and leaves no process behind. A rerun with the same --dir resumes from the checkpoint."""
+cleanly and leaves no process behind. A rerun with the same --dir (with the screen) resumes from the
+checkpoint, and quitting the screen stops the trainer cleanly too."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
@@ -17,13 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from console.demo import Demo, marked_processes
+from console.demo_app import DemoApp
 from tests.core_util import CLI, alive
+from tests.screen_text import screen_text
 from tests.trainer_run import ROOT, env
 
 STATUS = re.compile(r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)")
 
 
-class Demo:
+class Headless:
     """``dflash-console demo --headless --dir DIR`` in its own session; its output read by a thread."""
 
     def __init__(self, folder: Path) -> None:
@@ -80,7 +85,7 @@ def _cwd(pid: str) -> str:
         return ""
 
 
-def leftovers(folder: Path, sid: int) -> list[str]:
+def leftovers(folder: Path, sid: int | None) -> list[str]:
     """Live processes that belong to the demo: in its session, run in its folder, or naming it."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -108,46 +113,70 @@ def seed_tiny(folder: Path, tiny: Path) -> None:
 
 
 @pytest.mark.slow
-def test_headless_demo_trains_and_stops_clean_then_resumes(tmp_path, tiny_assets):
+async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_path, tiny_assets):
     folder = tmp_path / "demo dir"
     seed_tiny(folder, tiny_assets)
     run_dir = folder / "host" / "ct" / "200" / "runs" / "demo"
 
-    demo = Demo(folder)
+    headless = Headless(folder)
     try:
-        m = demo.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m, 120,
+        m = headless.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m, 120,
                           "status line with tok/s above zero")
         assert float(m[2]) > 0 and int(m[6]) > 0  # a loss; the queue has a capacity
-        rc = demo.finish(signal.SIGINT)
+        rc = headless.finish(signal.SIGINT)
     finally:
-        demo.kill()
-    out = "\n".join(demo.lines)
+        headless.kill()
+    out = "\n".join(headless.lines)
     assert rc == 0, out
     assert "[saved] checkpoint saved" in out and "demo ended; nothing of it is left running" in out, out
-    assert leftovers(folder, demo.proc.pid) == []
+    assert leftovers(folder, headless.proc.pid) == []
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     first_ckpt = int(re.search(r"step_(\d+)", latest)[1])
     assert (run_dir / "checkpoints" / latest).is_dir() or Path(latest).is_dir()
     first_pid = json.loads((run_dir / "run.json").read_text())["pid"]
     assert not alive(first_pid)
 
-    # The same --dir again: the run resumes from that checkpoint; SIGTERM ends it the same way.
-    again = Demo(folder)
+    # The same --dir again, now with the screen (the demo's app under Textual's pilot, in this process):
+    # the run resumes from that checkpoint, each trainer log line shows once, and q stops it cleanly.
+    said: list[str] = []
+    demo = Demo(folder, temp=False, say=said.append)
+    demo.claim_dir()
     try:
-        again.wait_for(lambda ln: "resuming from" in ln, 60, "resume notice")
-        # (the first lines may repeat the old run's last figures: the tail starts with some history)
-        again.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[1]) > first_ckpt, 120,
-                       f"status line past step {first_ckpt}")
-        rc = again.finish(signal.SIGTERM)
+        await demo.start_host()
+        app = DemoApp(demo, demo.session(telemetry=False))
+        async with app.run_test(size=(120, 36)) as pilot:
+            st = app.state
+            await until(pilot, lambda: st.trainer is not None and (st.step or 0) > first_ckpt, 120,
+                        "the resumed run's steps on screen")
+            pid = st.trainer.pid
+            lines = list(app.log_view.lines)
+            assert any(f"resuming from {latest}" in ln for ln in lines), lines
+            shown = [ln for ln in lines if not ln.startswith("[demo] ")]  # train.log's lines, each once
+            log = (run_dir / "train.log").read_text().splitlines()
+            assert shown and any(log[k:k + len(shown)] == shown for k in range(len(log))), lines
+            await pilot.press("q")
+            end = time.monotonic() + 60
+            while app.is_running and time.monotonic() < end:
+                await asyncio.sleep(0.1)
+        assert not alive(pid)
+        assert any("[saved] checkpoint saved" in ln for ln in app.after), app.after
     finally:
-        again.kill()
-    out = "\n".join(again.lines)
-    assert rc == 0, out
-    assert "[saved] checkpoint saved" in out, out
-    assert leftovers(folder, again.proc.pid) == []
+        clean = await demo.shutdown(None, said.append)
+        demo.release_dir()
+    assert clean, said
+    assert leftovers(folder, None) == [] and marked_processes(demo.token) == []
     records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     starts = [r["step"] for r in records if r["kind"] == "event" and r["name"] == "started"]
     assert starts == [0, first_ckpt]
+
+
+async def until(pilot, cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"timed out waiting for {what}:\n{screen_text(pilot.app)}")
 
 
 def test_demo_refuses_a_foreign_nonempty_dir(tmp_path):
