@@ -459,7 +459,7 @@ async def _headless(demo: Demo) -> int:
                 t.cancel()
         if setup in done and setup.exception() is not None:
             exc = setup.exception()
-            say(f"demo setup failed: {exc}")
+            _printer(sys.stderr)(f"dflash-console demo: setup failed: {exc}")
             ok = False
         elif setup in done and not stop.is_set():
             # set up: now wait for a signal or for the trainer to end by itself
@@ -474,7 +474,7 @@ async def _headless(demo: Demo) -> int:
                 f"exit code {st.get('exit_code', '?')}); ending the demo")
             ok = ok and st.get("exit_code") == 0
     except DemoError as e:
-        say(f"dflash-console demo: {e}")
+        _printer(sys.stderr)(f"dflash-console demo: {e}")
         ok = False
     finally:
         for t in (setup, ticker):
@@ -503,12 +503,12 @@ async def _screen(demo: Demo) -> int:
         app = DemoApp(demo, session)  # it takes SIGINT/SIGTERM/SIGHUP once mounted
         await app.run_async()
     except DemoError as e:
-        demo.say(f"dflash-console demo: {e}")
+        _printer(sys.stderr)(f"dflash-console demo: {e}")
         return_code = 1
     else:
         return_code = 0 if app.setup_error is None else 1
         if app.setup_error is not None:
-            demo.say(f"dflash-console demo: {app.setup_error}")
+            _printer(sys.stderr)(f"dflash-console demo: setup failed: {app.setup_error}")
     finally:
         # Signals now mean "hurry": the shutdown below is what they would have asked for.
         _on_signals(loop, lambda sig: demo.say("already ending the demo, please wait"), sigs)
