@@ -22,9 +22,12 @@ def _validate(tiny, tmp_path, *extra):
     ("extra", "flag"),
     [
         (("--drafter-gpus", "0,x"), "--drafter-gpus"),
-        (("--target-gpus", "cpu,cpu"), "--target-gpus"),
+        (("--launch", "single", "--target-gpus", "cpu,cpu"), "--target-gpus"),
         (("--target-gpus", "0", "--drafter-gpus", "cpu"), "--drafter-gpus"),
-        (("--drafter-gpus", "cpu,cpu"), "--drafter-gpus"),
+        (("--drafter-gpus", "0,0"), "--drafter-gpus"),
+        (("--launch", "single", "--drafter-gpus", "cpu,cpu"), "--drafter-gpus"),
+        (("--target-gpus", "0", "--drafter-gpus", "0,1"), "--drafter-gpus"),
+        (("--launch", "multi", "--target-gpus", "0,1", "--drafter-gpus", "1"), "--drafter-gpus"),
         (("--block-size", "1"), "--block-size"),
         (("--max-seq-len", "4096", "--token-budget", "1024"), "--max-seq-len"),
         (("--warmup-ratio", "1.5"), "--warmup-ratio"),
@@ -54,6 +57,22 @@ def test_paths_are_checked(tiny_assets, tmp_path):
     assert _validate(tiny_assets, tmp_path).target == ["cpu"]
 
 
+@pytest.mark.parametrize(
+    ("extra", "mode"),
+    [
+        ((), "single"),
+        (("--drafter-gpus", "cpu,cpu"), "multi"),
+        (("--launch", "multi"), "multi"),
+        (("--target-gpus", "0", "--drafter-gpus", "0"), "single"),
+        (("--target-gpus", "0", "--drafter-gpus", "1"), "multi"),
+        (("--target-gpus", "0,1", "--drafter-gpus", "1"), "single"),
+        (("--target-gpus", "0,1,2", "--drafter-gpus", "3,4", "--launch", "torchrun"), "torchrun"),
+    ],
+)
+def test_launch_mode(tiny_assets, tmp_path, extra, mode):
+    assert _validate(tiny_assets, tmp_path, *extra).mode == mode
+
+
 def _trainer(args, **env_extra):
     return subprocess.run([sys.executable, "-m", "trainer.pipeline", *args], cwd=ROOT, env=env(**env_extra),
                           capture_output=True, text=True, timeout=120)
@@ -64,7 +83,7 @@ def test_cli_exits_2_naming_the_flag(tiny_assets, tmp_path):
     assert p.returncode == 2 and "--bogus-flag" in p.stderr
     p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", "--epochs", "zero"))
     assert p.returncode == 2 and "--epochs" in p.stderr
-    p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", "--drafter-gpus", "cpu,cpu"))
+    p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", "--launch", "single", "--drafter-gpus", "cpu,cpu"))
     assert p.returncode == 2 and "--drafter-gpus" in p.stderr
     assert not (tmp_path / "o" / "run.json").exists()
 

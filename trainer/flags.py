@@ -62,8 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--data-dir", required=True, help="directory of tokenized *.jsonl files (docs/trainer.md)")
     g.add_argument("--output-dir", required=True, help="the run directory (docs/run-directory.md)")
     g = p.add_argument_group("devices")
-    g.add_argument("--target-gpus", default="0", help="comma-separated CUDA indices or 'cpu' (default 0)")
-    g.add_argument("--drafter-gpus", default="0", help="comma-separated CUDA indices or 'cpu' (default 0)")
+    g.add_argument("--target-gpus", default="0",
+                   help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)")
+    g.add_argument("--drafter-gpus", default="0",
+                   help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)")
+    g.add_argument("--launch", choices=("auto", "single", "multi", "torchrun"), default="auto",
+                   help="single: one process (target threads + drafter); multi: a launcher and one worker process "
+                        "per device (torch.distributed); torchrun: the launcher only, workers started by torchrun "
+                        "(docs/trainer.md); auto: single when the roles share a device, else multi")
+    g.add_argument("--control-host", default="127.0.0.1",
+                   help="address the launcher's control socket listens on (torchrun across nodes: a reachable one)")
+    g.add_argument("--control-port", type=_nonneg_int, default=0, help="its port (0: any free port)")
+    g.add_argument("--nnodes", type=_positive_int, default=1, help="nodes of a --launch torchrun run")
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=_positive_int, default=1)
     g.add_argument("--max-steps", type=_positive_int, default=None,
@@ -102,8 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass(frozen=True)
 class Devices:
-    target: list[str]  # "cpu" or "cuda:N"
+    target: list[str]  # "cpu" or "cuda:N"; "cpu" may repeat (one CPU worker each)
     drafter: list[str]
+    mode: str = "single"  # "single" | "multi" | "torchrun"
 
 
 def parse_devices(flag: str, text: str) -> list[str]:
@@ -118,9 +129,9 @@ def parse_devices(flag: str, text: str) -> list[str]:
             out.append(f"cuda:{int(x)}")
         else:
             raise FlagError(flag, f"{x!r} is neither a CUDA index nor 'cpu'")
-    if len(set(out)) != len(out):
+    if len(set(out)) != len(out) and out[0] != "cpu":
         raise FlagError(flag, f"lists a device twice: {text!r}")
-    if "cpu" in out and len(out) > 1:
+    if "cpu" in out and any(x != "cpu" for x in out):
         raise FlagError(flag, "'cpu' cannot be mixed with other devices")
     return out
 
@@ -140,12 +151,7 @@ def validate(args: argparse.Namespace) -> Devices:
     drafter = parse_devices("--drafter-gpus", args.drafter_gpus)
     if ("cpu" in target) != ("cpu" in drafter):
         raise FlagError("--drafter-gpus", "CPU and CUDA roles cannot be mixed: use 'cpu' for both or neither")
-    if len(drafter) > 1:
-        raise FlagError(
-            "--drafter-gpus",
-            f"{len(drafter)} drafter devices need the multi-process pipeline, which this trainer does not have yet; "
-            "give one drafter device",
-        )
+    mode = launch_mode(args.launch, target, drafter)
     if args.lr <= 0:
         raise FlagError("--lr", f"must be > 0, got {args.lr}")
     if not 0.0 <= args.warmup_ratio < 1.0:
@@ -180,7 +186,30 @@ def validate(args: argparse.Namespace) -> Devices:
             raise FlagError("--layer-types", f"unknown layer type(s) {bad}: use full_attention or sliding_attention")
     if args.resume not in ("auto", "none") and not os.path.isdir(args.resume):
         raise FlagError("--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory")
-    return Devices(target=target, drafter=drafter)
+    return Devices(target=target, drafter=drafter, mode=mode)
+
+
+def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:
+    """single | multi | torchrun, or FlagError when the device lists do not fit the requested mode."""
+    cpu = target[0] == "cpu"
+    shared = sorted(set(target) & set(drafter)) if not cpu else []
+    if launch == "auto":
+        if cpu:
+            launch = "single" if len(target) == 1 and len(drafter) == 1 else "multi"
+        else:
+            launch = "single" if shared else "multi"
+    if launch == "single":
+        if len(drafter) > 1:
+            raise FlagError("--drafter-gpus", f"{len(drafter)} drafter devices need one process per device: "
+                                              "use --launch multi (or auto) with no device in both lists")
+        if len(set(target)) != len(target):
+            raise FlagError("--target-gpus", "repeats 'cpu': several CPU target workers need --launch multi")
+        return "single"
+    if shared:
+        raise FlagError("--drafter-gpus", f"{', '.join(shared)} is in both --target-gpus and --drafter-gpus: one "
+                                          "worker process per GPU cannot share it (NCCL allows one rank per GPU); "
+                                          "give disjoint lists, or one device in both with --launch single")
+    return launch
 
 
 def check_devices(devices: Devices) -> None:

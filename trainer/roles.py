@@ -7,7 +7,9 @@
   the drafter takes micro-batch ``g`` from lane ``g % n``, so the order is the data order whatever the
   threads' timing (what makes resume exact).
 - ``DrafterRole``: anchors, feature noise, drafter forward, DFlash loss and backward per micro-batch;
-  clipping and the AdamW step per optimizer step. It owns the generator for anchors and noise.
+  clipping and the AdamW step per optimizer step. It owns the generator for anchors and noise (reseeded
+  per micro-batch by the caller). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
+  forward goes through it and the gradient is averaged over the replicas on the step's last micro-batch.
 
 The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline can put them in
 different processes and replace the queue by point-to-point transfers.
@@ -39,6 +41,7 @@ class HiddenBatch:
     input_ids: torch.Tensor  # (1, T) on the target's device
     loss_mask: torch.Tensor  # (1, T) bool, on the CPU
     doc_ids: torch.Tensor  # (1, T), on the CPU
+    ready: object = None  # a CUDA event the hidden states are complete after (received point-to-point)
 
 
 class _Failure:
@@ -142,8 +145,8 @@ def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generat
 
 class DrafterRole:
     def __init__(self, drafter, head, optimizer, *, device: str, block_size: int, max_anchors: int, gamma: float,
-                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter):
-        self.drafter, self.head, self.optimizer = drafter, head, optimizer
+                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter, ddp=None):
+        self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
         self.attn_impl = "flex" if device.startswith("cuda") else "sdpa"
@@ -154,20 +157,32 @@ class DrafterRole:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def micro_step(self, hb: HiddenBatch, noise: float, loss_scale: float, poison: bool = False) -> dict:
-        """Forward + backward of one micro-batch; returns detached metric tensors (no host sync)."""
+    def micro_step(self, hb: HiddenBatch, noise: float, loss_scale: float, poison: bool = False,
+                   seed: int | None = None, sync: bool = True) -> dict:
+        """Forward + backward of one micro-batch; returns detached metric tensors (no host sync).
+        ``seed`` reseeds the anchor/noise generator first; ``sync=False`` skips DDP's gradient all-reduce."""
         self.meter.begin()
         dev = self.device
+        if hb.ready is not None:  # received on another stream: wait for it, tell the allocator
+            torch.cuda.current_stream().wait_event(hb.ready)
+            hb.hidden.record_stream(torch.cuda.current_stream())
+            if hb.final is not None:
+                hb.final.record_stream(torch.cuda.current_stream())
+        if seed is not None:
+            self.generator.manual_seed(seed)
         ids, lm, docs = hb.input_ids.to(dev), hb.loss_mask.to(dev), hb.doc_ids.to(dev)
         hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
         final = hb.final.to(dev) if hb.final is not None else None
         anchors = sample_anchors(docs, lm, self.block_size, self.max_anchors, self.generator)
-        with self._autocast():
-            out = self.drafter(hidden, ids, docs, anchors, self.head.embed_tokens, attn_impl=self.attn_impl)
-            loss, metrics = dflash_loss(out, self.head, ids, anchors, self.gamma, target_final_hidden=final)
-        if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
-            loss = loss * float("nan")
-        (loss * loss_scale).backward()
+        fwd = self.ddp if self.ddp is not None else self.drafter
+        no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
+        with no_sync:
+            with self._autocast():
+                out = fwd(hidden, ids, docs, anchors, self.head.embed_tokens, attn_impl=self.attn_impl)
+                loss, metrics = dflash_loss(out, self.head, ids, anchors, self.gamma, target_final_hidden=final)
+            if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
+                loss = loss * float("nan")
+            (loss * loss_scale).backward()
         if dev.startswith("cuda"):
             torch.cuda.synchronize(dev)
         self.meter.end(hb.tokens)

@@ -1,0 +1,210 @@
+"""Hidden states from target workers to drafter workers over torch.distributed, and the queue's memory.
+
+Ranks (``Layout``): on every node, local ranks ``0 .. T-1`` are target workers (``--target-gpus``), then
+``T .. T+D-1`` drafter workers (``--drafter-gpus``). Globally target ``ti = node * T + i``, drafter
+``di = node * D + j``. From the start cursor ``s0``, micro-batch ``g`` is produced by target
+``(g - s0) % NT`` and trained by drafter replica ``(g - s0) % ND`` (round-robin over both).
+
+Per micro-batch the target sends a header ``[g, T, C, final width or 0, dtype]`` (a CPU tensor: gloo) then the
+packed hidden states ``(1, T, C)`` (and the final hidden state for soft labels) with ``isend`` (NCCL on
+GPU: device to device; gloo on CPU). Each drafter runs a ``Receiver`` thread that takes a slot of its
+bounded queue (``--hs-queue-depth``) before it posts the next receive, so at most that many batches wait
+on the drafter's device (plus the one being trained); a full queue stalls the target's sends, which stalls
+the target: back-pressure without any host round trip. Token ids, loss mask and document ids are not
+sent: every worker packs the same micro-batch ``g`` from its own copy of the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from trainer.data import Plan
+from trainer.flags import FlagError
+from trainer.roles import HiddenBatch, Stopped, _Failure
+
+MAX_PENDING_SENDS = 2  # hidden-state batches a target may have in flight (on its own device)
+_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def hidden_batch_bytes(args, cfg, elem_size: int) -> int:
+    """Bytes of the largest hidden-state batch: ``--token-budget`` tokens x captured width (+ final)."""
+    per_token = cfg.num_captured * cfg.hidden_size + (cfg.hidden_size if args.use_soft_labels else 0)
+    return int(args.token_budget) * per_token * elem_size
+
+
+def keep_free_bytes(total: int) -> int:
+    """GPU memory the queue leaves for the drafter's (or target's) own work: a quarter, at least 8 GiB."""
+    return max(total // 4, 8 << 30)
+
+
+def check_queue_memory(device: str, batches: int, in_use: int, per_batch: int, args) -> str:
+    """A start-up log line with the queue's memory on ``device``; FlagError when it cannot fit."""
+    need = (batches + in_use) * per_batch
+    what = (f"hidden-state queue on {device}: {batches} x {fmt_bytes(per_batch)} (+{in_use} in use) = "
+            f"{fmt_bytes(need)} (--token-budget {args.token_budget} tokens per batch)")
+    if not device.startswith("cuda"):
+        return what
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    room = free - keep_free_bytes(total)
+    if need > room:
+        fits = max(0, room // per_batch - in_use)
+        raise FlagError("--hs-queue-depth", (
+            f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
+            f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
+            f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
+            + (" (or a smaller --token-budget)" if fits < 2 else "")))
+    return f"{what}; {fmt_bytes(free)} free of {fmt_bytes(total)}"
+
+
+class Layout:
+    """Which rank does what: ``T`` target and ``D`` drafter workers on each of ``nnodes`` nodes."""
+
+    def __init__(self, targets_per_node: int, drafters_per_node: int, nnodes: int):
+        self.T, self.D, self.nnodes = targets_per_node, drafters_per_node, nnodes
+        self.per_node = self.T + self.D
+        self.world = self.per_node * nnodes
+        self.NT, self.ND = self.T * nnodes, self.D * nnodes
+
+    def role_of(self, rank: int) -> tuple[str, int, int]:
+        """(role, global index among that role, local index into the node's device list)."""
+        node, local = divmod(rank, self.per_node)
+        if local < self.T:
+            return "target", node * self.T + local, local
+        return "drafter", node * self.D + local - self.T, local - self.T
+
+    def target_rank(self, ti: int) -> int:
+        return (ti // self.T) * self.per_node + ti % self.T
+
+    def drafter_rank(self, di: int) -> int:
+        return (di // self.D) * self.per_node + self.T + di % self.D
+
+    @property
+    def drafter_ranks(self) -> list[int]:
+        return [self.drafter_rank(d) for d in range(self.ND)]
+
+
+def _wait(work, should_stop, poll: bool) -> bool:
+    """Wait for a send; False if ``should_stop`` turned true first. NCCL work is polled (``wait`` would only
+    order streams); gloo's send work completes in ``wait`` alone."""
+    if not poll:
+        work.wait()
+        return True
+    while not work.is_completed():
+        if should_stop():
+            return False
+        time.sleep(0.0005)
+    work.wait()
+    return True
+
+
+def run_sender(layout: Layout, ti: int, role, plan: Plan, s0: int, end: int, should_stop) -> int:
+    """Target worker ``ti``: produce its micro-batches and send each to its drafter; returns how many."""
+    pending: list[tuple[list, HiddenBatch]] = []
+    sent = 0
+    for g in range(s0 + ti, end, layout.NT):
+        if should_stop():
+            break
+        hb = role(plan.batch(g))
+        dst = layout.drafter_rank((g - s0) % layout.ND)
+        fw = hb.final.shape[-1] if hb.final is not None else 0
+        hdr = torch.tensor([g, hb.hidden.shape[1], hb.hidden.shape[2], fw, _DTYPES.index(hb.hidden.dtype)],
+                           dtype=torch.int64)
+        dist.send(hdr, dst)
+        works = [dist.isend(hb.hidden.contiguous(), dst)]
+        if fw:
+            works.append(dist.isend(hb.final.contiguous(), dst))
+        pending.append((works, hb))
+        sent += 1
+        while len(pending) > MAX_PENDING_SENDS or (pending and not hb.hidden.is_cuda):
+            for w in pending.pop(0)[0]:
+                if not _wait(w, should_stop, hb.hidden.is_cuda):
+                    return sent
+    for works, hb in pending:
+        for w in works:
+            if not _wait(w, should_stop, hb.hidden.is_cuda):
+                return sent
+    return sent
+
+
+class Receiver(threading.Thread):
+    """Drafter replica ``di``: receives its micro-batches in order into a bounded queue on its device."""
+
+    def __init__(self, layout: Layout, di: int, plan: Plan, s0: int, end: int, depth: int, device: str):
+        super().__init__(name=f"dflash-recv-{di}", daemon=True)
+        self.layout, self.di, self.plan, self.s0, self.end, self.device = layout, di, plan, s0, end, device
+        self.capacity = depth
+        self._slots = threading.Semaphore(depth)
+        self._q: queue.Queue = queue.Queue()
+        self._closed = threading.Event()
+
+    def depth(self) -> int:
+        return self._q.qsize()
+
+    def _recv(self, shape, dtype, src):
+        buf = torch.empty(shape, dtype=dtype, device=self.device)
+        dist.irecv(buf, src).wait()  # CUDA: the receiving stream waits for NCCL, the host does not
+        return buf
+
+    def run(self) -> None:
+        cuda = self.device.startswith("cuda")
+        stream = None
+        if cuda:
+            torch.cuda.set_device(self.device)
+            stream = torch.cuda.Stream(self.device)
+        L = self.layout
+        try:
+            for g in range(self.s0 + self.di, self.end, L.ND):
+                while not self._slots.acquire(timeout=0.1):
+                    if self._closed.is_set():
+                        return
+                if self._closed.is_set():
+                    return
+                src = L.target_rank((g - self.s0) % L.NT)
+                hdr = torch.empty(5, dtype=torch.int64)
+                dist.recv(hdr, src)
+                g2, T, C, fw, code = hdr.tolist()
+                mb = self.plan.batch(g)
+                if g2 != g or mb.num_tokens != T:
+                    raise RuntimeError(f"hidden-state hand-off out of order: expected micro-batch {g} "
+                                       f"({mb.num_tokens} tokens) from rank {src}, got {g2} ({T} tokens)")
+                dtype = _DTYPES[code]
+                ready = None
+                with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                    hidden = self._recv((1, T, C), dtype, src)
+                    final = self._recv((1, T, fw), dtype, src) if fw else None
+                    if cuda:
+                        ready = torch.cuda.Event()
+                        ready.record(stream)
+                ids, lm, docs, _pos = mb.to_tensors("cpu")
+                self._q.put(HiddenBatch(g, mb.epoch, T, hidden, final, ids, lm, docs, ready=ready))
+        except BaseException as e:  # noqa: BLE001 - handed to the training loop, which reports it
+            if not self._closed.is_set():
+                self._q.put(_Failure(e))
+
+    def get(self, g: int, should_stop=lambda: False) -> HiddenBatch:
+        while True:
+            if should_stop():
+                raise Stopped
+            try:
+                item = self._q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, _Failure):
+                raise RuntimeError(f"receiving hidden states failed: {item.exc!r}") from item.exc
+            self._slots.release()
+            if item.index != g:
+                raise RuntimeError(f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}")
+            return item
+
+    def close(self) -> None:
+        self._closed.set()
