@@ -476,6 +476,9 @@ async def _headless(demo: Demo) -> int:
     except DemoError as e:
         _printer(sys.stderr)(f"dflash-console demo: {e}")
         ok = False
+    except Exception as e:  # said, not a traceback; the shutdown below still runs
+        _printer(sys.stderr)(f"dflash-console demo: {type(e).__name__}: {e}")
+        ok = False
     finally:
         for t in (setup, ticker):
             if t is not None and not t.done():
