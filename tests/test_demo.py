@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -195,4 +196,15 @@ def test_demo_screen_needs_a_terminal(tmp_path):
                        env=env(), timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "--headless" in r.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_demo_without_torch_says_how_to_install(tmp_path):
+    # An interpreter where torch cannot be found (a console-only install): the demo says what to install.
+    code = ("import sys; sys.modules['torch'] = None; from console.cli import main; "
+            f"sys.exit(main(['demo', '--headless', '--dir', {str(tmp_path / 'd')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 1
+    assert "torch" in r.stderr and "pip install '.[trainer]'" in r.stderr and "make demo" in r.stderr
     assert not (tmp_path / "d").exists()
