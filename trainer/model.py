@@ -21,7 +21,8 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   (compiled ``flex_attention`` on CUDA, eager elsewhere).
 - ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.
 - ``compile_layers`` (attribute, default True): with ``attn_impl='flex'`` on CUDA each decoder layer runs
-  through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU, flex inlined);
+  through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU; flex_attention runs
+  outside that graph, compiled on its own, so each batch's BlockMask is an input, never a traced constant);
   ``DFLASH_COMPILE=0`` in the environment turns it off.
 """
 
@@ -37,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer import masks
 from trainer.compiling import compile_enabled
 from trainer.config import DraftConfig
+from trainer.flex import flex_attention
 
 
 class RMSNorm(nn.Module):
@@ -119,7 +121,7 @@ class Attention(nn.Module):
         q, k = q.to(v.dtype), k.to(v.dtype)
         scale = 1.0 / math.sqrt(self.head_dim)
         if attn_impl == "flex":
-            out = _flex_attention(q, k, v, attn_mask, scale)
+            out = flex_attention(q, k, v, attn_mask, scale)
         else:
             if self.n_kv != self.n_heads:  # explicit GQA expansion: works on every torch/backend
                 rep = self.n_heads // self.n_kv
@@ -127,21 +129,6 @@ class Attention(nn.Module):
                 v = v.repeat_interleave(rep, dim=1)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         return self.o_proj(out.transpose(1, 2).reshape(B, Q, self.n_heads * self.head_dim))
-
-
-_COMPILED_FLEX = None
-
-
-def _flex_attention(q, k, v, block_mask, scale):
-    global _COMPILED_FLEX
-    from torch.nn.attention.flex_attention import flex_attention
-
-    fn = flex_attention
-    if q.is_cuda and not torch.compiler.is_compiling():  # inside a compiled layer dynamo compiles it
-        if _COMPILED_FLEX is None:
-            _COMPILED_FLEX = torch.compile(flex_attention)
-        fn = _COMPILED_FLEX
-    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
 _COMPILED_LAYER = None

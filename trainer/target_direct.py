@@ -20,6 +20,7 @@ from torch import nn
 
 from trainer.compiling import compile_enabled
 from trainer.config import text_config_of
+from trainer.flex import flex_attention
 from trainer.masks import doc_positions
 
 DIRECT_MODEL_TYPES = frozenset({"qwen3", "qwen2", "llama", "mistral"})
@@ -71,9 +72,7 @@ def _attend(q, k, v, scale: float, window: int | None, attn: str, meta):
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     gqa = kt.shape[1] != Hq
     if attn == "flex":
-        from torch.nn.attention.flex_attention import flex_attention
-
-        o = flex_attention(qt, kt, vt, block_mask=meta, scale=scale, enable_gqa=gqa)
+        o = flex_attention(qt, kt, vt, meta, scale)
     elif attn == "sdpa_causal":
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
