@@ -6,6 +6,7 @@ checkpoint, and quitting the screen stops the trainer cleanly too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -73,10 +74,19 @@ class Headless:
                 return rc
             self.lines.append(line)
 
-    def kill(self) -> None:
+    def end(self) -> None:
+        """After a failure: SIGINT (the demo stops its trainer), else SIGKILL; then end any process
+        still running in the demo's folder (a detached trainer outlives a killed demo)."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        for line in leftovers(self.folder, self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
 def _cwd(pid: str) -> str:
@@ -122,15 +132,15 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
     headless = Headless(folder)
     try:
         m = headless.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m, 120,
-                          "status line with tok/s above zero")
+                              "status line with tok/s above zero")
         assert float(m[2]) > 0 and int(m[6]) > 0  # a loss; the queue has a capacity
         rc = headless.finish(signal.SIGINT)
+        out = "\n".join(headless.lines)
+        assert rc == 0, out
+        assert "[saved] checkpoint saved" in out and "demo ended; nothing of it is left running" in out, out
+        assert leftovers(folder, headless.proc.pid) == []
     finally:
-        headless.kill()
-    out = "\n".join(headless.lines)
-    assert rc == 0, out
-    assert "[saved] checkpoint saved" in out and "demo ended; nothing of it is left running" in out, out
-    assert leftovers(folder, headless.proc.pid) == []
+        headless.end()  # (only acts after a failure above)
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     first_ckpt = int(re.search(r"step_(\d+)", latest)[1])
     assert (run_dir / "checkpoints" / latest).is_dir() or Path(latest).is_dir()
