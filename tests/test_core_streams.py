@@ -97,3 +97,32 @@ async def test_subscribe_replays_only_the_current_state(tmp_path):
     assert late[0].state == "connected" and late[1].trainer is None
     assert not any(isinstance(e, Record) for e in late)
     assert [e.record["step"] for e in first if isinstance(e, Record)] == [1]
+
+
+async def test_a_call_racing_the_connect_attaches_the_tails_once(tmp_path):
+    """A find_trainer (or launch) made the moment the helper is up, while connect is still attaching
+    the tails, must not attach a second pair: every log line arrives once."""
+    async with DevHost(tmp_path / "host") as h:
+        h.add_container(CT)
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "train.log").write_bytes(b"")
+        lines: list[str] = []
+        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s.subscribe(lambda ev: lines.extend(ev.lines) if isinstance(ev, LogLines) else None)
+        starting = asyncio.create_task(s.start())
+        try:
+            while not s.connected:  # the helper is up; connect is now attaching the tails
+                await asyncio.sleep(0.001)
+            await s.find_trainer()
+            await starting
+            with open(run / "train.log", "ab") as f:
+                f.write(b"".join(b"line %d\n" % i for i in range(20)))
+            for _ in range(100):
+                if len(lines) >= 20:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # a second pair of tails would deliver its copy meanwhile
+        finally:
+            await s.close()
+    assert lines == [f"line {i}" for i in range(20)]

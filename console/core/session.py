@@ -72,6 +72,8 @@ class Session:
         self._metrics_skip = False
         self._log_lines = LineSplitter()
         self._tails_dir: str | None = None
+        # one attach at a time: two concurrent attaches (connect racing a launch) made two pairs of tails
+        self._attach_lock = asyncio.Lock()
 
     # --- events ------------------------------------------------------------------------------------
 
@@ -270,6 +272,10 @@ class Session:
             self._emit(LogLines(lines))
 
     async def _attach_tails(self) -> None:
+        async with self._attach_lock:
+            await self._attach_tails_locked()
+
+    async def _attach_tails_locked(self) -> None:
         helper = self.helper
         if helper is None or self.run_dir is None:
             return
