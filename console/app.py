@@ -10,6 +10,7 @@ never touches the trainer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ class ConsoleApp(App):
         self.plot_refresh_s = plot_refresh_s
         self.tick_s = tick_s
         self.log_max_lines = log_max_lines
+        self.deployed_code_dir: str | None = None  # set by a deploy from this screen; launch/restart use it
         self._refresh_handle: asyncio.TimerHandle | None = None
         self._plot_handle: asyncio.TimerHandle | None = None
         self._last_refresh = 0.0
@@ -250,7 +252,9 @@ class ConsoleApp(App):
             return
         runner = None
         if self.session is not None:
-            runner = self.session.stop_trainer if kind == "stop" else self.session.restart_trainer
+            runner = self.session.stop_trainer
+            if kind == "restart":  # a restart runs the code deployed from this screen, if any
+                runner = functools.partial(self.session.restart_trainer, code_dir=self.deployed_code_dir)
         else:
             async def runner(**_):
                 raise RuntimeError("not connected to a host")
@@ -260,7 +264,8 @@ class ConsoleApp(App):
         if self.readonly or not self._need_session():
             return
         live = getattr(self.state.trainer, "pid", None)
-        self.push_screen(LaunchDialog(self.state.run, self.session.launch, live_pid=live))
+        self.push_screen(LaunchDialog(self.state.run, self.session.launch, live_pid=live,
+                                      code_dir=self.deployed_code_dir))
 
     def action_deploy(self) -> None:
         if self.readonly or not self._need_session():
@@ -277,6 +282,7 @@ class ConsoleApp(App):
             self.schedule_refresh()
             self.notify(f"deploy failed: {exc}", severity="error", timeout=15)
             return
+        self.deployed_code_dir = where
         self.state.note(f"deployed to {where}")
         self.schedule_refresh()
         self.notify(f"deployed to {where}; a launch or restart uses it", timeout=10)

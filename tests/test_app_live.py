@@ -172,6 +172,9 @@ async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
         await pilot.pause(0.2)
         assert "deployed to" in screen_text(app)  # in the panel's events
         assert (Path(where) / "trainer" / "pipeline.py").is_file()
+        await pilot.press("l")  # a launch (and a restart) from here runs the code just deployed
+        assert app.screen.query_one("#code_dir").value == where
+        await pilot.press("escape")
     assert alive(info.pid)  # a deploy never touches the running trainer
 
 

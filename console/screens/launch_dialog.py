@@ -41,8 +41,10 @@ class LaunchDialog(ModalScreen[object]):
     LaunchDialog Button { margin-left: 2; }
     """
 
-    def __init__(self, run: dict | None, launcher: Launcher, live_pid: int | None = None) -> None:
+    def __init__(self, run: dict | None, launcher: Launcher, live_pid: int | None = None,
+                 code_dir: str | None = None) -> None:
         super().__init__()
+        self.code_dir = code_dir  # a code dir deployed from this screen replaces the last run's
         self.live_pid = live_pid
         self.last_run = run
         self.launcher = launcher
@@ -51,6 +53,7 @@ class LaunchDialog(ModalScreen[object]):
 
     def compose(self) -> ComposeResult:
         flags, python, code_dir = prefill(self.last_run)
+        code_dir = self.code_dir or code_dir
         with Vertical():
             src = "the last run's run.json" if self.last_run else "nothing (no run.json seen)"
             yield Static(Text("Launch the trainer  ", style="bold") + Text(f"prefilled from {src}",
