@@ -117,3 +117,25 @@ def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
 
     (out / "run.json").write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
     check_not_running(str(out))
+
+
+def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
+    from types import SimpleNamespace
+
+    from trainer.handoff import hidden_batch_bytes, queue_refusal
+
+    # the seed's workflow: 49,152 tokens x 5 captured layers x 5120 x bf16 = 2.5 GB a batch
+    cfg = SimpleNamespace(num_captured=5, hidden_size=5120)
+    per = hidden_batch_bytes(SimpleNamespace(token_budget=49152, use_soft_labels=False), cfg, 2)
+    assert per == 49152 * 5 * 5120 * 2
+    assert hidden_batch_bytes(SimpleNamespace(token_budget=49152, use_soft_labels=True), cfg, 2) == 49152 * 6 * 5120 * 2
+    gb = 10**9
+    why = queue_refusal("cuda:1", 60, 1, per, free=140 * gb, total=150 * gb)  # depth 60: 153 GB
+    assert why and "cuda:1" in why and "153.51 GB" in why
+    fits = int(why.split("--hs-queue-depth ")[1].split()[0])
+    assert fits > 0 and queue_refusal("cuda:1", fits, 1, per, free=140 * gb, total=150 * gb) is None
+    assert queue_refusal("cuda:1", fits + 1, 1, per, free=140 * gb, total=150 * gb) is not None
+    # the reference shape's default depth fits easily
+    ref = hidden_batch_bytes(SimpleNamespace(token_budget=8192, use_soft_labels=False),
+                             SimpleNamespace(num_captured=5, hidden_size=4096), 2)
+    assert queue_refusal("cuda:1", 8, 1, ref, free=140 * gb, total=150 * gb) is None

@@ -112,8 +112,3 @@ class Server:
         for ch in list(self.channels.values()):
             ch.close()
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]

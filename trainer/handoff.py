@@ -47,6 +47,20 @@ def keep_free_bytes(total: int) -> int:
     return max(total // 4, 8 << 30)
 
 
+def queue_refusal(device: str, batches: int, in_use: int, per_batch: int, free: int, total: int) -> str | None:
+    """Why ``batches`` (+``in_use``) hidden-state batches cannot wait on a GPU with ``free`` of ``total`` bytes
+    free, naming the depth that fits; None when they fit."""
+    need = (batches + in_use) * per_batch
+    room = free - keep_free_bytes(total)
+    if need <= room:
+        return None
+    fits = max(0, room // per_batch - in_use)
+    return (f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
+            f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
+            f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
+            + (" (or a smaller --token-budget)" if fits < 2 else ""))
+
+
 def check_queue_memory(device: str, batches: int, in_use: int, per_batch: int, args) -> str:
     """A start-up log line with the queue's memory on ``device``; FlagError when it cannot fit."""
     need = (batches + in_use) * per_batch
@@ -55,14 +69,9 @@ def check_queue_memory(device: str, batches: int, in_use: int, per_batch: int, a
     if not device.startswith("cuda"):
         return what
     free, total = torch.cuda.mem_get_info(torch.device(device))
-    room = free - keep_free_bytes(total)
-    if need > room:
-        fits = max(0, room // per_batch - in_use)
-        raise FlagError("--hs-queue-depth", (
-            f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
-            f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
-            f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
-            + (" (or a smaller --token-budget)" if fits < 2 else "")))
+    why = queue_refusal(device, batches, in_use, per_batch, free, total)
+    if why:
+        raise FlagError("--hs-queue-depth", why)
     return f"{what}; {fmt_bytes(free)} free of {fmt_bytes(total)}"
 
 

@@ -2,7 +2,8 @@
 
 ``--launch multi``: spawns ``python -m trainer.worker FLAGS`` once per device (targets first, then
 drafters; ranks as in ``handoff.Layout``) with the torch.distributed environment on loopback
-(``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo``) and waits for them. ``--launch torchrun``: spawns
+(``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo``; the rendezvous TCPStore is hosted by the launcher,
+so it outlives any worker) and waits for them. ``--launch torchrun``: spawns
 nothing; the workers, started by torchrun on every node (docs/trainer.md), connect to its control socket.
 
 It owns run.json, metrics.jsonl and the stop protocol: a SIGINT/SIGTERM becomes ``stop_requested`` and a
@@ -79,13 +80,20 @@ class Launcher:
 
     # -- workers ---------------------------------------------------------------------------------------
     def spawn(self, server: control.Server) -> None:
-        port = control.free_port()
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        # the rendezvous store lives here, not in rank 0: a target that exits first does not take it away
+        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(minutes=30))
+        port = self.store.port
         L = self.layout
         for rank in range(L.world):
             env = dict(os.environ)
             env.update(RANK=str(rank), WORLD_SIZE=str(L.world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(L.world),
                        GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       DFLASH_CONTROL=f"127.0.0.1:{server.port}", DFLASH_LAUNCHER_PID=str(os.getpid()))
+                       DFLASH_CONTROL=f"127.0.0.1:{server.port}", DFLASH_LAUNCHER_PID=str(os.getpid()),
+                       DFLASH_EXTERNAL_STORE="1")
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
             self.procs[rank] = subprocess.Popen([sys.executable, "-m", "trainer.worker", *self.argv],
@@ -169,7 +177,7 @@ class Launcher:
                 self.check_death(rank, "its control connection ended")
 
     def check_death(self, rank: int, how: str) -> None:
-        ok = self.exited.get(rank) == 0 or (rank in self.results and self.exited.get(rank) is None)
+        ok = self.exited.get(rank) == 0 or rank in self.results  # a worker that reported its result did not die
         if ok or any(f[0] == rank for f in self.failures):
             return
         message = f"worker {self.who(rank)} died: {how}"
@@ -223,6 +231,9 @@ class Launcher:
         world = self.layout.world
         while len(self.exited) < world:
             self.forward_stop()
+            if self.devices.mode == "torchrun" and self.stop_sent and not self.info:
+                log("stopped before any worker connected: nothing to save")
+                return EXIT_OK, "signal"
             try:
                 cid, msg = self.server.inbox.get(timeout=0.1)
                 self.handle(cid, msg)

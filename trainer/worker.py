@@ -291,8 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         ctl.wait_welcome()
         from datetime import timedelta
 
-        dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=rank, world_size=world,
-                                timeout=timedelta(minutes=30))
+        backend, timeout = "cpu:gloo,cuda:nccl" if cuda else "gloo", timedelta(minutes=30)
+        if os.environ.get("DFLASH_EXTERNAL_STORE") == "1":  # the launcher's store (torchrun: env:// as usual)
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                  timeout=timedelta(minutes=5))
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
         group = dist.new_group(layout.drafter_ranks)
         ctrl_group = dist.new_group(layout.drafter_ranks, backend="gloo")
         if role == "target":
