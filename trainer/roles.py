@@ -63,7 +63,7 @@ class TargetRole:
         ids = ids_cpu.to(self.device)
         hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
         if self.device.startswith("cuda"):
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()  # this stream only: sends in flight are not ours
         self.meter.end(mb.num_tokens)
         return HiddenBatch(mb.index, mb.epoch, mb.num_tokens, hidden, final, ids, lm, docs)
 
@@ -184,7 +184,7 @@ class DrafterRole:
                 loss = loss * float("nan")
             (loss * loss_scale).backward()
         if dev.startswith("cuda"):
-            torch.cuda.synchronize(dev)
+            torch.cuda.current_stream(dev).synchronize()  # this stream only: a receive in flight is not ours
         self.meter.end(hb.tokens)
         return {"loss": loss.detach(), **metrics}
 
