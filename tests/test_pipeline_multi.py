@@ -97,7 +97,7 @@ def test_a_killed_worker_is_reported_and_the_rest_saved(tiny_assets, tmp_path):
     assert t.wait(120) == 1, t.output
     ev = events(out)
     errors = [e for e in ev if e["name"] == "error"]
-    assert errors and errors[0]["rank"] == 0 and "rank 0 (target0 cpu" in errors[0]["message"]
+    assert len(errors) == 1 and errors[0]["rank"] == 0 and "rank 0 (target0 cpu" in errors[0]["message"], errors
     assert "SIGKILL" in errors[0]["message"]
     assert "worker rank 0 (target0 cpu" in t.output and "died: killed by SIGKILL" in t.output
     saved = [e for e in ev if e["name"] == "checkpoint_saved"]

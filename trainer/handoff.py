@@ -28,6 +28,7 @@ from trainer.data import Plan
 from trainer.flags import FlagError
 from trainer.roles import HiddenBatch, Stopped, _Failure
 
+PEER_GRACE_S = 10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own
 MAX_PENDING_SENDS = 2  # hidden-state batches a target may have in flight (on its own device)
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -209,6 +210,12 @@ class Receiver(threading.Thread):
             except queue.Empty:
                 continue
             if isinstance(item, _Failure):
+                # a target that died shows here first; the launcher's abort, naming it, follows in a moment
+                end = time.monotonic() + PEER_GRACE_S
+                while time.monotonic() < end:
+                    if should_stop():
+                        raise Stopped
+                    time.sleep(0.05)
                 raise RuntimeError(f"receiving hidden states failed: {item.exc!r}") from item.exc
             self._slots.release()
             if item.index != g:

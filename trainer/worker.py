@@ -92,6 +92,12 @@ class WorkerControl:
                     self.on_abort(self.saver)
         finish(1)  # the launcher is gone
 
+    def wait_abort(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self.abort and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.abort
+
     def wait_welcome(self, timeout: float = 600) -> dict:
         if not self._welcome_evt.wait(timeout):
             raise RuntimeError("no welcome from the launcher")
@@ -212,7 +218,7 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
 def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
     import torch
 
-    from trainer.handoff import check_queue_memory, hidden_batch_bytes
+    from trainer.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
     from trainer.rundir import RoleMeter
 
     resume = (ctl.welcome or {}).get("resume")
@@ -240,14 +246,19 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
         loop.log(check_queue_memory(device, args.hs_queue_depth, 1, per, args))
         trainer.log_setup()
         code, reason = trainer.train()
-    except BaseException:
+    except Exception as e:
+        # a collective that failed because a peer died: the launcher's abort follows in a moment
+        aborted = ctl.wait_abort(PEER_GRACE_S)
         if trainer.saver and trainer.trained:  # save what it can: the last complete step's state
             try:
-                loop.log("error while training: saving the last complete step")
+                loop.log(f"{'aborted' if aborted else 'error'} while training ({type(e).__name__}): "
+                         "saving the last complete step")
                 trainer.save()
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
-        raise
+        if not aborted:
+            raise
+        code, reason = loop.EXIT_ERROR, "error"
     ctl.ch.send("done", code=code, reason=reason)
     return code
 
