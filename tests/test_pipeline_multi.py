@@ -112,3 +112,29 @@ def test_a_killed_launcher_takes_its_workers(tiny_assets, tmp_path):
     pids = _worker_pids(t)
     t.kill()  # SIGKILL: no handler runs; the workers' parent-death signal does the rest
     assert _gone(pids, t.proc.pid, timeout=20), [p for p in pids if session_members(t.proc.pid)]
+
+
+def test_workers_under_torchrun_report_to_the_launcher(tiny_assets, tmp_path):
+    """--launch torchrun: the launcher spawns nothing; torchrun (one node here, standalone rendezvous on
+    localhost) starts the same workers, which connect to the launcher's control socket."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.trainer_run import ROOT, env
+
+    out = tmp_path / "run"
+    flags = tiny_flags(tiny_assets, out, "--max-steps", "3", "--launch", "torchrun")
+    t = Trainer(flags)
+    line = t.wait_line("waiting for 2 torchrun workers: control socket ", timeout=120)
+    address = line.split("control socket ", 1)[1].split()[0]
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    w = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "trainer.worker", *flags], cwd=ROOT,
+                       env=env(DFLASH_CONTROL=address, GLOO_SOCKET_IFNAME="lo"), capture_output=True, text=True,
+                       timeout=180)
+    assert w.returncode == 0, w.stdout + w.stderr
+    assert t.wait(60) == 0, t.output
+    assert [s["step"] for s in steps(out)] == [1, 2, 3]
+    assert [e["name"] for e in events(out)] == ["started", "checkpoint_saving", "checkpoint_saved", "stopped"]
+    thr = [r for r in records(out) if r["kind"] == "throughput"]
+    assert thr and all([d["role"] for d in r["devices"]] == ["target", "drafter"] for r in thr)
