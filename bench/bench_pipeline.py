@@ -35,6 +35,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from plot_run import load  # noqa: E402  (bench/ is this script's own folder: metrics.jsonl reader)
 
 REF = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
            num_key_value_heads=8, head_dim=128, vocab_size=151936)
@@ -171,22 +172,11 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
 
 
 # -- pipeline runs ----------------------------------------------------------------------------------------
-def records(path: str) -> list[dict]:
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
 def analyse(metrics: str, skip: int) -> dict:
     """Steady state: from the first throughput record after step ``skip`` to the last one before the stop.
     Own count = context tokens of the step records inside that window / its length; metrics = the
     throughput records' drafter tok/s integrated over the same window."""
-    recs = records(metrics)
+    recs = load(metrics)
     steps = [r for r in recs if r["kind"] == "step"]
     thr = [r for r in recs if r["kind"] == "throughput"]
     stop_t = next((r["t"] for r in recs if r.get("name") in ("stop_requested", "checkpoint_saving")), float("inf"))

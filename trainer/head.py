@@ -21,20 +21,15 @@ import os
 import torch
 from torch import nn
 
+from trainer.model import RMSNorm
+
 _ZERO_CENTRED_NORM = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 
 
-class _RMSNorm(nn.Module):
-    def __init__(self, weight: torch.Tensor, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+def _frozen_norm(weight: torch.Tensor, eps: float) -> RMSNorm:
+    norm = RMSNorm(weight.shape[-1], eps)
+    norm.weight = nn.Parameter(weight, requires_grad=False)
+    return norm
 
 
 class FrozenHead(nn.Module):
@@ -103,7 +98,7 @@ class FrozenHead(nn.Module):
         lm_head = nn.Linear(hidden, vocab, bias=False, device="meta")
         # tied when the checkpoint has no lm_head (tie_word_embeddings); else the stored one
         lm_head.weight = embed.weight if head_key is None else nn.Parameter(read(head_key), requires_grad=False)
-        return cls(embed, _RMSNorm(norm_w, eps), lm_head)
+        return cls(embed, _frozen_norm(norm_w, eps), lm_head)
 
 
 def _weight_map(path: str) -> dict[str, str]:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from textual_plotext import PlotextPlot
-
 from console.core.state import ConsoleState
+from console.widgets.cached_plot import CachedPlot
 
 
-class LossPlot(PlotextPlot):
+class LossPlot(CachedPlot):
     """Redrawn only when a step record arrived since the last draw."""
 
     DEFAULT_CSS = "LossPlot { height: 1fr; min-height: 6; }"
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._seen: tuple | None = None
-        self._render_key: tuple | None = None
-        self._rendered = None
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -34,11 +27,3 @@ class LossPlot(PlotextPlot):
         if hist:
             plt.plot([h[0] for h in hist], [h[1] for h in hist], marker="braille", color="yellow")
         self.refresh()
-
-    def render(self):
-        """plotext rebuilds the whole figure per render; reuse it until the data or size changes."""
-        key = (self._seen, self.size, self.app.theme)
-        if key != self._render_key:
-            self._render_key = key
-            self._rendered = super().render()
-        return self._rendered

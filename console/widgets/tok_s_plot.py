@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from textual_plotext import PlotextPlot
-
 from console.core.state import ConsoleState
+from console.widgets.cached_plot import CachedPlot
 
 
-class TokSPlot(PlotextPlot):
+class TokSPlot(CachedPlot):
     """Redrawn only when a throughput record arrived since the last draw.
 
     x is seconds before the newest record (record time, not the clock), so the graph is the same
@@ -19,9 +18,6 @@ class TokSPlot(PlotextPlot):
     def __init__(self, window_s: float = 300.0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.window_s = window_s
-        self._seen: tuple | None = None
-        self._render_key: tuple | None = None
-        self._rendered = None
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -45,11 +41,3 @@ class TokSPlot(PlotextPlot):
                 plt.plot(xs, [h[2].get("target", 0.0) for h in pts], label="target",
                          marker="braille", color="magenta")
         self.refresh()
-
-    def render(self):
-        """plotext rebuilds the whole figure per render; reuse it until the data or size changes."""
-        key = (self._seen, self.size, self.app.theme)
-        if key != self._render_key:
-            self._render_key = key
-            self._rendered = super().render()
-        return self._rendered
