@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -271,11 +272,17 @@ async def cmd_logs(args) -> int:
         if not args.follow:
             return control.OK
         split = LineSplitter()
+        done = asyncio.Event()  # set when the reader goes away (`logs -f | head`); else until Ctrl-C
 
         def on_data(data: bytes) -> None:
-            for ln in split.feed(data):
-                print(ln)
-            sys.stdout.flush()
+            if done.is_set():
+                return
+            try:
+                for ln in split.feed(data):
+                    print(ln)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                done.set()
 
         tail = FileTail(path, end, on_data)
 
@@ -288,7 +295,7 @@ async def cmd_logs(args) -> int:
 
         s.subscribe(on_event)
         try:
-            await asyncio.Event().wait()  # until Ctrl-C
+            await done.wait()
         finally:
             await tail.detach()
     return control.OK
@@ -338,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(runner(args))
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:  # the reader went away (`status --json | head`): nothing more to say
+        code = EXIT_ERROR
     except control.ControlError as e:
         err(str(e))
         code = e.code
@@ -347,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     if from_shell:
         # Run as the program: everything is said and closed, so skip the interpreter's slow teardown
         # (asyncssh/cryptography finalisation, ~0.15 s): a script waiting on `stop` learns at once.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a reader that went away
+                stream.flush()
         os._exit(code)
     return code
 

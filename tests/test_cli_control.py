@@ -144,3 +144,29 @@ def test_logs_follow_across_a_server_restart(host, tmp_path):
         p.send_signal(signal.SIGINT)
         p.wait(10)
     assert "retrying" in p.stderr.read()
+
+
+def test_logs_follow_ends_when_its_reader_goes_away(host, tmp_path):
+    """`logs -f | head -n 2`: once head has gone, logs ends at the next line instead of failing forever."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = run / "train.log"
+    log.write_text("a\nb\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r, w = os.pipe()
+    p = subprocess.Popen([*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "2"],
+                         stdout=w, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(w)
+    try:
+        with os.fdopen(r) as reader:
+            assert [reader.readline() for _ in range(2)] == ["a\n", "b\n"]
+        with log.open("a") as f:  # the reader is closed: the next lines meet a broken pipe
+            for i in range(3):
+                f.write(f"new {i}\n")
+                f.flush()
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = p.stderr.read()
+    assert "Traceback" not in err, err
