@@ -495,7 +495,7 @@ async def _headless(demo: Demo) -> int:
 
 
 async def _screen(demo: Demo) -> int:
-    from console.demo_app import DemoApp
+    from console.screens.demo_app import DemoApp
 
     loop = asyncio.get_running_loop()
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

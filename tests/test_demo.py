@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.demo import Demo, marked_processes
-from console.demo_app import DemoApp
+from console.screens.demo_app import DemoApp
 from tests.core_util import CLI, alive
 from tests.screen_text import screen_text
 from tests.trainer_run import ROOT, env
