@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from console.core.options import ConnectOptions
 from console.core.session import ReadOnlyError, Session
 from console.devhost.thread import DevHostThread
 from console.screens.stop_dialog import StopDialog
-from tests.screen_text import screen_text
+from tests.screen_text import screen_text, until
 from tests.trainer_run import ROOT, tiny_flags
 
 CT = 200
@@ -78,15 +77,6 @@ def alive(pid: int) -> bool:
 def make_app(host, run_dir: Path, readonly: bool = False) -> ConsoleApp:
     session = Session(options(host), ct=CT, run_dir=str(run_dir), readonly=readonly, telemetry=False)
     return ConsoleApp(session, readonly=readonly, target=f"devhost · CT {CT}")
-
-
-async def until(pilot, cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}:\n{screen_text(pilot.app)}")
 
 
 async def test_table_graphs_and_log_fill_from_the_live_trainer(host, trainer):

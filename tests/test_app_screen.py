@@ -5,7 +5,7 @@ from console.core.events import ConnState, GpuSample, LogLines, Record, TrainerF
 from console.core.state import ConsoleState
 from console.screens.help import HelpScreen
 from console.screens.stop_dialog import StopDialog
-from tests.screen_text import screen_text
+from tests.screen_text import screen_text, until
 from tests.test_state_fold import T0, _gpus, step, tp
 
 SIZE = (120, 36)
@@ -55,10 +55,7 @@ async def test_log_coalesces_caps_and_searches():
         log = app.log_view
         for i in range(50):  # 50 bursts of 200 lines inside one flush period
             app.feed([LogLines([f"line {i * 200 + j} loss {j}" for j in range(200)])])
-        for _ in range(50):  # the flush runs on a timer: wait for it, however loaded the machine is
-            await pilot.pause(0.1)
-            if log.line_count:
-                break
+        await until(pilot, lambda: log.line_count, 5, "the log's timed flush")
         assert log.received == 10_000
         assert log.line_count == 1000 and log.lines[-1] == "line 9999 loss 199"
         assert app.refreshes < 10  # lines never trigger a screen refresh of their own

@@ -24,7 +24,7 @@ import pytest
 from console.demo import Demo, marked_processes
 from console.screens.demo_app import DemoApp
 from tests.core_util import CLI, alive
-from tests.screen_text import screen_text
+from tests.screen_text import until
 from tests.trainer_run import ROOT, env
 
 STATUS = re.compile(r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)")
@@ -179,15 +179,6 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
     records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     starts = [r["step"] for r in records if r["kind"] == "event" and r["name"] == "started"]
     assert starts == [0, first_ckpt]
-
-
-async def until(pilot, cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}:\n{screen_text(pilot.app)}")
 
 
 def test_demo_refuses_a_foreign_nonempty_dir(tmp_path):
