@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-KNOWN_KINDS = frozenset({"step", "throughput", "event"})
-
 
 def parse_line(line: bytes | str) -> dict | None:
     """One line -> a record dict, or None when it is not a JSON object with a string ``kind``.

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 
 from console.core.metrics import headline_tok_s
 
-ROLES = ("target", "drafter")
-
 
 @dataclass
 class DeviceRow:
