@@ -9,10 +9,10 @@ What it does (everything under ``--work``, default /dev/shm/dflash_bench; result
   12288, vocab 151936; bf16, built on the GPU, saved as safetensors), unless it exists;
 - ``data/``: synthetic token data: sequences of ``--seq`` tokens, each an arithmetic progression over 4096
   token ids (predictable: the drafter's loss falls), one sequence per micro-batch (token budget = seq);
-- ``alone``: the target stage alone on GPU 0 (``TargetRole`` over the same micro-batches, as the pipeline
-  calls it) and the drafter stage alone on GPU 1 (``DrafterRole`` on random hidden states of the right
-  shape: micro-step, clip, AdamW, the per-step metrics sync), in two processes at once; tok/s over the
-  timed steps after warm-up;
+- ``alone``: the target stage alone on GPU 0 (``TargetRole.run`` over the same micro-batches, as the
+  pipeline's target worker calls it) and the drafter stage alone on GPU 1 (``DrafterRole`` on random
+  hidden states of the right shape: micro-step, clip, AdamW, the per-step metrics sync), in two processes
+  at once; tok/s over the timed steps after warm-up;
 - ``two``: ``python -m trainer.pipeline --target-gpus 0 --drafter-gpus 1`` (launcher + 2 workers);
 - ``one``: ``--target-gpus 0 --drafter-gpus 0`` (one process, both roles on one GPU);
 for each pipeline run: the steady-state tok/s from its step records (the bench's own count: context tokens
@@ -103,8 +103,8 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
 
     from trainer.data import Plan, load_dir
     from trainer.flags import build_parser
+    from trainer.gpu_meter import role_meter
     from trainer.loop import Trainer, draft_config, micro_seed, quiet_transformers
-    from trainer.rundir import RoleMeter
 
     quiet_transformers()
     args = build_parser().parse_args(flags(a, target, data, "/tmp/unused", "0", "0", 10**9))
@@ -125,10 +125,13 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         from trainer.target import load_target
 
         model = load_target(target, device, torch.bfloat16 if cuda else torch.float32, cfg.target_layer_ids)
-        r = TargetRole(model, device, cfg.target_layer_ids, False, RoleMeter(device, "target"))
+        r = TargetRole(model, device, cfg.target_layer_ids, False, role_meter(device, "target"))
 
         def step(g):
             return r(plan.batch(g)).tokens
+
+        def steps(gs):  # as the pipeline's target worker runs it: the next micro-batch launched before a hand-off
+            return sum(hb.tokens for hb in r.run(plan, gs))
     else:
         from types import SimpleNamespace
 
@@ -140,7 +143,7 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         t = Trainer(args, SimpleNamespace(target=[device], drafter=[device], mode="single"), _Stop(), None, None,
                     "/tmp/unused", None, device=device)
         t.setup_model()
-        t.make_role(RoleMeter(device, "drafter"))
+        t.make_role(role_meter(device, "drafter"))
         C = cfg.num_captured * cfg.hidden_size
         gen = torch.Generator(device=device).manual_seed(0)
         hidden = torch.randn((1, a.seq, C), generator=gen, device=device,
@@ -156,12 +159,14 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
             torch.cat([m["loss"].double().view(1), m["acc"].double(), norm.double().view(1)]).tolist()
             return mb.num_tokens
 
+        def steps(gs):
+            return sum(step(g) for g in gs)
+
     for g in range(warm):
         step(g)
     sync()
-    t0, tokens = time.perf_counter(), 0
-    for g in range(warm, warm + n):
-        tokens += step(g)
+    t0 = time.perf_counter()
+    tokens = steps(range(warm, warm + n))
     sync()
     dt = time.perf_counter() - t0
     res = {"role": role, "device": device, "steps": n, "tokens": tokens, "seconds": dt, "tok_s": tokens / dt,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.masks import dense_mask, doc_positions, flex_block_mask, sample_anchors
+from trainer.masks import anchor_count, dense_mask, doc_positions, flex_block_mask, sample_anchors
 
 torch.set_num_threads(1)
 
@@ -160,3 +160,23 @@ def test_sample_anchors_pad_to_max_has_a_fixed_width():
     assert a.shape == (2, 12)
     assert (a[0] >= 0).all() and (a[1] >= 0).sum() == 7 and (a[1, 7:] == -1).all()
     assert sample_anchors(doc, lm, 4, 100, pad_to_max=True).shape == (2, 37)  # capped by T - bs + 1
+
+
+@pytest.mark.parametrize("max_anchors", [3, 1000])
+def test_anchor_count_gives_the_anchors_the_device_sync_would(max_anchors):
+    """The drafter reads A from host copies of the rows (no device sync); it must be the A that
+    sample_anchors reads on its own: the same anchors, bit for bit, for the same generator."""
+    g = torch.Generator().manual_seed(3)
+    for trial in range(6):
+        docs, lms = zip(*[_random_row(g, 48) for _ in range(3)], strict=True)
+        doc, lm = torch.stack(docs), torch.stack(lms)
+        if trial == 0:
+            lm[:] = False  # no candidate anywhere: one padding column
+        A = anchor_count(doc, lm, 4, max_anchors)
+        want_A = max(1, min(max_anchors, max(len(_valid_positions(d.tolist(), m.tolist(), 4))
+                                             for d, m in zip(doc, lm, strict=True))))
+        assert A == want_A
+        ref = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial))
+        got = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial), num_anchors=A)
+        assert torch.equal(ref, got)
+    assert anchor_count(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 4, 8) == 1

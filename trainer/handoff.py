@@ -118,21 +118,25 @@ def _wait(work, should_stop, poll: bool) -> bool:
 
 
 def run_sender(layout: Layout, ti: int, role, plan: Plan, s0: int, end: int, should_stop) -> int:
-    """Target worker ``ti``: produce its micro-batches and send each to its drafter; returns how many."""
+    """Target worker ``ti``: produce its micro-batches and send each to its drafter; returns how many.
+    ``role.run`` yields each batch complete with the next one already computing; the sends go on a stream of
+    their own, so NCCL does not wait for that next capture before it moves this one."""
     pending: list[tuple[list, HiddenBatch]] = []
     sent = 0
-    for g in range(s0 + ti, end, layout.NT):
+    send_stream = torch.cuda.Stream(role.device) if str(role.device).startswith("cuda") else None
+    for hb in role.run(plan, range(s0 + ti, end, layout.NT)):
         if should_stop():
             break
-        hb = role(plan.batch(g))
+        g = hb.index
         dst = layout.drafter_rank((g - s0) % layout.ND)
         fw = hb.final.shape[-1] if hb.final is not None else 0
         hdr = torch.tensor([g, hb.hidden.shape[1], hb.hidden.shape[2], fw, _DTYPES.index(hb.hidden.dtype)],
                            dtype=torch.int64)
         dist.send(hdr, dst)
-        works = [dist.isend(hb.hidden.contiguous(), dst)]
-        if fw:
-            works.append(dist.isend(hb.final.contiguous(), dst))
+        with torch.cuda.stream(send_stream) if send_stream is not None else contextlib.nullcontext():
+            works = [dist.isend(hb.hidden.contiguous(), dst)]
+            if fw:
+                works.append(dist.isend(hb.final.contiguous(), dst))
         pending.append((works, hb))
         sent += 1
         while len(pending) > MAX_PENDING_SENDS or (pending and not hb.hidden.is_cuda):

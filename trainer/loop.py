@@ -155,16 +155,16 @@ class Trainer:
         """Single process: the model side plus target thread(s) and the in-process queue."""
         import torch
 
+        from trainer.gpu_meter import role_meter
         from trainer.handoff import check_queue_memory, hidden_batch_bytes
         from trainer.roles import HiddenStateQueue, TargetRole
-        from trainer.rundir import RoleMeter
         from trainer.target import load_target
 
         check_devices(self.devices)
         self.setup_model()
         a, cfg = self.args, self.cfg
-        self.target_meters = [RoleMeter(d, "target", gpu_uuid(d)) for d in self.devices.target]
-        self.make_role(RoleMeter(self.device, "drafter", gpu_uuid(self.device)))
+        self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
+        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)))
         tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
         self.target_roles = []
         for d, m in zip(self.devices.target, self.target_meters, strict=True):

@@ -37,6 +37,7 @@ def sample_anchors(
     max_anchors: int,
     generator: torch.Generator | None = None,
     pad_to_max: bool = False,
+    num_anchors: int | None = None,
 ) -> torch.Tensor:
     """Random block anchors per row: ``(B, A)`` long, sorted ascending, ``-1`` = padding.
 
@@ -46,6 +47,8 @@ def sample_anchors(
     ``A = max(1, max over rows of the number drawn)`` (one device sync to read it), or with ``pad_to_max``
     ``A = min(max_anchors, T - block_size + 1)``: known from the shapes, so no sync and one shape for every
     batch of a length (no recompiles), at the cost of computing padding blocks where rows have fewer.
+    ``num_anchors`` = ``anchor_count`` of the same rows, computed where they are on the host: the same ``A``
+    without the device sync.
     """
     if block_size < 2:
         raise ValueError(f"block_size must be >= 2, got {block_size}")
@@ -58,6 +61,27 @@ def sample_anchors(
     n_cand = T - block_size + 1
     if n_cand <= 0:
         return torch.full((B, 1), -1, dtype=torch.long, device=device)
+    valid = _candidates(doc_ids, loss_mask, block_size)
+    gdev = generator.device if generator is not None else device
+    scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
+    scores = scores.masked_fill(~valid, 2.0)
+    counts = valid.sum(1).clamp(max=max_anchors)
+    if pad_to_max:
+        A = min(max_anchors, n_cand)
+    elif num_anchors is not None:
+        A = num_anchors
+    else:
+        A = max(1, int(counts.max().item()))
+    picked = scores.argsort(dim=1)[:, :A]
+    keep = torch.arange(A, device=device).unsqueeze(0) < counts.unsqueeze(1)
+    anchors = torch.where(keep, picked, torch.full_like(picked, n_cand + T))  # padding sorts last
+    anchors = anchors.sort(dim=1).values
+    return torch.where(anchors < n_cand, anchors, torch.full_like(anchors, -1))
+
+
+def _candidates(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:
+    """``(B, T - block_size + 1)`` bool: may an anchor sit at this position (``sample_anchors``' rule)."""
+    n_cand = doc_ids.shape[1] - block_size + 1
     doc = doc_ids.long()
     lm = loss_mask.bool()
     # document changes: change[t] = doc[t] != doc[t-1]; block [a, a+bs-1] in one doc iff no change in (a, a+bs-1]
@@ -68,18 +92,17 @@ def sample_anchors(
     # predicted positions a+1..a+bs-1 all in the loss mask
     clm = torch.nn.functional.pad(lm.long().cumsum(1), (1, 0))  # clm[t] = sum lm[:t]
     n_in = clm[:, block_size : block_size + n_cand] - clm[:, 1 : 1 + n_cand]
-    valid = same_doc & (n_in == block_size - 1) & (doc[:, :n_cand] >= 0)
+    return same_doc & (n_in == block_size - 1) & (doc[:, :n_cand] >= 0)
 
-    gdev = generator.device if generator is not None else device
-    scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
-    scores = scores.masked_fill(~valid, 2.0)
-    counts = valid.sum(1).clamp(max=max_anchors)
-    A = min(max_anchors, n_cand) if pad_to_max else max(1, int(counts.max().item()))
-    picked = scores.argsort(dim=1)[:, :A]
-    keep = torch.arange(A, device=device).unsqueeze(0) < counts.unsqueeze(1)
-    anchors = torch.where(keep, picked, torch.full_like(picked, n_cand + T))  # padding sorts last
-    anchors = anchors.sort(dim=1).values
-    return torch.where(anchors < n_cand, anchors, torch.full_like(anchors, -1))
+
+def anchor_count(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int, max_anchors: int) -> int:
+    """The ``A`` that ``sample_anchors`` gives these rows: pass it as ``num_anchors`` (from host copies of the
+    rows) to spare the device sync of reading it there."""
+    n_cand = doc_ids.shape[1] - block_size + 1
+    if n_cand <= 0:
+        return 1
+    counts = _candidates(doc_ids, loss_mask, block_size).sum(1).clamp(max=max_anchors)
+    return max(1, int(counts.max()))
 
 
 def mask_mod(

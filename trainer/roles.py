@@ -1,8 +1,9 @@
 """The two roles of the pipeline and the bounded hidden-state queue between them.
 
 - ``TargetRole``: the frozen target on one device; ``role(micro_batch) -> HiddenBatch`` (captured hidden
-  states, plus the final hidden state for soft labels). ``TargetWorker`` runs one in a thread, producing
-  every ``n``-th micro-batch of the stream into its lane of the ``HiddenStateQueue``.
+  states, plus the final hidden state for soft labels); ``role.run(plan, gs)`` yields them one behind the
+  GPU, with no idle gap between micro-batches. ``TargetWorker`` runs one in a thread, producing every
+  ``n``-th micro-batch of the stream into its lane of the ``HiddenStateQueue``.
 - ``HiddenStateQueue``: one bounded lane per target worker (capacities add up to ``--hs-queue-depth``);
   the drafter takes micro-batch ``g`` from lane ``g % n``, so the order is the data order whatever the
   threads' timing (what makes resume exact).
@@ -20,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from trainer.data import MicroBatch, Plan
 from trainer.loss import dflash_loss
-from trainer.masks import sample_anchors
+from trainer.masks import anchor_count, sample_anchors
 from trainer.rundir import RoleMeter
 from trainer.target import capture
 
@@ -41,7 +43,7 @@ class HiddenBatch:
     input_ids: torch.Tensor  # (1, T) on the target's device
     loss_mask: torch.Tensor  # (1, T) bool, on the CPU
     doc_ids: torch.Tensor  # (1, T), on the CPU
-    ready: object = None  # a CUDA event the hidden states are complete after (received point-to-point)
+    ready: object = None  # a CUDA event the hidden states are complete after (launched, or received point-to-point)
 
 
 class _Failure:
@@ -57,15 +59,45 @@ class TargetRole:
     def __init__(self, model, device: str, layer_ids: list[int], need_final: bool, meter: RoleMeter):
         self.model, self.device, self.layer_ids, self.need_final, self.meter = model, device, layer_ids, need_final, meter
 
-    def __call__(self, mb: MicroBatch) -> HiddenBatch:
+    def launch(self, mb: MicroBatch) -> HiddenBatch:
+        """Queue the capture of ``mb`` on the current stream and return at once: on CUDA the hidden states are
+        complete after ``ready`` (an event), which nothing has waited for yet."""
+        cuda = self.device.startswith("cuda")
         self.meter.begin()
         ids_cpu, lm, docs, _pos = mb.to_tensors("cpu")  # doc ids stay on the host: no device sync to read them
         ids = ids_cpu.to(self.device)
         hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
-        if self.device.startswith("cuda"):
-            torch.cuda.current_stream(self.device).synchronize()  # this stream only: sends in flight are not ours
+        ready = None
+        if cuda:
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self.device))
         self.meter.end(mb.num_tokens)
-        return HiddenBatch(mb.index, mb.epoch, mb.num_tokens, hidden, final, ids, lm, docs)
+        return HiddenBatch(mb.index, mb.epoch, mb.num_tokens, hidden, final, ids, lm, docs, ready=ready)
+
+    def __call__(self, mb: MicroBatch) -> HiddenBatch:
+        """One complete micro-batch (the host waits for it)."""
+        hb = self.launch(mb)
+        if hb.ready is not None:
+            hb.ready.synchronize()
+        return hb
+
+    def run(self, plan: Plan, gs) -> Iterator[HiddenBatch]:
+        """Micro-batches ``gs`` of ``plan`` in order, each complete when it is yielded, with the next one already
+        launched: the GPU works on ``g + 1`` while the host hands ``g`` on and packs ``g + 2``, so it never waits
+        for the host between micro-batches (what a sync per micro-batch costs), and the host is at most one
+        micro-batch ahead of it."""
+        prev = None
+        for g in gs:
+            hb = self.launch(plan.batch(g))
+            if prev is not None:
+                if prev.ready is not None:
+                    prev.ready.synchronize()
+                yield prev
+            prev = hb
+        if prev is not None:
+            if prev.ready is not None:
+                prev.ready.synchronize()
+            yield prev
 
 
 class HiddenStateQueue:
@@ -122,10 +154,10 @@ class TargetWorker(threading.Thread):
     def run(self) -> None:
         first = self.start_g + (self.lane - self.start_g) % self.lanes
         try:
-            for g in range(first, self.end_g, self.lanes):
+            for hb in self.role.run(self.plan, range(first, self.end_g, self.lanes)):
                 if self.q.stop.is_set():
                     return
-                self.q.put(self.lane, self.role(self.plan.batch(g)))
+                self.q.put(self.lane, hb)
         except Stopped:
             return
         except BaseException as e:  # noqa: BLE001 - handed to the drafter, which reports it
@@ -161,19 +193,20 @@ class DrafterRole:
                    seed: int | None = None, sync: bool = True) -> dict:
         """Forward + backward of one micro-batch; returns detached metric tensors (no host sync).
         ``seed`` reseeds the anchor/noise generator first; ``sync=False`` skips DDP's gradient all-reduce."""
-        self.meter.begin()
         dev = self.device
-        if hb.ready is not None:  # received on another stream: wait for it, tell the allocator
+        if hb.ready is not None:  # made on another stream: wait for it, tell the allocator
             torch.cuda.current_stream().wait_event(hb.ready)
             hb.hidden.record_stream(torch.cuda.current_stream())
             if hb.final is not None:
                 hb.final.record_stream(torch.cuda.current_stream())
+        self.meter.begin()  # after the wait: a late hand-off is not the drafter's busy time
         if seed is not None:
             self.generator.manual_seed(seed)
         ids, lm, docs = hb.input_ids.to(dev), hb.loss_mask.to(dev), hb.doc_ids.to(dev)
         hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
         final = hb.final.to(dev) if hb.final is not None else None
-        anchors = sample_anchors(docs, lm, self.block_size, self.max_anchors, self.generator)
+        A = anchor_count(hb.doc_ids, hb.loss_mask, self.block_size, self.max_anchors)  # host copies: no sync
+        anchors = sample_anchors(docs, lm, self.block_size, self.max_anchors, self.generator, num_anchors=A)
         fwd = self.ddp if self.ddp is not None else self.drafter
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         with no_sync:
@@ -183,14 +216,13 @@ class DrafterRole:
             if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()
-        if dev.startswith("cuda"):
-            torch.cuda.current_stream(dev).synchronize()  # this stream only: a receive in flight is not ours
-        self.meter.end(hb.tokens)
+        self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (trainer.gpu_meter)
         return {"loss": loss.detach(), **metrics}
 
     def clip(self) -> torch.Tensor:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
+        self.meter.begin()  # clip and the AdamW step are the drafter's busy time too (no tokens)
         return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
 
     def apply(self, lr: float) -> None:
@@ -199,6 +231,8 @@ class DrafterRole:
             g["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.meter.end(0)
 
     def discard(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+        self.meter.end(0)  # a span clip began, if any

@@ -189,12 +189,12 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     import torch
 
     from trainer.data import Plan, load_dir
+    from trainer.gpu_meter import role_meter
     from trainer.handoff import run_sender
     from trainer.roles import TargetRole
-    from trainer.rundir import RoleMeter
     from trainer.target import load_target
 
-    meter = RoleMeter(device, "target", loop.gpu_uuid(device))
+    meter = role_meter(device, "target", loop.gpu_uuid(device))
     meter_thread(ctl.ch, meter, lambda: (0, 0))
     ds = load_dir(args.data_dir, args.max_seq_len)
     loop.quiet_transformers()
@@ -218,8 +218,8 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
 def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
     import torch
 
+    from trainer.gpu_meter import role_meter
     from trainer.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
-    from trainer.rundir import RoleMeter
 
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
@@ -231,7 +231,7 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
         trainer.saver = di == saver
 
     ctl.on_abort = on_abort
-    meter = RoleMeter(device, "drafter", loop.gpu_uuid(device))
+    meter = role_meter(device, "drafter", loop.gpu_uuid(device))
     meter_thread(ctl.ch, meter, lambda: (dd.receiver.depth() if dd.receiver else 0, args.hs_queue_depth))
     try:
         trainer.setup_model()
