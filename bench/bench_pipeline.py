@@ -1,7 +1,7 @@
 """The whole pipeline against its stages alone, on the reference shape (issue 9).
 
     PYTHONPATH=. python bench/bench_pipeline.py --out $OUT --parts alone,two      # two H200s
-    PYTHONPATH=. python bench/bench_pipeline.py --out $OUT --parts one            # both roles on GPU 0
+    PYTHONPATH=. python bench/bench_pipeline.py --out $OUT --parts alone1,one     # both roles on GPU 0
     PYTHONPATH=. python bench/bench_pipeline.py --tiny --out /tmp/bp               # CPU smoke run
 
 What it does (everything under ``--work``, default /dev/shm/dflash_bench; results in ``--out``):
@@ -12,7 +12,8 @@ What it does (everything under ``--work``, default /dev/shm/dflash_bench; result
 - ``alone``: the target stage alone on GPU 0 (``TargetRole.run`` over the same micro-batches, as the
   pipeline's target worker calls it) and the drafter stage alone on GPU 1 (``DrafterRole`` on random
   hidden states of the right shape: micro-step, clip, AdamW, the per-step metrics sync), in two processes
-  at once; tok/s over the timed steps after warm-up;
+  at once; tok/s over the timed steps after warm-up; ``alone1``: the same two on GPU 0, one after the other
+  (what the 1-GPU run is compared with);
 - ``two``: ``python -m trainer.pipeline --target-gpus 0 --drafter-gpus 1`` (launcher + 2 workers);
 - ``one``: ``--target-gpus 0 --drafter-gpus 0`` (one process, both roles on one GPU);
 for each pipeline run: the steady-state tok/s from its step records (the bench's own count: context tokens
@@ -268,7 +269,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_pipeline"))
     ap.add_argument("--work", default="/dev/shm/dflash_bench")
-    ap.add_argument("--parts", default="two,alone,one", help="in this order")
+    ap.add_argument("--parts", default="two,alone,one,alone1", help="in this order (alone: the stages on GPUs 0 "
+                    "and 1 at once; alone1: both on GPU 0, one after the other)")
     ap.add_argument("--two-s", type=float, default=200, help="at most this long for the two-GPU run (then SIGINT); "
                     "start-up (target load + compile, drafter compile) took 63 s on H200s")
     ap.add_argument("--one-s", type=float, default=200)
@@ -288,6 +290,7 @@ def main() -> None:
     ap.add_argument("--alone-warmup", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=420)
     ap.add_argument("--alone", nargs=2, metavar=("ROLE", "DEVICE"), help=argparse.SUPPRESS)
+    ap.add_argument("--alone-tag", default="alone", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.tiny:
         a.seq, a.layers, a.block, a.anchors, a.sequences = 256, 1, 8, 32, 200
@@ -296,7 +299,7 @@ def main() -> None:
     os.makedirs(a.work, exist_ok=True)
     target, data = os.path.join(a.work, "target"), os.path.join(a.work, "data")
     if a.alone:
-        alone(a, a.alone[0], a.alone[1], target, data, os.path.join(a.out, f"alone_{a.alone[0]}.json"))
+        alone(a, a.alone[0], a.alone[1], target, data, os.path.join(a.out, f"{a.alone_tag}_{a.alone[0]}.json"))
         return
     make_target(target, a.tiny)
     make_data(data, a.sequences, a.seq, (TINY if a.tiny else REF)["vocab_size"])
@@ -317,11 +320,15 @@ def main() -> None:
 
     def save():
         ta, da = res.get("alone_target", {}).get("tok_s"), res.get("alone_drafter", {}).get("tok_s")
-        if ta and da:
-            if res.get("two", {}).get("tok_s_own"):
-                res["two"]["ratio_vs_min_alone"] = res["two"]["tok_s_own"] / min(ta, da)
-            if res.get("one", {}).get("tok_s_own"):
-                res["one"]["ratio_vs_time_sum"] = res["one"]["tok_s_own"] * (1 / ta + 1 / da)
+        if ta and da and res.get("two", {}).get("tok_s_own"):
+            res["two"]["ratio_vs_min_alone"] = res["two"]["tok_s_own"] / min(ta, da)
+        # the 1-GPU run against the stages alone on its own GPU (alone1), else on the 2-GPU run's GPUs
+        one = "alone1" if res.get("alone1_target", {}).get("tok_s") and res.get("alone1_drafter", {}).get("tok_s") \
+            else "alone"
+        ta, da = res.get(f"{one}_target", {}).get("tok_s"), res.get(f"{one}_drafter", {}).get("tok_s")
+        if ta and da and res.get("one", {}).get("tok_s_own"):
+            res["one"]["ratio_vs_time_sum"] = res["one"]["tok_s_own"] * (1 / ta + 1 / da)
+            res["one"]["ratio_against"] = one
         with open(res_path, "w") as f:
             json.dump(res, f, indent=1)
 
@@ -338,26 +345,30 @@ def main() -> None:
                                       target, data)
         elif part == "one":
             res["one"] = run_pipeline(a, "one", gpus[0], gpus[0], a.steps_one, a.one_s, target, data)
-        elif part == "alone":
+        elif part in ("alone", "alone1"):
+            # alone: the target on GPU 0 and the drafter on GPU 1 at once (the 2-GPU run's GPUs);
+            # alone1: both on GPU 0, one after the other (the 1-GPU run's GPU)
             base = [sys.executable, os.path.abspath(__file__), "--out", a.out, "--work", a.work,
-                    "--alone-steps", str(a.alone_steps), "--alone-warmup", str(a.alone_warmup)]
+                    "--alone-steps", str(a.alone_steps), "--alone-warmup", str(a.alone_warmup), "--alone-tag", part]
             base += ["--tiny"] if a.tiny else []
             env = dict(os.environ, PYTHONPATH=ROOT)
-            ps = [subprocess.Popen([*base, "--alone", "target", dev[0]], env=env),
-                  subprocess.Popen([*base, "--alone", "drafter", dev[1]], env=env)]
             end = time.time() + a.alone_s
-            for p in ps:
-                try:
-                    p.wait(timeout=max(1.0, end - time.time()))
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            runs = [("target", dev[0]), ("drafter", dev[1] if part == "alone" else dev[0])]
+            groups = [runs] if part == "alone" else [[r] for r in runs]
+            for group in groups:
+                ps = [subprocess.Popen([*base, "--alone", role, d], env=env) for role, d in group]
+                for p in ps:
+                    try:
+                        p.wait(timeout=max(1.0, end - time.time()))
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                        p.wait()
             for r in ("target", "drafter"):
                 try:
-                    with open(os.path.join(a.out, f"alone_{r}.json")) as f:
-                        res[f"alone_{r}"] = json.load(f)
+                    with open(os.path.join(a.out, f"{part}_{r}.json")) as f:
+                        res[f"{part}_{r}"] = json.load(f)
                 except OSError:
-                    res[f"alone_{r}"] = {"error": f"not done within {a.alone_s:.0f}s"}
+                    res[f"{part}_{r}"] = {"error": f"not done within {a.alone_s:.0f}s"}
         save()
     log("results: " + json.dumps(res, default=str)[:6000])
 

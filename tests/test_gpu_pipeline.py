@@ -32,10 +32,10 @@ def _work(a, n):
 
 
 def test_gpu_meter_counts_tokens_when_the_gpu_is_done_and_splits_busy_time():
-    a = torch.randn(4096, 4096, device=DEV, dtype=torch.bfloat16)
-    _work(a, 5)
+    a = torch.randn(16384, 16384, device=DEV, dtype=torch.bfloat16)  # few long kernels: the launch queue
+    _work(a, 2)  # (about 1,000 kernels) never fills, which would make the host wait
     torch.cuda.synchronize()
-    n = 20
+    n = 4
     while True:  # calibrate: enough work for about 0.4 s
         t = time.monotonic()
         _work(a, n)

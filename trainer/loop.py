@@ -141,7 +141,7 @@ class Trainer:
         if self.resume_path:
             self._load(self.resume_path)
 
-    def make_role(self, meter, ddp=None):
+    def make_role(self, meter, ddp=None, lock=None):
         from trainer.roles import DrafterRole
 
         a, cfg = self.args, self.cfg
@@ -149,7 +149,7 @@ class Trainer:
         self.role = DrafterRole(self.drafter, self.head, self.optimizer, device=self.device,
                                 block_size=cfg.block_size, max_anchors=a.max_anchors, gamma=a.gamma,
                                 noise_type=a.noise_type, grad_clip=a.grad_clip, generator=self.generator,
-                                meter=meter, ddp=ddp)
+                                meter=meter, ddp=ddp, lock=lock)
 
     def setup(self) -> None:
         """Single process: the model side plus target thread(s) and the in-process queue."""
@@ -157,19 +157,20 @@ class Trainer:
 
         from trainer.gpu_meter import role_meter
         from trainer.handoff import check_queue_memory, hidden_batch_bytes
-        from trainer.roles import HiddenStateQueue, TargetRole
+        from trainer.roles import HiddenStateQueue, TargetRole, launch_lock
         from trainer.target import load_target
 
         check_devices(self.devices)
         self.setup_model()
         a, cfg = self.args, self.cfg
         self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
-        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)))
+        lock = launch_lock(self.devices)  # target threads and the drafter in this one process
+        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)), lock=lock)
         tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
         self.target_roles = []
         for d, m in zip(self.devices.target, self.target_meters, strict=True):
             model = load_target(a.target_model, d, tdtype, cfg.target_layer_ids, need_final_hidden=a.use_soft_labels)
-            self.target_roles.append(TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m))
+            self.target_roles.append(TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock))
         self.queue = HiddenStateQueue(len(self.target_roles), a.hs_queue_depth)
         per = hidden_batch_bytes(a, cfg, 2 if tdtype == torch.bfloat16 else 4)
         for d in self.devices.target:  # the queued batches live on the target's device until taken

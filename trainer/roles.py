@@ -12,6 +12,12 @@
   per micro-batch by the caller). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
   forward goes through it and the gradient is averaged over the replicas on the step's last micro-batch.
 
+``launch_lock(devices)``: in one process (target threads beside the drafter) the roles take turns with a lock
+while they *launch* GPU work: torch.compile is not thread-safe (a thread calling compiled code while another
+compiles fails: "Detected that you are using FX to symbolically trace a dynamo-optimized function"), and any
+call may recompile. Launches do not wait for the GPU, so the GPU still runs both roles' queued work back to
+back; nothing inside the lock syncs with the device.
+
 The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline can put them in
 different processes and replace the queue by point-to-point transfers.
 """
@@ -56,8 +62,10 @@ class Stopped(Exception):
 
 
 class TargetRole:
-    def __init__(self, model, device: str, layer_ids: list[int], need_final: bool, meter: RoleMeter):
+    def __init__(self, model, device: str, layer_ids: list[int], need_final: bool, meter: RoleMeter,
+                 lock: contextlib.AbstractContextManager | None = None):
         self.model, self.device, self.layer_ids, self.need_final, self.meter = model, device, layer_ids, need_final, meter
+        self.lock = lock if lock is not None else contextlib.nullcontext()
 
     def launch(self, mb: MicroBatch) -> HiddenBatch:
         """Queue the capture of ``mb`` on the current stream and return at once: on CUDA the hidden states are
@@ -66,7 +74,8 @@ class TargetRole:
         self.meter.begin()
         ids_cpu, lm, docs, _pos = mb.to_tensors("cpu")  # doc ids stay on the host: no device sync to read them
         ids = ids_cpu.to(self.device)
-        hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
+        with self.lock:  # compiled code: one role at a time in a process (see launch_lock)
+            hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
         ready = None
         if cuda:
             ready = torch.cuda.Event()
@@ -98,6 +107,12 @@ class TargetRole:
             if prev.ready is not None:
                 prev.ready.synchronize()
             yield prev
+
+
+def launch_lock(devices) -> contextlib.AbstractContextManager | None:
+    """The lock the roles of one process share when any of them runs on CUDA (where they compile); None on CPU
+    (nothing is compiled there, and CPU roles compute inside the call: a lock would serialise them)."""
+    return threading.Lock() if any(str(d).startswith("cuda") for d in [*devices.target, *devices.drafter]) else None
 
 
 class HiddenStateQueue:
@@ -177,12 +192,14 @@ def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generat
 
 class DrafterRole:
     def __init__(self, drafter, head, optimizer, *, device: str, block_size: int, max_anchors: int, gamma: float,
-                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter, ddp=None):
+                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter, ddp=None,
+                 lock: contextlib.AbstractContextManager | None = None):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
         self.attn_impl = "flex" if device.startswith("cuda") else "sdpa"
         self.params = [p for p in drafter.parameters() if p.requires_grad]
+        self.lock = lock if lock is not None else contextlib.nullcontext()
 
     def _autocast(self):
         if self.device.startswith("cuda"):
@@ -193,6 +210,10 @@ class DrafterRole:
                    seed: int | None = None, sync: bool = True) -> dict:
         """Forward + backward of one micro-batch; returns detached metric tensors (no host sync).
         ``seed`` reseeds the anchor/noise generator first; ``sync=False`` skips DDP's gradient all-reduce."""
+        with self.lock:  # compiled code (forward, and the backward's first compile): one role at a time
+            return self._micro_step(hb, noise, loss_scale, poison, seed, sync)
+
+    def _micro_step(self, hb, noise, loss_scale, poison, seed, sync) -> dict:
         dev = self.device
         if hb.ready is not None:  # made on another stream: wait for it, tell the allocator
             torch.cuda.current_stream().wait_event(hb.ready)
@@ -223,14 +244,16 @@ class DrafterRole:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
         self.meter.begin()  # clip and the AdamW step are the drafter's busy time too (no tokens)
-        return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        with self.lock:
+            return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
 
     def apply(self, lr: float) -> None:
         """The AdamW step at ``lr``, then clear the gradient."""
         for g in self.optimizer.param_groups:
             g["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with self.lock:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         self.meter.end(0)
 
     def discard(self) -> None:
