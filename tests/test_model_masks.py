@@ -172,11 +172,11 @@ def test_anchor_count_gives_the_anchors_the_device_sync_would(max_anchors):
         doc, lm = torch.stack(docs), torch.stack(lms)
         if trial == 0:
             lm[:] = False  # no candidate anywhere: one padding column
-        A = anchor_count(doc, lm, 4, max_anchors)
-        want_A = max(1, min(max_anchors, max(len(_valid_positions(d.tolist(), m.tolist(), 4))
+        count = anchor_count(doc, lm, 4, max_anchors)
+        want = max(1, min(max_anchors, max(len(_valid_positions(d.tolist(), m.tolist(), 4))
                                              for d, m in zip(doc, lm, strict=True))))
-        assert A == want_A
+        assert count == want
         ref = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial))
-        got = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial), num_anchors=A)
+        got = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial), num_anchors=count)
         assert torch.equal(ref, got)
     assert anchor_count(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 4, 8) == 1

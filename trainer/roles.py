@@ -98,14 +98,15 @@ class TargetRole:
         prev = None
         for g in gs:
             hb = self.launch(plan.batch(g))
+            if hb.ready is None:  # computed in the call (CPU): nothing to overlap
+                yield hb
+                continue
             if prev is not None:
-                if prev.ready is not None:
-                    prev.ready.synchronize()
+                prev.ready.synchronize()
                 yield prev
             prev = hb
         if prev is not None:
-            if prev.ready is not None:
-                prev.ready.synchronize()
+            prev.ready.synchronize()
             yield prev
 
 
