@@ -123,3 +123,18 @@ def test_one_gpu_run_trains_and_meters_both_roles(tiny_assets, tmp_path):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_two_gpu_run_trains_and_meters_both_roles(tiny_assets, tmp_path):
     _gpu_run(tiny_assets, tmp_path, "0", "1")
+
+
+def test_gpu_meter_without_a_reporter_keeps_few_events(monkeypatch):
+    from trainer import gpu_meter
+
+    monkeypatch.setattr(gpu_meter, "MAX_PENDING", 4)
+    m = GpuMeter(DEV, "target")
+    a = torch.randn(1024, 1024, device=DEV)
+    for _ in range(20):
+        m.begin()
+        _work(a, 2)
+        m.end(10)
+        torch.cuda.synchronize()
+    assert len(m._spans) <= 5  # finished spans folded in, not kept
+    assert m.take(time.monotonic())[0] == 200  # and not lost

@@ -19,6 +19,8 @@ import torch
 
 from trainer.rundir import RoleMeter
 
+MAX_PENDING = 1024  # spans kept for ``take``; beyond, the finished ones are folded in at ``end``
+
 
 class GpuMeter(RoleMeter):
     def __init__(self, device: str, role: str, uuid: str | None = None):
@@ -47,33 +49,41 @@ class GpuMeter(RoleMeter):
         with self._lock:
             if self._spans and self._spans[-1][1] is None:
                 self._spans[-1][1], self._spans[-1][2] = ev, int(tokens)
+            if len(self._spans) > MAX_PENDING:  # nobody takes (no reporter): fold the finished spans in now
+                self._drain(time.monotonic(), running=False)
 
     def _host(self, ev: torch.cuda.Event) -> float:
         ref, t = self._ref
         return t + ref.elapsed_time(ev) / 1e3
 
+    def _drain(self, now: float, running: bool) -> None:
+        """Move the spans the GPU has finished into the totals (busy inside ``(self._last, now]``); with
+        ``running``, also the running span's part so far. Under ``self._lock``."""
+        lo = now if self._last is None else self._last
+        with torch.cuda.device(self.device):
+            while self._spans:
+                start, end, n = self._spans[0]
+                if not start.query():
+                    break
+                t0 = self._host(start)
+                if end is None or not end.query():  # running: busy up to now, the rest next time
+                    if running:
+                        self._busy += max(0.0, now - max(t0, lo))
+                    break
+                t1 = self._host(end)
+                self._busy += max(0.0, min(t1, now) - max(t0, lo))
+                self._tokens += n
+                self._spans.popleft()
+                self._ref = (end, t1)
+
     def take(self, now: float) -> tuple[int, float]:
-        tokens, busy = 0, 0.0
         with self._lock:
-            lo = now if self._last is None else self._last
+            if self._ref is not None:
+                self._drain(now, running=True)
             self._last = now
-            if self._ref is None:
-                return 0, 0.0
-            with torch.cuda.device(self.device):
-                while self._spans:
-                    start, end, n = self._spans[0]
-                    if not start.query():
-                        break
-                    t0 = self._host(start)
-                    if end is None or not end.query():  # running: busy up to now, the rest next time
-                        busy += max(0.0, now - max(t0, lo))
-                        break
-                    t1 = self._host(end)
-                    busy += max(0.0, min(t1, now) - max(t0, lo))
-                    tokens += n
-                    self._spans.popleft()
-                    self._ref = (end, t1)
-        return tokens, busy
+            out = (self._tokens, self._busy)
+            self._tokens, self._busy = 0, 0.0
+        return out
 
 
 def role_meter(device: str, role: str, uuid: str | None = None) -> RoleMeter:
