@@ -318,15 +318,17 @@ def main() -> None:
                                      gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                                      date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
 
+    def rates(tag):  # (target, drafter) tok/s of a stages-alone part, or None
+        ta, da = (res.get(f"{tag}_{r}", {}).get("tok_s") for r in ("target", "drafter"))
+        return (ta, da) if ta and da else None
+
     def save():
-        ta, da = res.get("alone_target", {}).get("tok_s"), res.get("alone_drafter", {}).get("tok_s")
-        if ta and da and res.get("two", {}).get("tok_s_own"):
-            res["two"]["ratio_vs_min_alone"] = res["two"]["tok_s_own"] / min(ta, da)
+        if rates("alone") and res.get("two", {}).get("tok_s_own"):
+            res["two"]["ratio_vs_min_alone"] = res["two"]["tok_s_own"] / min(rates("alone"))
         # the 1-GPU run against the stages alone on its own GPU (alone1), else on the 2-GPU run's GPUs
-        one = "alone1" if res.get("alone1_target", {}).get("tok_s") and res.get("alone1_drafter", {}).get("tok_s") \
-            else "alone"
-        ta, da = res.get(f"{one}_target", {}).get("tok_s"), res.get(f"{one}_drafter", {}).get("tok_s")
-        if ta and da and res.get("one", {}).get("tok_s_own"):
+        one = "alone1" if rates("alone1") else "alone"
+        if rates(one) and res.get("one", {}).get("tok_s_own"):
+            ta, da = rates(one)
             res["one"]["ratio_vs_time_sum"] = res["one"]["tok_s_own"] * (1 / ta + 1 / da)
             res["one"]["ratio_against"] = one
         with open(res_path, "w") as f:
