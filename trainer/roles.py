@@ -13,10 +13,9 @@
   forward goes through it and the gradient is averaged over the replicas on the step's last micro-batch.
 
 ``launch_lock(devices)``: in one process (target threads beside the drafter) the roles take turns with a lock
-while they run compiled code (the target's capture, the drafter's forward and backward): torch.compile is not
-thread-safe (a thread calling compiled code while another compiles fails: "Detected that you are using FX to
-symbolically trace a dynamo-optimized function"), and any call may recompile. Eager code (clip, the AdamW step,
-which is dynamo-disabled) needs no turn. Launches do not wait for the GPU, so the GPU still runs both roles' queued work back to
+while they *launch* GPU work: torch.compile is not thread-safe (a thread calling compiled code while another
+compiles fails: "Detected that you are using FX to symbolically trace a dynamo-optimized function"), and any
+call may recompile. Launches do not wait for the GPU, so the GPU still runs both roles' queued work back to
 back; nothing inside the lock syncs with the device.
 
 The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline can put them in
@@ -245,14 +244,16 @@ class DrafterRole:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""
         max_norm = self.grad_clip if self.grad_clip > 0 else float("inf")
         self.meter.begin()  # clip and the AdamW step are the drafter's busy time too (no tokens)
-        return torch.nn.utils.clip_grad_norm_(self.params, max_norm)  # eager: no launch_lock needed
+        with self.lock:
+            return torch.nn.utils.clip_grad_norm_(self.params, max_norm)
 
     def apply(self, lr: float) -> None:
         """The AdamW step at ``lr``, then clear the gradient."""
         for g in self.optimizer.param_groups:
             g["lr"] = lr
-        self.optimizer.step()  # dynamo-disabled, not compiled: outside launch_lock
-        self.optimizer.zero_grad(set_to_none=True)
+        with self.lock:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         self.meter.end(0)
 
     def discard(self) -> None:
