@@ -58,6 +58,7 @@ while True:
 
 # --- the writer (a stand-in trainer that follows the run-directory contract) -----------------------
 
+
 def proc_start_time(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[19])
@@ -68,11 +69,24 @@ def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
     pid = os.getpid()
     cmdline = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     half = max(1, gpus // 2)
-    roles = {"target": [f"cuda:{i}" for i in range(half)], "drafter": [f"cuda:{i}" for i in range(half, gpus)]}
-    run = {"pid": pid, "start_time": proc_start_time(pid), "command": cmdline, "argv": cmdline[3:],
-           "interpreter": sys.executable, "cwd": os.getcwd(), "code_dir": str(ROOT),
-           "env": {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))}, "hostname": "bench",
-           "roles": roles, "version": "bench", "output_dir": str(run_dir)}
+    roles = {
+        "target": [f"cuda:{i}" for i in range(half)],
+        "drafter": [f"cuda:{i}" for i in range(half, gpus)],
+    }
+    run = {
+        "pid": pid,
+        "start_time": proc_start_time(pid),
+        "command": cmdline,
+        "argv": cmdline[3:],
+        "interpreter": sys.executable,
+        "cwd": os.getcwd(),
+        "code_dir": str(ROOT),
+        "env": {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus))},
+        "hostname": "bench",
+        "roles": roles,
+        "version": "bench",
+        "output_dir": str(run_dir),
+    }
     tmp = run_dir / "run.json.tmp"
     tmp.write_text(json.dumps(run))
     os.replace(tmp, run_dir / "run.json")
@@ -93,18 +107,39 @@ def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
         now = time.monotonic()
         if now >= next_tp:
             next_tp += 0.5
-            devs = [{"device": f"cuda:{i}", "uuid": f"GPU-bench-{i}", "role": "target" if i < half else "drafter",
-                     "tok_s": 14500.0 / half if i < half else 14500.0 / (gpus - half) + (step % 5) * 10,
-                     "busy": 0.93} for i in range(gpus)]
+            devs = [
+                {
+                    "device": f"cuda:{i}",
+                    "uuid": f"GPU-bench-{i}",
+                    "role": "target" if i < half else "drafter",
+                    "tok_s": 14500.0 / half if i < half else 14500.0 / (gpus - half) + (step % 5) * 10,
+                    "busy": 0.93,
+                }
+                for i in range(gpus)
+            ]
             emit({"kind": "throughput", "devices": devs, "queue": {"depth": 20 + step % 40, "capacity": 60}})
         if now >= next_step:
             next_step += 1.0
             step += 1
-            emit({"kind": "step", "step": step, "total_steps": 100_000, "epoch": step / 5000,
-                  "loss": 3.0 / (1 + step / 50), "acc": [0.9 * 0.9 ** k for k in range(15)],
-                  "accept_len": 1 + step / 100, "lr": 6e-4, "grad_norm": 1.0, "tokens": 49152})
-        lines = "".join(f"[rank0] it {n + j} loss {3.0 / (1 + (n + j) / 5000):.4f} "
-                        f"tok/s 14500 queue 37/60 mem 101204MiB\n" for j in range(batch))
+            emit(
+                {
+                    "kind": "step",
+                    "step": step,
+                    "total_steps": 100_000,
+                    "epoch": step / 5000,
+                    "loss": 3.0 / (1 + step / 50),
+                    "acc": [0.9 * 0.9**k for k in range(15)],
+                    "accept_len": 1 + step / 100,
+                    "lr": 6e-4,
+                    "grad_norm": 1.0,
+                    "tokens": 49152,
+                }
+            )
+        lines = "".join(
+            f"[rank0] it {n + j} loss {3.0 / (1 + (n + j) / 5000):.4f} "
+            f"tok/s 14500 queue 37/60 mem 101204MiB\n"
+            for j in range(batch)
+        )
         log.write(lines)
         log.flush()
         n += batch
@@ -113,13 +148,16 @@ def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
 
 # --- the bench ---------------------------------------------------------------------------------------
 
+
 def cpu_s(pid: int) -> float:
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
 
 
 def capture(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+    ).stdout
 
 
 def last_steps(run_dir: Path) -> dict[int, float]:
@@ -158,20 +196,56 @@ def main() -> int:
         smi.write_text(FAKE_SMI.format(python=sys.executable, gpus=args.gpus))
         smi.chmod(0o755)
         run_dir = ct / "run"
-        procs.append(subprocess.Popen([sys.executable, __file__, "--writer", str(run_dir), "--gpus", str(args.gpus),
-                                       "--log-rate", str(args.log_rate)], cwd=ct))
-        console = [str(Path(sys.executable).parent / "dflash-console"), "connect", "127.0.0.1",
-                   "-p", str(h.host.port), "-l", h.host.user, "-i", str(h.client_key_path),
-                   "--known-hosts", str(h.known_hosts_path), "-F", "/dev/null", "--ct", str(CT),
-                   "--run-dir", str(run_dir)]
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--writer",
+                    str(run_dir),
+                    "--gpus",
+                    str(args.gpus),
+                    "--log-rate",
+                    str(args.log_rate),
+                ],
+                cwd=ct,
+            )
+        )
+        console = [
+            str(Path(sys.executable).parent / "dflash-console"),
+            "connect",
+            "127.0.0.1",
+            "-p",
+            str(h.host.port),
+            "-l",
+            h.host.user,
+            "-i",
+            str(h.client_key_path),
+            "--known-hosts",
+            str(h.known_hosts_path),
+            "-F",
+            "/dev/null",
+            "--ct",
+            str(CT),
+            "--run-dir",
+            str(run_dir),
+        ]
         if args.profile:
             console = [sys.executable, "-m", "cProfile", "-o", args.profile, *console]
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36",
-                        shlex.join(console)], check=True)
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", shlex.join(console)],
+            check=True,
+        )
         pid = -1
         try:
-            pid = int(subprocess.run(["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"],
-                                     capture_output=True, text=True, check=True).stdout.split()[0])
+            pid = int(
+                subprocess.run(
+                    ["tmux", "list-panes", "-t", session, "-F", "#{pane_pid}"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()[0]
+            )
             end = time.monotonic() + 60
             while time.monotonic() < end and not STEP_RE.search(capture(session)):
                 time.sleep(0.5)
@@ -212,14 +286,18 @@ def main() -> int:
 
     print(screen_cpu)
     log_lines = re.search(r"([\d,]+) lines", screen_cpu)
-    print(f"console CPU share: {share:.3f} core over {w1 - w0:.1f} s "
-          f"({args.gpus} GPUs at 2 Hz, {args.log_rate} log lines/s, "
-          f"log view holding {log_lines.group(1) if log_lines else '?'} lines)")
+    print(
+        f"console CPU share: {share:.3f} core over {w1 - w0:.1f} s "
+        f"({args.gpus} GPUs at 2 Hz, {args.log_rate} log lines/s, "
+        f"log view holding {log_lines.group(1) if log_lines else '?'} lines)"
+    )
     if delays:
         delays.sort()
-        print(f"metrics line -> screen: median {statistics.median(delays) * 1000:.0f} ms, "
-              f"p90 {delays[int(0.9 * (len(delays) - 1))] * 1000:.0f} ms, max {delays[-1] * 1000:.0f} ms "
-              f"over {len(delays)} step records (capture-pane polled every 20 ms)")
+        print(
+            f"metrics line -> screen: median {statistics.median(delays) * 1000:.0f} ms, "
+            f"p90 {delays[int(0.9 * (len(delays) - 1))] * 1000:.0f} ms, max {delays[-1] * 1000:.0f} ms "
+            f"over {len(delays)} step records (capture-pane polled every 20 ms)"
+        )
     return 0
 
 

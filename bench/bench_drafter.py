@@ -51,12 +51,27 @@ def target_config(tiny: bool):
     from transformers import Qwen3Config
 
     if tiny:
-        return Qwen3Config(hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
-                           num_key_value_heads=2, head_dim=32, vocab_size=1024)
+        return Qwen3Config(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            vocab_size=1024,
+        )
     s = QWEN3_8B
-    return Qwen3Config(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=36,
-                       num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
-                       vocab_size=s.vocab, rope_theta=1_000_000.0, max_position_embeddings=40960)
+    return Qwen3Config(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        num_hidden_layers=36,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        vocab_size=s.vocab,
+        rope_theta=1_000_000.0,
+        max_position_embeddings=40960,
+    )
 
 
 def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
@@ -66,8 +81,14 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
     bs = c["block"]
     layer_ids = [1, 3, 5, 6, 7] if tiny else [1, 9, 17, 25, 33]
     cfg = DraftConfig.from_target_config(tcfg, num_draft_layers=5, block_size=bs, target_layer_ids=layer_ids)
-    shape = Shape(hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, heads=cfg.num_attention_heads,
-                  kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, vocab=cfg.vocab_size)
+    shape = Shape(
+        hidden=cfg.hidden_size,
+        intermediate=cfg.intermediate_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        vocab=cfg.vocab_size,
+    )
     torch.manual_seed(0)
     with torch.device(device):  # built on the device
         drafter = DFlashDrafter(cfg).train()
@@ -84,13 +105,20 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
     g = torch.Generator(device=device).manual_seed(0)
     gc = torch.Generator().manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size - 1, (1, T), generator=gc).to(device)
-    doc = (torch.zeros(1, T, dtype=torch.long) if c["docs"] is None
-           else packed_docs(1, T, 3, *(max(8, x // (128 if tiny else 1)) for x in c["docs"]))).to(device)
+    doc = (
+        torch.zeros(1, T, dtype=torch.long)
+        if c["docs"] is None
+        else packed_docs(1, T, 3, *(max(8, x // (128 if tiny else 1)) for x in c["docs"]))
+    ).to(device)
     lm = torch.ones(1, T, dtype=torch.bool, device=device)
     hidden = (torch.randn(1, T, cfg.num_captured * cfg.hidden_size, generator=g, device=device) * 0.5).to(hdt)
     final = (torch.randn(1, T, cfg.hidden_size, generator=g, device=device)).to(hdt) if c["soft"] else None
     attn_impl = "flex" if device == "cuda" else "sdpa"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device == "cuda"
+        else torch.autocast("cpu", enabled=False)
+    )
     last = {}
     orig_ce = loss_mod._ce_chunk_fn
     if eager:
@@ -120,7 +148,13 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         mark("optimizer")
         last["anchors"], last["loss"] = anchors, loss
 
-    entry: dict = {"T": T, "max_anchors": A, "block_size": bs, "soft_labels": c["soft"], "compiled": not eager}
+    entry: dict = {
+        "T": T,
+        "max_anchors": A,
+        "block_size": bs,
+        "soft_labels": c["soft"],
+        "compiled": not eager,
+    }
     try:
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -128,10 +162,26 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         anchors = last["anchors"]
         n_real = int((anchors >= 0).sum())
         pairs = drafter_pairs(anchors, doc, bs)
-        parts = drafter_step_flops(shape, cfg.num_draft_layers, cfg.num_captured, T, anchors.numel() * bs,
-                                   anchors.numel() * (bs - 1), pairs, soft_labels=c["soft"])
-        entry.update({"anchors_real": n_real, "anchors_shape": list(anchors.shape), "ctx_tok_s": T / entry["s_per_iter"],
-                      "flops": parts, "loss": float(last["loss"]), **rates(parts["total"], entry["s_per_iter"], matmul_tflops)})
+        parts = drafter_step_flops(
+            shape,
+            cfg.num_draft_layers,
+            cfg.num_captured,
+            T,
+            anchors.numel() * bs,
+            anchors.numel() * (bs - 1),
+            pairs,
+            soft_labels=c["soft"],
+        )
+        entry.update(
+            {
+                "anchors_real": n_real,
+                "anchors_shape": list(anchors.shape),
+                "ctx_tok_s": T / entry["s_per_iter"],
+                "flops": parts,
+                "loss": float(last["loss"]),
+                **rates(parts["total"], entry["s_per_iter"], matmul_tflops),
+            }
+        )
         if device == "cuda":
             entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if name in a.profile.split(","):
@@ -163,9 +213,14 @@ def main() -> None:
     device = "cpu" if a.tiny or not torch.cuda.is_available() else "cuda"
     import transformers
 
-    res = {"torch": torch.__version__, "transformers": transformers.__version__, "device": device,
-           "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "configs": {}}
+    res = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "configs": {},
+    }
     res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
     print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
     tcfg = target_config(a.tiny)
@@ -174,23 +229,31 @@ def main() -> None:
         try:
             from torch._dynamo.utils import counters
 
-            entry["dynamo"] = {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles", "graph_break")}
+            entry["dynamo"] = {
+                k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles", "graph_break")
+            }
         except Exception:  # noqa: BLE001
             pass
         res["configs"][name] = entry
-        print(name, json.dumps({k: v for k, v in entry.items() if k not in ("profile", "dynamo")}), flush=True)
+        print(
+            name, json.dumps({k: v for k, v in entry.items() if k not in ("profile", "dynamo")}), flush=True
+        )
         with open(os.path.join(a.out, "bench_drafter.json"), "w") as f:
             json.dump(res, f, indent=1)
         if device == "cuda":
             torch.cuda.empty_cache()
 
-    print(f"\n{'config':12s} {'ctx tok/s':>10s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'s/step':>7s} {'1st s':>6s} {'peak GiB':>8s}")
+    print(
+        f"\n{'config':12s} {'ctx tok/s':>10s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'s/step':>7s} {'1st s':>6s} {'peak GiB':>8s}"
+    )
     for name, e in res["configs"].items():
         if "error" in e:
             print(f"{name:12s} ERROR {e['error'][:100]}")
             continue
-        print(f"{name:12s} {e['ctx_tok_s']:10.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
-              f"{100 * e['mfu_datasheet']:6.1f} {e['s_per_iter']:7.3f} {e['first_call_s']:6.1f} {e.get('peak_mem_gib', 0):8.1f}")
+        print(
+            f"{name:12s} {e['ctx_tok_s']:10.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
+            f"{100 * e['mfu_datasheet']:6.1f} {e['s_per_iter']:7.3f} {e['first_call_s']:6.1f} {e.get('peak_mem_gib', 0):8.1f}"
+        )
 
 
 if __name__ == "__main__":

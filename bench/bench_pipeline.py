@@ -38,10 +38,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from plot_run import load  # noqa: E402  (bench/ is this script's own folder: metrics.jsonl reader)
 
-REF = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-           num_key_value_heads=8, head_dim=128, vocab_size=151936)
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, vocab_size=512)
+REF = dict(
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+)
 
 
 def log(msg: str) -> None:
@@ -55,8 +69,12 @@ def make_target(path: str, tiny: bool) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     device = "cpu" if tiny else "cuda:0"
-    cfg = Qwen3Config(**(TINY if tiny else REF), max_position_embeddings=40960, rope_theta=1_000_000.0,
-                      tie_word_embeddings=False)
+    cfg = Qwen3Config(
+        **(TINY if tiny else REF),
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=False,
+    )
     t0 = time.time()
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32 if tiny else torch.bfloat16)
@@ -89,12 +107,44 @@ def make_data(path: str, n: int, seq: int, vocab: int) -> None:
 
 
 def flags(a, target: str, data: str, out: str, tgpus: str, dgpus: str, steps: int) -> list[str]:
-    return ["--target-model", target, "--data-dir", data, "--output-dir", out, "--target-gpus", tgpus,
-            "--drafter-gpus", dgpus, "--num-draft-layers", str(a.layers), "--block-size", str(a.block),
-            "--max-anchors", str(a.anchors), "--token-budget", str(a.seq), "--max-seq-len", str(a.seq),
-            "--max-batch-size", "1", "--hs-queue-depth", str(a.depth),
-            "--max-steps", str(steps), "--epochs", "4", "--log-every", "10", "--resume", "none",
-            "--lr", "6e-4", "--warmup-ratio", "0.0002"]
+    return [
+        "--target-model",
+        target,
+        "--data-dir",
+        data,
+        "--output-dir",
+        out,
+        "--target-gpus",
+        tgpus,
+        "--drafter-gpus",
+        dgpus,
+        "--num-draft-layers",
+        str(a.layers),
+        "--block-size",
+        str(a.block),
+        "--max-anchors",
+        str(a.anchors),
+        "--token-budget",
+        str(a.seq),
+        "--max-seq-len",
+        str(a.seq),
+        "--max-batch-size",
+        "1",
+        "--hs-queue-depth",
+        str(a.depth),
+        "--max-steps",
+        str(steps),
+        "--epochs",
+        "4",
+        "--log-every",
+        "10",
+        "--resume",
+        "none",
+        "--lr",
+        "6e-4",
+        "--warmup-ratio",
+        "0.0002",
+    ]
 
 
 # -- stages alone ----------------------------------------------------------------------------------------
@@ -131,7 +181,9 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         def step(g):
             return r(plan.batch(g)).tokens
 
-        def steps(gs):  # as the pipeline's target worker runs it: the next micro-batch launched before a hand-off
+        def steps(
+            gs,
+        ):  # as the pipeline's target worker runs it: the next micro-batch launched before a hand-off
             return sum(hb.tokens for hb in r.run(plan, gs))
     else:
         from types import SimpleNamespace
@@ -141,14 +193,23 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         class _Stop:
             requested = saving = False
 
-        t = Trainer(args, SimpleNamespace(target=[device], drafter=[device], mode="single"), _Stop(), None, None,
-                    "/tmp/unused", None, device=device)
+        t = Trainer(
+            args,
+            SimpleNamespace(target=[device], drafter=[device], mode="single"),
+            _Stop(),
+            None,
+            None,
+            "/tmp/unused",
+            None,
+            device=device,
+        )
         t.setup_model()
         t.make_role(role_meter(device, "drafter"))
         C = cfg.num_captured * cfg.hidden_size
         gen = torch.Generator(device=device).manual_seed(0)
-        hidden = torch.randn((1, a.seq, C), generator=gen, device=device,
-                             dtype=torch.bfloat16 if cuda else torch.float32)
+        hidden = torch.randn(
+            (1, a.seq, C), generator=gen, device=device, dtype=torch.bfloat16 if cuda else torch.float32
+        )
 
         def step(g):
             mb = plan.batch(g)
@@ -170,8 +231,15 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     tokens = steps(range(warm, warm + n))
     sync()
     dt = time.perf_counter() - t0
-    res = {"role": role, "device": device, "steps": n, "tokens": tokens, "seconds": dt, "tok_s": tokens / dt,
-           "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+    res = {
+        "role": role,
+        "device": device,
+        "steps": n,
+        "tokens": tokens,
+        "seconds": dt,
+        "tok_s": tokens / dt,
+        "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
+    }
     with open(out_json, "w") as f:
         json.dump(res, f)
     log(f"{role} alone on {device}: {res['tok_s']:.0f} tok/s ({n} steps, {dt:.2f}s)")
@@ -185,7 +253,9 @@ def analyse(metrics: str, skip: int) -> dict:
     recs = load(metrics)
     steps = [r for r in recs if r["kind"] == "step"]
     thr = [r for r in recs if r["kind"] == "throughput"]
-    stop_t = next((r["t"] for r in recs if r.get("name") in ("stop_requested", "checkpoint_saving")), float("inf"))
+    stop_t = next(
+        (r["t"] for r in recs if r.get("name") in ("stop_requested", "checkpoint_saving")), float("inf")
+    )
     if len(steps) < skip + 3:
         return {"error": f"only {len(steps)} steps", "steps": len(steps)}
     after = [r for r in thr if r["t"] > steps[skip]["t"] and r["t"] <= min(stop_t, steps[-1]["t"])]
@@ -194,8 +264,10 @@ def analyse(metrics: str, skip: int) -> dict:
     t0, t1 = after[0]["t"], after[-1]["t"]
     win = [s for s in steps if t0 < s["t"] <= t1]
     own = sum(s["tokens"] for s in win) / (t1 - t0)
-    metric = sum(sum(d["tok_s"] for d in r["devices"] if d["role"] == "drafter") * (r["t"] - q["t"])
-                 for q, r in zip(after, after[1:], strict=False)) / (t1 - t0)
+    metric = sum(
+        sum(d["tok_s"] for d in r["devices"] if d["role"] == "drafter") * (r["t"] - q["t"])
+        for q, r in zip(after, after[1:], strict=False)
+    ) / (t1 - t0)
     depths = [r["queue"]["depth"] for r in after]
     busy: dict[str, list[float]] = {}
     for r in after:
@@ -203,13 +275,22 @@ def analyse(metrics: str, skip: int) -> dict:
             busy.setdefault(f"{d['role']} {d['device']}", []).append(d["busy"])
     losses = [s["loss"] for s in steps]
     return {
-        "steps": len(steps), "window_steps": len(win), "window_s": t1 - t0, "tok_s_own": own, "tok_s_metrics": metric,
+        "steps": len(steps),
+        "window_steps": len(win),
+        "window_s": t1 - t0,
+        "tok_s_own": own,
+        "tok_s_metrics": metric,
         "metrics_vs_own": metric / own if own else None,
-        "queue_depth": {"min": min(depths), "max": max(depths), "mean": sum(depths) / len(depths),
-                        "zero_fraction": sum(1 for d in depths if d == 0) / len(depths),
-                        "capacity": after[0]["queue"]["capacity"]},
+        "queue_depth": {
+            "min": min(depths),
+            "max": max(depths),
+            "mean": sum(depths) / len(depths),
+            "zero_fraction": sum(1 for d in depths if d == 0) / len(depths),
+            "capacity": after[0]["queue"]["capacity"],
+        },
         "busy_mean": {k: sum(v) / len(v) for k, v in busy.items()},
-        "loss_first": losses[0], "loss_first10_mean": sum(losses[:10]) / len(losses[:10]),
+        "loss_first": losses[0],
+        "loss_first10_mean": sum(losses[:10]) / len(losses[:10]),
         "loss_last10_mean": sum(losses[-10:]) / len(losses[-10:]),
         "accept_len_last": steps[-1].get("accept_len"),
         "uuids": sorted({d["uuid"] for r in thr for d in r["devices"] if d.get("uuid")}),
@@ -224,8 +305,9 @@ def count_steps(path: str) -> int:
         return 0
 
 
-def run_pipeline(a, name: str, tgpus: str, dgpus: str, want_steps: int, seconds: float, target: str,
-                 data: str) -> dict:
+def run_pipeline(
+    a, name: str, tgpus: str, dgpus: str, want_steps: int, seconds: float, target: str, data: str
+) -> dict:
     """Run the pipeline until ``want_steps`` steps or ``seconds`` have passed, then SIGINT it (the stop protocol:
     it saves and exits 0) and analyse its metrics.jsonl."""
     run = os.path.join(a.work, f"run_{name}")
@@ -252,13 +334,29 @@ def run_pipeline(a, name: str, tgpus: str, dgpus: str, want_steps: int, seconds:
             p.wait()
     wall = time.time() - t0
     shutil.copy(metrics, os.path.join(a.out, f"metrics_{name}.jsonl"))
-    res = {"exit": p.returncode, "wall_s": wall, "stopped_by": stopped_by, "command": cmd,
-           **analyse(metrics, a.skip)}
-    log(f"pipeline {name}: exit {p.returncode}, {json.dumps({k: v for k, v in res.items() if k != 'command'})}")
+    res = {
+        "exit": p.returncode,
+        "wall_s": wall,
+        "stopped_by": stopped_by,
+        "command": cmd,
+        **analyse(metrics, a.skip),
+    }
+    log(
+        f"pipeline {name}: exit {p.returncode}, {json.dumps({k: v for k, v in res.items() if k != 'command'})}"
+    )
     try:
-        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plot_run.py"), metrics,
-                        os.path.join(a.out, f"pipeline_{name}.png"), "--title", f"{name}: target {tgpus} -> drafter {dgpus}"],
-                       check=True, timeout=60)
+        subprocess.run(
+            [
+                sys.executable,
+                os.path.join(ROOT, "bench", "plot_run.py"),
+                metrics,
+                os.path.join(a.out, f"pipeline_{name}.png"),
+                "--title",
+                f"{name}: target {tgpus} -> drafter {dgpus}",
+            ],
+            check=True,
+            timeout=60,
+        )
     except Exception as e:  # noqa: BLE001 - the figures matter more than the plot
         log(f"plot failed: {e}")
     shutil.rmtree(os.path.join(run, "checkpoints"), ignore_errors=True)
@@ -269,13 +367,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_pipeline"))
     ap.add_argument("--work", default="/dev/shm/dflash_bench")
-    ap.add_argument("--parts", default="two,alone,one,alone1", help="in this order (alone: the stages on GPUs 0 "
-                    "and 1 at once; alone1: both on GPU 0, one after the other)")
-    ap.add_argument("--two-s", type=float, default=200, help="at most this long for the two-GPU run (then SIGINT); "
-                    "start-up (target load + compile, drafter compile) took 63 s on H200s")
+    ap.add_argument(
+        "--parts",
+        default="two,alone,one,alone1",
+        help="in this order (alone: the stages on GPUs 0 "
+        "and 1 at once; alone1: both on GPU 0, one after the other)",
+    )
+    ap.add_argument(
+        "--two-s",
+        type=float,
+        default=200,
+        help="at most this long for the two-GPU run (then SIGINT); "
+        "start-up (target load + compile, drafter compile) took 63 s on H200s",
+    )
     ap.add_argument("--one-s", type=float, default=200)
     ap.add_argument("--alone-s", type=float, default=120)
-    ap.add_argument("--deadline-s", type=float, default=0, help="skip or shorten parts to end within this (0: none)")
+    ap.add_argument(
+        "--deadline-s", type=float, default=0, help="skip or shorten parts to end within this (0: none)"
+    )
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=5)
@@ -299,7 +408,9 @@ def main() -> None:
     os.makedirs(a.work, exist_ok=True)
     target, data = os.path.join(a.work, "target"), os.path.join(a.work, "data")
     if a.alone:
-        alone(a, a.alone[0], a.alone[1], target, data, os.path.join(a.out, f"{a.alone_tag}_{a.alone[0]}.json"))
+        alone(
+            a, a.alone[0], a.alone[1], target, data, os.path.join(a.out, f"{a.alone_tag}_{a.alone[0]}.json")
+        )
         return
     make_target(target, a.tiny)
     make_data(data, a.sequences, a.seq, (TINY if a.tiny else REF)["vocab_size"])
@@ -314,9 +425,12 @@ def main() -> None:
     import torch
     import transformers
 
-    res.setdefault("env", {}).update(torch=torch.__version__, transformers=transformers.__version__,
-                                     gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                                     date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    res.setdefault("env", {}).update(
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    )
 
     def rates(tag):  # (target, drafter) tok/s of a stages-alone part, or None
         ta, da = (res.get(f"{tag}_{r}", {}).get("tok_s") for r in ("target", "drafter"))
@@ -343,15 +457,28 @@ def main() -> None:
                 continue
             a.two_s, a.one_s, a.alone_s = min(a.two_s, left), min(a.one_s, left), min(a.alone_s, left)
         if part == "two":
-            res["two"] = run_pipeline(a, "two", gpus[0], "cpu,cpu" if a.tiny else gpus[1], a.steps_two, a.two_s,
-                                      target, data)
+            res["two"] = run_pipeline(
+                a, "two", gpus[0], "cpu,cpu" if a.tiny else gpus[1], a.steps_two, a.two_s, target, data
+            )
         elif part == "one":
             res["one"] = run_pipeline(a, "one", gpus[0], gpus[0], a.steps_one, a.one_s, target, data)
         elif part in ("alone", "alone1"):
             # alone: the target on GPU 0 and the drafter on GPU 1 at once (the 2-GPU run's GPUs);
             # alone1: both on GPU 0, one after the other (the 1-GPU run's GPU)
-            base = [sys.executable, os.path.abspath(__file__), "--out", a.out, "--work", a.work,
-                    "--alone-steps", str(a.alone_steps), "--alone-warmup", str(a.alone_warmup), "--alone-tag", part]
+            base = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--out",
+                a.out,
+                "--work",
+                a.work,
+                "--alone-steps",
+                str(a.alone_steps),
+                "--alone-warmup",
+                str(a.alone_warmup),
+                "--alone-tag",
+                part,
+            ]
             base += ["--tiny"] if a.tiny else []
             env = dict(os.environ, PYTHONPATH=ROOT)
             end = time.time() + a.alone_s

@@ -54,19 +54,43 @@ async def timed(n: int, fn) -> list[float]:
 
 async def main(n: int) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-rt-"))
-    server = subprocess.Popen([sys.executable, "-m", "console.devhost", str(root), "--ct", str(CT)],
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "console.devhost", str(root), "--ct", str(CT)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     try:
         info = json.loads(server.stdout.readline())
-        opts = ConnectOptions(host="127.0.0.1", port=info["port"], user=info["user"],
-                              identity_files=[info["client_key"]], known_hosts=info["known_hosts"], config_files=[])
+        opts = ConnectOptions(
+            host="127.0.0.1",
+            port=info["port"],
+            user=info["user"],
+            identity_files=[info["client_key"]],
+            known_hosts=info["known_hosts"],
+            config_files=[],
+        )
         remote = shlex.join(["pct", "exec", str(CT), "--", "bash", "-lc", shlex.join(PGREP) + " || true"])
         results: dict[str, list[float]] = {}
 
         if shutil.which("ssh"):
-            ssh = ["ssh", "-p", str(info["port"]), "-i", info["client_key"], "-F", "/dev/null",
-                   "-o", f"UserKnownHostsFile={info['known_hosts']}", "-o", "StrictHostKeyChecking=yes",
-                   "-o", "BatchMode=yes", f"{info['user']}@127.0.0.1", remote]
+            ssh = [
+                "ssh",
+                "-p",
+                str(info["port"]),
+                "-i",
+                info["client_key"],
+                "-F",
+                "/dev/null",
+                "-o",
+                f"UserKnownHostsFile={info['known_hosts']}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"{info['user']}@127.0.0.1",
+                remote,
+            ]
 
             async def openssh() -> None:
                 p = await asyncio.create_subprocess_exec(*ssh, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -109,8 +133,12 @@ async def main(n: int) -> dict:
         conn.close()
         med = {k: round(median_ms(v), 2) for k, v in results.items()}
         base = med.get("ssh-per-command", med["conn-per-command"])
-        return {"n": n, "median_ms": med, "helper_start_ms": round(start_s * 1000, 1),
-                "speedup_vs_ssh_per_command": {k: round(base / v, 1) for k, v in med.items()}}
+        return {
+            "n": n,
+            "median_ms": med,
+            "helper_start_ms": round(start_s * 1000, 1),
+            "speedup_vs_ssh_per_command": {k: round(base / v, 1) for k, v in med.items()},
+        }
     finally:
         server.terminate()
         server.wait(10)

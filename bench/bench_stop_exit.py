@@ -66,23 +66,51 @@ def watch_exit(pid: int) -> dict:
 def start_stand_in(folder: Path, run_dir: str) -> subprocess.Popen:
     script = folder / "train_dflash_pipeline.py"
     script.write_text(STAND_IN)
-    p = subprocess.Popen([sys.executable, str(script), "--output-dir", run_dir], cwd=folder,
-                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, str(script), "--output-dir", run_dir],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert p.stdout.readline().strip() == "training"
     return p
 
 
 async def main(n: int, real: str | None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="bench-stop-"))
-    server = subprocess.Popen([sys.executable, "-m", "console.devhost", str(root), "--ct", str(CT),
-                               "--env", "OMP_NUM_THREADS=1"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "console.devhost", str(root), "--ct", str(CT), "--env", "OMP_NUM_THREADS=1"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         info = json.loads(server.stdout.readline())
         ct_dir = Path(info["containers"][0])
-        opts = ConnectOptions(host="127.0.0.1", port=info["port"], user=info["user"],
-                              identity_files=[info["client_key"]], known_hosts=info["known_hosts"], config_files=[])
-        conn = ["127.0.0.1", "-p", str(info["port"]), "-l", info["user"], "-i", info["client_key"],
-                "--known-hosts", info["known_hosts"], "-F", "/dev/null", "--ct", str(CT)]
+        opts = ConnectOptions(
+            host="127.0.0.1",
+            port=info["port"],
+            user=info["user"],
+            identity_files=[info["client_key"]],
+            known_hosts=info["known_hosts"],
+            config_files=[],
+        )
+        conn = [
+            "127.0.0.1",
+            "-p",
+            str(info["port"]),
+            "-l",
+            info["user"],
+            "-i",
+            info["client_key"],
+            "--known-hosts",
+            info["known_hosts"],
+            "-F",
+            "/dev/null",
+            "--ct",
+            str(CT),
+        ]
         api, cli = [], []
         for i in range(n):
             run_dir = str(ct_dir / f"run{i}")
@@ -98,16 +126,27 @@ async def main(n: int, real: str | None) -> dict:
             p = start_stand_in(ct_dir, run_dir)
             seen = watch_exit(p.pid)
             c = await asyncio.create_subprocess_exec(
-                str(Path(sys.executable).parent / "dflash-console"), "stop", *conn, "--run-dir", run_dir, "--yes",
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                str(Path(sys.executable).parent / "dflash-console"),
+                "stop",
+                *conn,
+                "--run-dir",
+                run_dir,
+                "--yes",
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             rc = await c.wait()
             t_ret = time.time()
             assert rc == 0, rc
             p.wait()
             cli.append(t_ret - seen["t"])
-        out = {"n": n,
-               "api_median_s": round(statistics.median(api), 4), "api_max_s": round(max(api), 4),
-               "cli_median_s": round(statistics.median(cli), 4), "cli_max_s": round(max(cli), 4)}
+        out = {
+            "n": n,
+            "api_median_s": round(statistics.median(api), 4),
+            "api_max_s": round(max(api), 4),
+            "cli_median_s": round(statistics.median(cli), 4),
+            "cli_max_s": round(max(cli), 4),
+        }
         if real:
             out["real_tiny_trainer_api_s"] = await real_trainer(opts, ct_dir, Path(real))
         return out
@@ -119,9 +158,28 @@ async def main(n: int, real: str | None) -> dict:
 
 async def real_trainer(opts: ConnectOptions, ct_dir: Path, tiny: Path) -> float:
     run_dir = ct_dir / "real"
-    flags = ["--target-model", str(tiny / "target"), "--data-dir", str(tiny / "data"), "--output-dir", str(run_dir),
-             "--target-gpus", "cpu", "--drafter-gpus", "cpu", "--block-size", "8", "--max-anchors", "64",
-             "--token-budget", "1024", "--max-seq-len", "256", "--epochs", "1000"]
+    flags = [
+        "--target-model",
+        str(tiny / "target"),
+        "--data-dir",
+        str(tiny / "data"),
+        "--output-dir",
+        str(run_dir),
+        "--target-gpus",
+        "cpu",
+        "--drafter-gpus",
+        "cpu",
+        "--block-size",
+        "8",
+        "--max-anchors",
+        "64",
+        "--token-budget",
+        "1024",
+        "--max-seq-len",
+        "256",
+        "--epochs",
+        "1000",
+    ]
     async with Session(opts, ct=CT, run_dir=str(run_dir), telemetry=False, streams=False) as s:
         res = await s.launch(flags, code_dir=str(ROOT), env={"OMP_NUM_THREADS": "1"}, wait_s=180)
         assert res.code == 0, res.message

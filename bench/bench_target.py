@@ -36,11 +36,25 @@ def build_target(tiny: bool, device: str):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if tiny:
-        kw = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=32, vocab_size=512)
+        kw = dict(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            vocab_size=512,
+        )
     else:
-        kw = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                  num_key_value_heads=8, head_dim=128, vocab_size=151936)
+        kw = dict(
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+        )
     cfg = Qwen3Config(**kw, max_position_embeddings=40960, rope_theta=1_000_000.0, tie_word_embeddings=False)
     cfg._attn_implementation = "sdpa"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -52,8 +66,14 @@ def build_target(tiny: bool, device: str):
     finally:
         torch.set_default_dtype(old)
     model.eval().requires_grad_(False)
-    shape = Shape(hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, heads=cfg.num_attention_heads,
-                  kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, vocab=cfg.vocab_size)
+    shape = Shape(
+        hidden=cfg.hidden_size,
+        intermediate=cfg.intermediate_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        vocab=cfg.vocab_size,
+    )
     return model, shape
 
 
@@ -61,7 +81,12 @@ def raise_compile_limits(n: int = 64) -> None:
     """Benches compile several shapes of one step: let dynamo keep them all."""
     import torch._dynamo
 
-    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+    for name in (
+        "cache_size_limit",
+        "recompile_limit",
+        "accumulated_cache_size_limit",
+        "accumulated_recompile_limit",
+    ):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(n, getattr(torch._dynamo.config, name)))
 
@@ -87,10 +112,16 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--variants", default="hf_full_hooks,direct_varlen_single,direct_varlen_packed,hooks_single,"
-                    "hooks_packed,direct_flex_packed,direct_sdpa_causal_single,direct_varlen_long")
-    ap.add_argument("--profile", default="hf_full_hooks,direct_varlen_packed",
-                    help="variants to profile (torch.profiler table to OUT/profile_target_<variant>.txt)")
+    ap.add_argument(
+        "--variants",
+        default="hf_full_hooks,direct_varlen_single,direct_varlen_packed,hooks_single,"
+        "hooks_packed,direct_flex_packed,direct_sdpa_causal_single,direct_varlen_long",
+    )
+    ap.add_argument(
+        "--profile",
+        default="hf_full_hooks,direct_varlen_packed",
+        help="variants to profile (torch.profiler table to OUT/profile_target_<variant>.txt)",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_target"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -103,14 +134,25 @@ def main() -> None:
         layers = LAYERS
     import transformers
 
-    res = {"torch": torch.__version__, "transformers": transformers.__version__, "device": device,
-           "gpu": torch.cuda.get_device_name() if device == "cuda" else None, "rows": a.rows, "seq": a.seq,
-           "capture_layers": layers, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "variants": {}}
+    res = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "rows": a.rows,
+        "seq": a.seq,
+        "capture_layers": layers,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "variants": {},
+    }
     res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
     if device == "cuda":
         from trainer.target_direct import _VARLEN_PARAMS, _varlen_works
 
-        res["varlen_params"], res["varlen_works"] = sorted(_VARLEN_PARAMS), _varlen_works(torch.device("cuda"))
+        res["varlen_params"], res["varlen_works"] = (
+            sorted(_VARLEN_PARAMS),
+            _varlen_works(torch.device("cuda")),
+        )
     print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
     t0 = time.perf_counter()
     model, shape = build_target(a.tiny, device)
@@ -131,7 +173,9 @@ def main() -> None:
     def reference(kind: str) -> torch.Tensor:
         if kind not in refs:
             model._dflash_capture = None
-            i, d = (ids_long, packed_long) if kind == "long" else (ids, single if kind == "single" else packed)
+            i, d = (
+                (ids_long, packed_long) if kind == "long" else (ids, single if kind == "single" else packed)
+            )
             refs[kind] = capture(model, i, d.to(device), layers)[0]
         return refs[kind]
 
@@ -145,9 +189,14 @@ def main() -> None:
             model._dflash_capture = None
             if name == "hf_full_hooks":
                 got: dict = {}
-                hooks = [model.model.layers[j].register_forward_hook(
-                    lambda _m, _a, out, j=j, got=got: got.__setitem__(j, out[0] if isinstance(out, tuple) else out))
-                    for j in layers]
+                hooks = [
+                    model.model.layers[j].register_forward_hook(
+                        lambda _m, _a, out, j=j, got=got: got.__setitem__(
+                            j, out[0] if isinstance(out, tuple) else out
+                        )
+                    )
+                    for j in layers
+                ]
 
                 def fn(i=i, got=got):
                     with torch.no_grad():
@@ -163,7 +212,7 @@ def main() -> None:
             else:
                 hooks = []
                 ref = reference(kind)  # the hook path's output, computed before switching the model over
-                attn = name[len("direct_"):].rsplit("_", 1)[0]
+                attn = name[len("direct_") :].rsplit("_", 1)[0]
                 entry["attn"] = prepare_capture(model, attn=attn, compile=device == "cuda")
                 if device == "cuda":  # compile first here, so that a compile failure falls back to eager
                     try:
@@ -182,17 +231,30 @@ def main() -> None:
             entry.update(timed(fn, a.iters, a.warmup))
             pairs = causal_pairs(docs)
             flops = target_capture_flops(shape, n_layers, tok, pairs)
-            entry.update({"tokens_per_iter": tok, "layers_run": n_layers, "tok_s": tok / entry["s_per_iter"],
-                          "flops_per_iter": flops, **rates(flops, entry["s_per_iter"], res["matmul_tflops"])})
+            entry.update(
+                {
+                    "tokens_per_iter": tok,
+                    "layers_run": n_layers,
+                    "tok_s": tok / entry["s_per_iter"],
+                    "flops_per_iter": flops,
+                    **rates(flops, entry["s_per_iter"], res["matmul_tflops"]),
+                }
+            )
             if name.startswith("direct_"):
                 out = fn()
                 entry["rel_err_vs_hooks"] = float((out.float() - ref.float()).norm() / ref.float().norm())
                 H = shape.hidden  # per captured layer: bf16 rounding grows with depth
                 entry["rel_err_by_layer"] = [
-                    float((out[..., k * H:(k + 1) * H].float() - ref[..., k * H:(k + 1) * H].float()).norm()
-                          / ref[..., k * H:(k + 1) * H].float().norm()) for k in range(len(layers))]
+                    float(
+                        (out[..., k * H : (k + 1) * H].float() - ref[..., k * H : (k + 1) * H].float()).norm()
+                        / ref[..., k * H : (k + 1) * H].float().norm()
+                    )
+                    for k in range(len(layers))
+                ]
                 model._dflash_capture = None
-                prepare_capture(model, attn=entry["attn"], compile=device == "cuda" and "compile_error" not in entry)
+                prepare_capture(
+                    model, attn=entry["attn"], compile=device == "cuda" and "compile_error" not in entry
+                )
             if device == "cuda":
                 entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
                 torch.cuda.reset_peak_memory_stats()
@@ -209,13 +271,17 @@ def main() -> None:
             json.dump(res, f, indent=1)
     model._dflash_capture = None
 
-    print(f"\n{'variant':28s} {'tok/s':>9s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'1st s':>6s} {'relerr':>8s}")
+    print(
+        f"\n{'variant':28s} {'tok/s':>9s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'1st s':>6s} {'relerr':>8s}"
+    )
     for name, e in res["variants"].items():
         if "error" in e:
             print(f"{name:28s} ERROR {e['error'][:80]}")
             continue
-        print(f"{name:28s} {e['tok_s']:9.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
-              f"{100 * e['mfu_datasheet']:6.1f} {e['first_call_s']:6.1f} {e.get('rel_err_vs_hooks', float('nan')):8.1e}")
+        print(
+            f"{name:28s} {e['tok_s']:9.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
+            f"{100 * e['mfu_datasheet']:6.1f} {e['first_call_s']:6.1f} {e.get('rel_err_vs_hooks', float('nan')):8.1e}"
+        )
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ def target_capture_flops(shape: Shape, n_layers: int, tokens: int, pairs: int) -
     return n_layers * (2 * shape.layer_params * tokens + shape.attn_pair_flops() * pairs)
 
 
-def drafter_pairs(anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int, window: int | None = None) -> int:
+def drafter_pairs(
+    anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int, window: int | None = None
+) -> int:
     """Allowed (query, key) pairs of the DFlash mask (trainer.masks rule), summed over rows and slots."""
     anchors = anchors.long().cpu()
     doc = doc_ids.long().cpu()
@@ -93,8 +95,16 @@ def drafter_pairs(anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int,
     return int(ctx.sum()) + anchors.numel() * block_size * block_size
 
 
-def drafter_step_flops(shape: Shape, n_layers: int, n_captured: int, ctx_tokens: int, query_slots: int,
-                       scored_slots: int, pairs_per_layer: int, soft_labels: bool = False) -> dict[str, int]:
+def drafter_step_flops(
+    shape: Shape,
+    n_layers: int,
+    n_captured: int,
+    ctx_tokens: int,
+    query_slots: int,
+    scored_slots: int,
+    pairs_per_layer: int,
+    soft_labels: bool = False,
+) -> dict[str, int]:
     """Training FLOPs of one drafter step (forward + backward), by part.
 
     ``ctx_tokens``: context positions (target hidden states); ``query_slots``: all block slots computed

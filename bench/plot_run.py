@@ -41,20 +41,34 @@ def main() -> None:
     steps = [r for r in recs if r.get("kind") == "step"]
     t = [r["t"] - start for r in thr]
     head = [sum(d["tok_s"] for d in r["devices"] if d["role"] == "drafter") for r in thr]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]})
+    fig, (ax1, ax2) = plt.subplots(
+        2, 1, figsize=(10, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}
+    )
     keys = sorted({(d["role"], d["device"]) for r in thr for d in r["devices"]})
     for role, dev in keys:
-        ys = [next((d["tok_s"] for d in r["devices"] if (d["role"], d["device"]) == (role, dev)), 0.0) for r in thr]
+        ys = [
+            next((d["tok_s"] for d in r["devices"] if (d["role"], d["device"]) == (role, dev)), 0.0)
+            for r in thr
+        ]
         ax1.plot(t, ys, lw=0.6, alpha=0.5, label=f"{role} {dev}")
     win = 20  # 10 s of 0.5 s records
-    mean = [sum(head[max(0, i - win + 1): i + 1]) / len(head[max(0, i - win + 1): i + 1]) for i in range(len(head))]
+    mean = [
+        sum(head[max(0, i - win + 1) : i + 1]) / len(head[max(0, i - win + 1) : i + 1])
+        for i in range(len(head))
+    ]
     ax1.plot(t, mean, lw=2.0, color="black", label="headline (drafters), 10 s mean")
     if len(steps) > 2:
         st = [s["t"] - start for s in steps]
-        own = [(steps[i]["tokens"]) / (steps[i]["t"] - steps[i - 1]["t"]) if steps[i]["t"] > steps[i - 1]["t"] else 0
-               for i in range(1, len(steps))]
+        own = [
+            (steps[i]["tokens"]) / (steps[i]["t"] - steps[i - 1]["t"])
+            if steps[i]["t"] > steps[i - 1]["t"]
+            else 0
+            for i in range(1, len(steps))
+        ]
         k = 10
-        sm = [sum(own[max(0, i - k + 1): i + 1]) / len(own[max(0, i - k + 1): i + 1]) for i in range(len(own))]
+        sm = [
+            sum(own[max(0, i - k + 1) : i + 1]) / len(own[max(0, i - k + 1) : i + 1]) for i in range(len(own))
+        ]
         ax1.plot(st[1:], sm, lw=1.2, ls="--", color="tab:red", label="step records, 10-step mean")
     ax1.set_ylabel("tok/s")
     ax1.legend(fontsize=7, loc="lower right")

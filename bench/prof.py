@@ -69,7 +69,11 @@ def profile(fn, iters: int, path: str, row_limit: int = 40) -> dict:
         dev_t = getattr(evt, "device_time", None)
         if dev_t is None:
             dev_t = getattr(evt, "cuda_time", 0.0)
-        if getattr(evt, "device_type", None) is None or str(evt.device_type) != "DeviceType.CUDA" or not dev_t:
+        if (
+            getattr(evt, "device_type", None) is None
+            or str(evt.device_type) != "DeviceType.CUDA"
+            or not dev_t
+        ):
             continue
         name = evt.name
         cls = next((c for c, rx in _CLASSES if rx.search(name)), "other")

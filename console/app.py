@@ -46,13 +46,31 @@ class Action:
 
 
 ACTIONS = [
-    Action("stop", "s", "Stop", "Stop the trainer cleanly",
-           "SIGINT: it saves a checkpoint and exits (asks first)", True),
-    Action("restart", "r", "Restart", "Restart the trainer",
-           "stop cleanly, then launch the same run with --resume auto (asks first)", True),
+    Action(
+        "stop",
+        "s",
+        "Stop",
+        "Stop the trainer cleanly",
+        "SIGINT: it saves a checkpoint and exits (asks first)",
+        True,
+    ),
+    Action(
+        "restart",
+        "r",
+        "Restart",
+        "Restart the trainer",
+        "stop cleanly, then launch the same run with --resume auto (asks first)",
+        True,
+    ),
     Action("launch", "l", "Launch", "Launch the trainer", "flags prefilled from the last run.json", True),
-    Action("deploy", "d", "Deploy", "Deploy the bundled trainer",
-           "into a new versioned code directory; a running trainer is not touched", True),
+    Action(
+        "deploy",
+        "d",
+        "Deploy",
+        "Deploy the bundled trainer",
+        "into a new versioned code directory; a running trainer is not touched",
+        True,
+    ),
     Action("search", "slash", "Search", "Search the log", "highlight and jump to matches", False),
     Action("help", "question_mark", "Help", "Help", "every key", False),
     Action("quit", "q", "Quit", "Quit the console", "the trainer keeps running", False),
@@ -77,10 +95,20 @@ class ConsoleApp(App):
     BINDINGS = [Binding(a.key, a.name, a.label, tooltip=a.help) for a in ACTIONS]
     COMMANDS = App.COMMANDS | {ConsoleCommands}
 
-    def __init__(self, session=None, *, state: ConsoleState | None = None, readonly: bool = False,
-                 target: str = "", clock: Callable[[], float] = time.time, stop_timeout: float = 120.0,
-                 log_max_lines: int = 5000, min_refresh_s: float = 0.05, plot_refresh_s: float = 1.0,
-                 tick_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        session=None,
+        *,
+        state: ConsoleState | None = None,
+        readonly: bool = False,
+        target: str = "",
+        clock: Callable[[], float] = time.time,
+        stop_timeout: float = 120.0,
+        log_max_lines: int = 5000,
+        min_refresh_s: float = 0.05,
+        plot_refresh_s: float = 1.0,
+        tick_s: float = 1.0,
+    ) -> None:
         super().__init__()
         self.session = session
         self.readonly = readonly or bool(getattr(session, "readonly", False))
@@ -223,12 +251,14 @@ class ConsoleApp(App):
         return not (self.readonly and action in CHANGING)
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
-        return [(a.name, a.title, a.help) for a in ACTIONS
-                if not (self.readonly and a.changes_remote)]
+        return [(a.name, a.title, a.help) for a in ACTIONS if not (self.readonly and a.changes_remote)]
 
     def help_rows(self) -> list[tuple[str, str, str]]:
-        return [(KEY_NAMES.get(a.key, a.key), a.title, a.help) for a in ACTIONS
-                if not (self.readonly and a.changes_remote)]
+        return [
+            (KEY_NAMES.get(a.key, a.key), a.title, a.help)
+            for a in ACTIONS
+            if not (self.readonly and a.changes_remote)
+        ]
 
     def _need_session(self) -> bool:
         if self.session is None:
@@ -256,16 +286,19 @@ class ConsoleApp(App):
             if kind == "restart":  # a restart runs the code deployed from this screen, if any
                 runner = functools.partial(self.session.restart_trainer, code_dir=self.deployed_code_dir)
         else:
+
             async def runner(**_):
                 raise RuntimeError("not connected to a host")
+
         self.push_screen(StopDialog(kind, self.state, runner, timeout=self.stop_timeout))
 
     def action_launch(self) -> None:
         if self.readonly or not self._need_session():
             return
         live = getattr(self.state.trainer, "pid", None)
-        self.push_screen(LaunchDialog(self.state.run, self.session.launch, live_pid=live,
-                                      code_dir=self.deployed_code_dir))
+        self.push_screen(
+            LaunchDialog(self.state.run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir)
+        )
 
     def action_deploy(self) -> None:
         if self.readonly or not self._need_session():

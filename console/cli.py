@@ -29,17 +29,28 @@ EXIT_USAGE = control.USAGE
 
 # --- arguments --------------------------------------------------------------------------------------
 
+
 def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True) -> None:
-    p.add_argument("host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)")
+    p.add_argument(
+        "host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)"
+    )
     g = p.add_argument_group("connection (as ssh)")
-    g.add_argument("--ct", type=int, metavar="N", help="Proxmox container: run everything via `pct exec N --`")
+    g.add_argument(
+        "--ct", type=int, metavar="N", help="Proxmox container: run everything via `pct exec N --`"
+    )
     g.add_argument("-p", dest="port", type=int, metavar="PORT", help="ssh port")
     g.add_argument("-l", dest="user", metavar="USER", help="login user")
-    g.add_argument("-i", dest="identity", action="append", default=[], metavar="KEY", help="identity (key) file")
+    g.add_argument(
+        "-i", dest="identity", action="append", default=[], metavar="KEY", help="identity (key) file"
+    )
     g.add_argument("-F", dest="config", metavar="CONFIG", help="ssh config file (default ~/.ssh/config)")
     g.add_argument("-J", dest="jump", metavar="JUMP", help="jump host(s): [user@]host[:port][,...]")
-    g.add_argument("--known-hosts", metavar="FILE", help="known_hosts to check the host key against "
-                   "(default ~/.ssh/known_hosts; unknown or changed keys are refused)")
+    g.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="known_hosts to check the host key against "
+        "(default ~/.ssh/known_hosts; unknown or changed keys are refused)",
+    )
     if run_dir:
         p.add_argument("--run-dir", metavar="DIR", help="the trainer's run directory (its --output-dir)")
 
@@ -49,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dflash-console",
         description="Drive a DFlash trainer on a remote host (or in a Proxmox container) over one SSH connection.",
         epilog="Exit codes: 0 ok; 1 error or declined; 2 usage; 3 still running at timeout; 4 no trainer; "
-               "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint.",
+        "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -57,26 +68,41 @@ def build_parser() -> argparse.ArgumentParser:
     _conn_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
-    p = sub.add_parser("launch", help="start the trainer: launch HOST [options] -- TRAINER_FLAGS",
-                       usage="dflash-console launch HOST [options] -- TRAINER_FLAGS")
+    p = sub.add_parser(
+        "launch",
+        help="start the trainer: launch HOST [options] -- TRAINER_FLAGS",
+        usage="dflash-console launch HOST [options] -- TRAINER_FLAGS",
+    )
     _conn_flags(p)
     p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter (default python3)")
-    p.add_argument("--code-dir", metavar="DIR", help="remote dir holding trainer/ (default: deploy the bundled one)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the trainer")
+    p.add_argument(
+        "--code-dir", metavar="DIR", help="remote dir holding trainer/ (default: deploy the bundled one)"
+    )
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the trainer"
+    )
     p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for its started event (300)")
 
-    p = sub.add_parser("deploy", help="copy the bundled trainer into a new versioned code dir, compile-checked")
+    p = sub.add_parser(
+        "deploy", help="copy the bundled trainer into a new versioned code dir, compile-checked"
+    )
     _conn_flags(p)
     p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter for the check")
 
-    for name, what in (("stop", "stop cleanly: SIGINT, wait for the checkpoint and the exit"),
-                       ("restart", "stop cleanly, then launch the same run with --resume auto")):
+    for name, what in (
+        ("stop", "stop cleanly: SIGINT, wait for the checkpoint and the exit"),
+        ("restart", "stop cleanly, then launch the same run with --resume auto"),
+    ):
         p = sub.add_parser(name, help=what)
         _conn_flags(p)
-        p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="give up waiting after S s (120)")
+        p.add_argument(
+            "--timeout", type=float, default=120.0, metavar="S", help="give up waiting after S s (120)"
+        )
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         if name == "restart":
-            p.add_argument("--code-dir", metavar="DIR", help="relaunch with this code dir (default run.json's)")
+            p.add_argument(
+                "--code-dir", metavar="DIR", help="relaunch with this code dir (default run.json's)"
+            )
             p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for started (300)")
 
     p = sub.add_parser("logs", help="print the trainer's train.log")
@@ -90,10 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
     p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
-    p.add_argument("--dir", metavar="DIR", help="keep the demo's files here; a rerun resumes the run "
-                   "(default: a temp dir, removed at the end)")
-    p.add_argument("--port", type=int, default=0, metavar="N", help="port of the demo's SSH host on 127.0.0.1 "
-                   "(default: a free one)")
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="keep the demo's files here; a rerun resumes the run (default: a temp dir, removed at the end)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        metavar="N",
+        help="port of the demo's SSH host on 127.0.0.1 (default: a free one)",
+    )
     return parser
 
 
@@ -113,8 +147,14 @@ def connect_options(args: argparse.Namespace) -> ConnectOptions:
 def _session(args: argparse.Namespace, **kw):
     from console.core.session import Session
 
-    return Session(connect_options(args), ct=args.ct, run_dir=getattr(args, "run_dir", None),
-                   streams=False, telemetry=False, **kw)
+    return Session(
+        connect_options(args),
+        ct=args.ct,
+        run_dir=getattr(args, "run_dir", None),
+        streams=False,
+        telemetry=False,
+        **kw,
+    )
 
 
 def err(msg: str) -> None:
@@ -122,6 +162,7 @@ def err(msg: str) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------------
+
 
 async def cmd_status(args) -> int:
     from console.core.status import collect, format_text
@@ -139,23 +180,33 @@ async def cmd_deploy(args) -> int:
     async with _session(args) as s:
         t0 = time.monotonic()
         where = await s.deploy(python=args.python)
-    print(f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s); "
-          f"launch with --code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)")
+    print(
+        f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s); "
+        f"launch with --code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
+    )
     return control.OK
 
 
 async def cmd_launch(args) -> int:
     flags = args.trainer_flags
     if not flags:
-        err("launch needs the trainer's flags after `--` (e.g. -- --target-model M --data-dir D --output-dir R)")
+        err(
+            "launch needs the trainer's flags after `--` (e.g. -- --target-model M --data-dir D --output-dir R)"
+        )
         return EXIT_USAGE
     env = control.env_from_pairs(args.env)
     out = control.flag_value(flags, "--output-dir")
     if args.run_dir is None and out is not None:
         args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
     async with _session(args) as s:
-        res = await s.launch(flags, python=args.python, code_dir=args.code_dir, env=env, wait_s=args.wait,
-                             on_status=lambda m: print(m, flush=True))
+        res = await s.launch(
+            flags,
+            python=args.python,
+            code_dir=args.code_dir,
+            env=env,
+            wait_s=args.wait,
+            on_status=lambda m: print(m, flush=True),
+        )
     return _report(res)
 
 
@@ -245,8 +296,9 @@ async def cmd_stop(args, restart: bool = False) -> int:
         ticker = asyncio.ensure_future(cd.tick())
         try:
             if restart:
-                res = await s.restart_trainer(timeout=args.timeout, on_phase=cd.on_phase, code_dir=args.code_dir,
-                                              wait_s=args.wait)
+                res = await s.restart_trainer(
+                    timeout=args.timeout, on_phase=cd.on_phase, code_dir=args.code_dir, wait_s=args.wait
+                )
             else:
                 res = await s.stop_trainer(timeout=args.timeout, on_phase=cd.on_phase)
         finally:
@@ -303,10 +355,11 @@ async def cmd_logs(args) -> int:
 
 # --- entry point ------------------------------------------------------------------------------------
 
+
 def _split_trainer_flags(argv: list[str]) -> tuple[list[str], list[str] | None]:
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, None
 
 

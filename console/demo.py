@@ -54,11 +54,34 @@ INSTALL_HINT = "install it with `pip install '.[trainer]'` (or run `make demo` i
 # two minutes at this learning rate (docs/demo.md). Many epochs: it trains until it is stopped,
 # with a near-constant learning rate; a checkpoint every 200 steps besides the one at each stop.
 TRAINER_FLAGS = [
-    "--target-model", f"{TINY}/target", "--data-dir", f"{TINY}/data", "--output-dir", RUN,
-    "--target-gpus", "cpu", "--drafter-gpus", "cpu",
-    "--block-size", "8", "--max-anchors", "64", "--token-budget", "1024", "--max-seq-len", "256",
-    "--lr", "1e-2", "--warmup-ratio", "0.001", "--epochs", "1000", "--save-every", "200",
-    "--log-every", "5",
+    "--target-model",
+    f"{TINY}/target",
+    "--data-dir",
+    f"{TINY}/data",
+    "--output-dir",
+    RUN,
+    "--target-gpus",
+    "cpu",
+    "--drafter-gpus",
+    "cpu",
+    "--block-size",
+    "8",
+    "--max-anchors",
+    "64",
+    "--token-budget",
+    "1024",
+    "--max-seq-len",
+    "256",
+    "--lr",
+    "1e-2",
+    "--warmup-ratio",
+    "0.001",
+    "--epochs",
+    "1000",
+    "--save-every",
+    "200",
+    "--log-every",
+    "5",
 ]
 TRAINER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -70,6 +93,7 @@ class DemoError(Exception):
 
 
 # --- processes the demo started -----------------------------------------------------------------------
+
 
 def marked_processes(token: str) -> list[tuple[int, list[str]]]:
     """(pid, cmdline) of every live process whose environment carries ``DFLASH_DEMO=token``."""
@@ -134,6 +158,7 @@ async def end_marked(token: str, say: Say, trainer_wait: float = STOP_TIMEOUT) -
 
 # --- the status line (headless) -----------------------------------------------------------------------
 
+
 class StatusLine:
     """Folds session events into ``step, loss, accept_len, tok/s, queue`` (one line)."""
 
@@ -182,6 +207,7 @@ class StatusLine:
 
 # --- the demo -----------------------------------------------------------------------------------------
 
+
 def _missing_trainer_deps() -> list[str]:
     """The trainer's packages this interpreter lacks (looked up, not imported)."""
     return [m for m in ("torch", "transformers", "safetensors") if importlib.util.find_spec(m) is None]
@@ -213,8 +239,10 @@ class Demo:
             if root.exists() and not root.is_dir():
                 raise DemoError(f"--dir {root}: exists and is not a directory")
             if root.is_dir() and any(root.iterdir()) and not (root / MARKER_FILE).exists():
-                raise DemoError(f"--dir {root}: not empty and not a demo directory (no {MARKER_FILE}); "
-                                f"give a new or empty directory")
+                raise DemoError(
+                    f"--dir {root}: not empty and not a demo directory (no {MARKER_FILE}); "
+                    f"give a new or empty directory"
+                )
             root.mkdir(parents=True, exist_ok=True)
             fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         except PermissionError as e:
@@ -225,8 +253,9 @@ class Demo:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             os.close(fd)
-            raise DemoError(f"another dflash-console demo is using {root}; end it first or give another --dir") \
-                from e
+            raise DemoError(
+                f"another dflash-console demo is using {root}; end it first or give another --dir"
+            ) from e
         self._lock_fd = fd
         marker = root / MARKER_FILE
         if not marker.exists():
@@ -247,8 +276,10 @@ class Demo:
             await host.start()
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
-                raise DemoError(f"cannot listen on 127.0.0.1:{self.port}: the port is in use "
-                                f"(leave --port out to take a free one)") from e
+                raise DemoError(
+                    f"cannot listen on 127.0.0.1:{self.port}: the port is in use "
+                    f"(leave --port out to take a free one)"
+                ) from e
             raise DemoError(f"cannot start the local SSH host on 127.0.0.1:{self.port}: {e}") from e
         host.add_container(CT)
         self.host = host
@@ -256,8 +287,14 @@ class Demo:
     def options(self) -> ConnectOptions:
         h = self.host
         assert h is not None
-        return ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
-                              known_hosts=str(h.known_hosts_path), config_files=[])
+        return ConnectOptions(
+            host=h.host,
+            port=h.port,
+            user=h.user,
+            identity_files=[str(h.client_key_path)],
+            known_hosts=str(h.known_hosts_path),
+            config_files=[],
+        )
 
     def session(self, **kw) -> Session:
         return Session(self.options(), ct=CT, run_dir=self.run_dir, **kw)
@@ -269,8 +306,10 @@ class Demo:
     def cli_hint(self) -> str:
         """The dflash-console flags that reach the demo's host from another terminal."""
         h = self.host
-        return (f"dflash-console status {h.host} -p {h.port} -l {h.user} -i {h.client_key_path} "
-                f"--known-hosts {h.known_hosts_path} -F /dev/null --ct {CT}")
+        return (
+            f"dflash-console status {h.host} -p {h.port} -l {h.user} -i {h.client_key_path} "
+            f"--known-hosts {h.known_hosts_path} -F /dev/null --ct {CT}"
+        )
 
     # --- setup: tiny assets, deploy, launch ---
 
@@ -284,14 +323,23 @@ class Demo:
         shutil.rmtree(tmp, ignore_errors=True)
         log = self.root / "tiny-build.log"
         say(f"building the tiny target and data set: python -m trainer.tiny (log: {log})")
-        env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **{MARKER_ENV: self.token})
+        env = dict(
+            os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **{MARKER_ENV: self.token}
+        )
         code = str(control.bundled_trainer_dir().parent)
         env["PYTHONPATH"] = code + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         t0 = time.monotonic()
         with open(log, "ab") as logf:
             self._build = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "trainer.tiny", str(tmp), stdin=asyncio.subprocess.DEVNULL,
-                stdout=logf, stderr=asyncio.subprocess.STDOUT, env=env, cwd=str(self.root),
+                sys.executable,
+                "-m",
+                "trainer.tiny",
+                str(tmp),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=logf,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=str(self.root),
                 start_new_session=True,
             )
         try:
@@ -304,7 +352,9 @@ class Demo:
             self._build = None
         if rc != 0:
             tail = log.read_text(errors="replace").strip().splitlines()[-15:]
-            raise DemoError(f"python -m trainer.tiny failed (exit {rc}); last lines of {log}:\n" + "\n".join(tail))
+            raise DemoError(
+                f"python -m trainer.tiny failed (exit {rc}); last lines of {log}:\n" + "\n".join(tail)
+            )
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         say(f"tiny target and data built in {time.monotonic() - t0:.0f} s")
@@ -392,6 +442,7 @@ class Demo:
 
 # --- the two modes ------------------------------------------------------------------------------------
 
+
 def _printer(stream=None) -> Say:
     stream = stream or sys.stdout
 
@@ -470,8 +521,10 @@ async def _headless(demo: Demo) -> int:
             halt.cancel()
         if status.trainer_gone.is_set() and not stop.is_set():
             st = status.stopped or {}
-            say(f"the trainer ended by itself ({st.get('reason', 'no stopped event')}, "
-                f"exit code {st.get('exit_code', '?')}); ending the demo")
+            say(
+                f"the trainer ended by itself ({st.get('reason', 'no stopped event')}, "
+                f"exit code {st.get('exit_code', '?')}); ending the demo"
+            )
             ok = ok and st.get("exit_code") == 0
     except DemoError as e:
         _printer(sys.stderr)(f"dflash-console demo: {e}")
@@ -533,11 +586,15 @@ def run(args) -> int:
     err = _printer(sys.stderr)
     missing = _missing_trainer_deps()
     if missing:
-        err(f"dflash-console demo: the demo runs the trainer on this machine and needs {', '.join(missing)}, "
-            f"which {sys.executable} lacks: {INSTALL_HINT}")
+        err(
+            f"dflash-console demo: the demo runs the trainer on this machine and needs {', '.join(missing)}, "
+            f"which {sys.executable} lacks: {INSTALL_HINT}"
+        )
         return 1
     if not args.headless and not (sys.stdout.isatty() and sys.stdin.isatty()):
-        err("dflash-console demo: the screen needs a terminal; use `dflash-console demo --headless` without one")
+        err(
+            "dflash-console demo: the screen needs a terminal; use `dflash-console demo --headless` without one"
+        )
         return 2
     if args.dir:
         root, temp = Path(args.dir).expanduser().resolve(), False
@@ -551,7 +608,10 @@ def run(args) -> int:
         if temp:
             shutil.rmtree(root, ignore_errors=True)
         return 1
-    say(f"dflash-console demo in {root}" + (" (a temp dir, removed at the end; --dir keeps a run)" if temp else ""))
+    say(
+        f"dflash-console demo in {root}"
+        + (" (a temp dir, removed at the end; --dir keeps a run)" if temp else "")
+    )
     try:
         code = asyncio.run(_headless(demo) if args.headless else _screen(demo))
     finally:
@@ -561,4 +621,3 @@ def run(args) -> int:
     else:
         say(f"files kept in {root}; `dflash-console demo --dir {root}` resumes the run")
     return code
-

@@ -16,6 +16,12 @@ def tiny_assets(tmp_path_factory) -> Path:
     """A directory with ``target/`` (tiny random Qwen3 + tokenizer) and ``data/`` (tokenized *.jsonl),
     built once per session by ``python -m trainer.tiny``; also ``raw/chat.jsonl`` (chat input)."""
     out = tmp_path_factory.mktemp("tiny")
-    subprocess.run([sys.executable, "-m", "trainer.tiny", str(out)], cwd=ROOT, env=env(), check=True,
-                   capture_output=True, timeout=180)
+    subprocess.run(
+        [sys.executable, "-m", "trainer.tiny", str(out)],
+        cwd=ROOT,
+        env=env(),
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     return out

@@ -23,22 +23,47 @@ def _dh(h):
 def options_for(h, **kw) -> ConnectOptions:
     """Options for a DevHost (or DevHostThread): its port, client key and known_hosts; no ssh config."""
     h = _dh(h)
-    return ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
-                          known_hosts=str(h.known_hosts_path), config_files=[], **kw)
+    return ConnectOptions(
+        host=h.host,
+        port=h.port,
+        user=h.user,
+        identity_files=[str(h.client_key_path)],
+        known_hosts=str(h.known_hosts_path),
+        config_files=[],
+        **kw,
+    )
 
 
 def conn_args(h, ct: int | None = CT) -> list[str]:
     h = _dh(h)
-    args = [h.host, "-p", str(h.port), "-l", h.user, "-i", str(h.client_key_path),
-            "--known-hosts", str(h.known_hosts_path), "-F", "/dev/null"]
+    args = [
+        h.host,
+        "-p",
+        str(h.port),
+        "-l",
+        h.user,
+        "-i",
+        str(h.client_key_path),
+        "--known-hosts",
+        str(h.known_hosts_path),
+        "-F",
+        "/dev/null",
+    ]
     return args + (["--ct", str(ct)] if ct is not None else [])
 
 
 def cli(*args: str, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``dflash-console ARGS`` as a real subprocess (no terminal)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL if input is None else None, input=input)
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL if input is None else None,
+        input=input,
+    )
 
 
 def alive(pid: int) -> bool:
@@ -86,8 +111,13 @@ def start_user_script(folder: Path, output_dir: str) -> subprocess.Popen:
     """Run the stand-in as ``python .../train_dflash_pipeline.py --output-dir OUTPUT_DIR`` in ``folder``."""
     script = folder / "train_dflash_pipeline.py"
     script.write_text(USER_SCRIPT)
-    p = subprocess.Popen([sys.executable, "-u", str(script), "--epochs", "6", "--output-dir", output_dir],
-                         cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-u", str(script), "--epochs", "6", "--output-dir", output_dir],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     assert p.stdout.readline().strip() == "training"
     return p

@@ -30,8 +30,14 @@ pytestmark = pytest.mark.slow
 
 def options(ht: DevHostThread) -> ConnectOptions:
     h = ht.host  # the DevHost running in the thread
-    return ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
-                          known_hosts=str(h.known_hosts_path), config_files=[])
+    return ConnectOptions(
+        host=h.host,
+        port=h.port,
+        user=h.user,
+        identity_files=[str(h.client_key_path)],
+        known_hosts=str(h.known_hosts_path),
+        config_files=[],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +56,17 @@ def trainer(host, tiny_assets):
     test can run a stop into its timeout first."""
     run_dir = host.container_dir(CT) / "run"
     release = host.container_dir(CT) / "release"
-    env = {"OMP_NUM_THREADS": "1", "DFLASH_TEST_PAUSE_AT": "files_written", "DFLASH_TEST_PAUSE_UNTIL": str(release)}
+    env = {
+        "OMP_NUM_THREADS": "1",
+        "DFLASH_TEST_PAUSE_AT": "files_written",
+        "DFLASH_TEST_PAUSE_UNTIL": str(release),
+    }
 
     async def launch():
         async with Session(options(host), ct=CT, run_dir=str(run_dir), telemetry=False) as s:
-            res = await s.launch(tiny_flags(tiny_assets, run_dir, "--epochs", "1000"),
-                                 code_dir=str(ROOT), env=env, wait_s=120)
+            res = await s.launch(
+                tiny_flags(tiny_assets, run_dir, "--epochs", "1000"), code_dir=str(ROOT), env=env, wait_s=120
+            )
             assert res.code == 0, res.message
             return res.trainer
 
@@ -84,8 +95,18 @@ async def test_table_graphs_and_log_fill_from_the_live_trainer(host, trainer):
     app = make_app(host, run_dir)
     async with app.run_test(size=SIZE) as pilot:
         st = app.state
-        await until(pilot, lambda: st.trainer is not None and st.step is not None and len(st.loss_hist) >= 2
-                    and len(st.tok_hist) >= 2 and (st.tok_s or 0) > 0, 60, "steps and throughput")
+        await until(
+            pilot,
+            lambda: (
+                st.trainer is not None
+                and st.step is not None
+                and len(st.loss_hist) >= 2
+                and len(st.tok_hist) >= 2
+                and (st.tok_s or 0) > 0
+            ),
+            60,
+            "steps and throughput",
+        )
         await pilot.pause(0.7)  # one plot refresh period
         text = screen_text(app)
         assert f"trainer PID {info.pid}" in text and "● CONNECTED" in text
@@ -119,11 +140,16 @@ async def test_a_dropped_server_shows_and_then_clears(host, trainer):
     run_dir, _ = trainer
     app = make_app(host, run_dir)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: "● CONNECTED" in screen_text(app) and app.state.step is not None, 30,
-                    "connected")
+        await until(
+            pilot, lambda: "● CONNECTED" in screen_text(app) and app.state.step is not None, 30, "connected"
+        )
         down = asyncio.ensure_future(asyncio.to_thread(host.restart, 2.0))  # down for 2 s, same port
-        await until(pilot, lambda: "RECONNECTING" in (t := screen_text(app)) and "retry in" in t, 10,
-                    "the drop on screen")
+        await until(
+            pilot,
+            lambda: "RECONNECTING" in (t := screen_text(app)) and "retry in" in t,
+            10,
+            "the drop on screen",
+        )
         await down
         await until(pilot, lambda: "● CONNECTED" in screen_text(app), 30, "reconnected, on screen")
         step = app.state.step
@@ -137,13 +163,23 @@ async def test_a_host_that_is_down_at_start_is_retried_until_it_is_up(tmp_path):
     await h.start()
     await h.stop()  # keys and port kept; nothing listens now
     h.add_container(CT)
-    opts = ConnectOptions(host=h.host, port=h.port, user=h.user, identity_files=[str(h.client_key_path)],
-                          known_hosts=str(h.known_hosts_path), config_files=[])
+    opts = ConnectOptions(
+        host=h.host,
+        port=h.port,
+        user=h.user,
+        identity_files=[str(h.client_key_path)],
+        known_hosts=str(h.known_hosts_path),
+        config_files=[],
+    )
     app = ConsoleApp(Session(opts, ct=CT, telemetry=False), target="devhost")
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: "RECONNECTING" in (t := screen_text(app)) and "retry in" in t
-                        and "cannot reach" in t, 20, "the failed first connect on screen")
+            await until(
+                pilot,
+                lambda: "RECONNECTING" in (t := screen_text(app)) and "retry in" in t and "cannot reach" in t,
+                20,
+                "the failed first connect on screen",
+            )
             await h.start()
             await until(pilot, lambda: "● CONNECTED" in screen_text(app), 30, "the host coming up on screen")
     finally:
@@ -156,8 +192,9 @@ async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer is not None, 30, "the trainer")
         await pilot.press("d")
-        await until(pilot, lambda: any(e.text.startswith("deployed to ") for e in app.state.events), 60,
-                    "the deploy")
+        await until(
+            pilot, lambda: any(e.text.startswith("deployed to ") for e in app.state.events), 60, "the deploy"
+        )
         where = next(e.text for e in app.state.events if e.text.startswith("deployed to ")).split(" ", 2)[2]
         await pilot.pause(0.2)
         assert "deployed to" in screen_text(app)  # in the panel's events
@@ -173,7 +210,9 @@ async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
     app = make_app(host, run_dir)
     app.stop_timeout = 4.0
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.trainer is not None and app.state.step is not None, 30, "trainer")
+        await until(
+            pilot, lambda: app.state.trainer is not None and app.state.step is not None, 30, "trainer"
+        )
         await pilot.press("s")
         dlg = app.screen
         assert isinstance(dlg, StopDialog) and app.focused.id == "no"

@@ -12,10 +12,21 @@ SIZE = (120, 36)
 
 
 def _trainer():
-    run = {"argv": ["--target-model", "/m", "--output-dir", "/runs/a b"], "interpreter": "/usr/bin/python3",
-           "code_dir": "/opt/code v2"}
-    return TrainerFound(TrainerInfo(4242, 99, ["python3", "-m", "trainer.pipeline", "--output-dir", "/runs/a b"],
-                                    "/runs/a b", "run.json", run))
+    run = {
+        "argv": ["--target-model", "/m", "--output-dir", "/runs/a b"],
+        "interpreter": "/usr/bin/python3",
+        "code_dir": "/opt/code v2",
+    }
+    return TrainerFound(
+        TrainerInfo(
+            4242,
+            99,
+            ["python3", "-m", "trainer.pipeline", "--output-dir", "/runs/a b"],
+            "/runs/a b",
+            "run.json",
+            run,
+        )
+    )
 
 
 def _app(**kw):
@@ -29,11 +40,25 @@ def _cells(app):
 async def test_table_and_panel_fill_from_events():
     app = _app()
     async with app.run_test(size=SIZE) as pilot:
-        app.feed([ConnState("connected"), _trainer(), _gpus(2),
-                  Record(tp(T0, [{"device": "cuda:0", "uuid": "GPU-0", "role": "target", "tok_s": 900.0},
-                                 {"device": "cuda:1", "uuid": "GPU-1", "role": "drafter", "tok_s": 450.0}],
-                            depth=5, cap=8)),
-                  Record(step(T0, 7, total=70, loss=1.25))])
+        app.feed(
+            [
+                ConnState("connected"),
+                _trainer(),
+                _gpus(2),
+                Record(
+                    tp(
+                        T0,
+                        [
+                            {"device": "cuda:0", "uuid": "GPU-0", "role": "target", "tok_s": 900.0},
+                            {"device": "cuda:1", "uuid": "GPU-1", "role": "drafter", "tok_s": 450.0},
+                        ],
+                        depth=5,
+                        cap=8,
+                    )
+                ),
+                Record(step(T0, 7, total=70, loss=1.25)),
+            ]
+        )
         await pilot.pause(0.3)
         cells = _cells(app)
         assert cells[0][2] == "target" and cells[0][7] == "900"
@@ -115,4 +140,11 @@ async def test_palette_lists_the_actions():
     app = _app()
     async with app.run_test(size=SIZE):
         assert [c[0] for c in app.palette_commands()] == [
-            "stop", "restart", "launch", "deploy", "search", "help", "quit"]
+            "stop",
+            "restart",
+            "launch",
+            "deploy",
+            "search",
+            "help",
+            "quit",
+        ]

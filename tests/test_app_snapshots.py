@@ -16,8 +16,13 @@ def replay_app() -> ConsoleApp:
     def clock() -> float:
         return last_t + 5.0
 
-    return ConsoleApp(None, state=ConsoleState(clock=clock), target="127.0.0.1 · CT 200 (recorded)",
-                      clock=clock, tick_s=3600)
+    return ConsoleApp(
+        None,
+        state=ConsoleState(clock=clock),
+        target="127.0.0.1 · CT 200 (recorded)",
+        clock=clock,
+        tick_s=3600,
+    )
 
 
 async def _settle(pilot) -> None:

@@ -29,11 +29,18 @@ def test_stale_run_json_pid_is_refused_and_not_signalled(host, tmp_path):
     try:
         run = tmp_path / "run"
         run.mkdir()
-        (run / "run.json").write_text(json.dumps({
-            "pid": sleeper.pid, "start_time": start_time(sleeper.pid), "output_dir": str(run),
-            "command": [sys.executable, "-m", "trainer.pipeline", "--output-dir", str(run)],
-            "argv": ["--output-dir", str(run)], "interpreter": sys.executable,
-        }))
+        (run / "run.json").write_text(
+            json.dumps(
+                {
+                    "pid": sleeper.pid,
+                    "start_time": start_time(sleeper.pid),
+                    "output_dir": str(run),
+                    "command": [sys.executable, "-m", "trainer.pipeline", "--output-dir", str(run)],
+                    "argv": ["--output-dir", str(run)],
+                    "interpreter": sys.executable,
+                }
+            )
+        )
         r = cli("stop", *conn_args(host), "--run-dir", str(run), "--yes")
         assert r.returncode == 5, r.stderr
         assert f"pid {sleeper.pid}" in r.stderr and "no longer the trainer" in r.stderr
@@ -100,8 +107,10 @@ def test_deploy_writes_a_versioned_compiled_copy_once(host):
 
 def test_unknown_or_changed_host_key_is_refused_with_its_fingerprint(host, tmp_path):
     other = tmp_path / "known_hosts"
-    other.write_text(f"[127.0.0.1]:{host.port} ssh-ed25519 "
-                     "AAAAC3NzaC1lZDI1NTE5AAAAIFm0d3Jvbmcga2V5IGZvciB0ZXN0cyBvbmx5IDAwMDAw\n")
+    other.write_text(
+        f"[127.0.0.1]:{host.port} ssh-ed25519 "
+        "AAAAC3NzaC1lZDI1NTE5AAAAIFm0d3Jvbmcga2V5IGZvciB0ZXN0cyBvbmx5IDAwMDAw\n"
+    )
     empty = tmp_path / "empty"
     empty.write_text("")
     for kh in (other, empty):
@@ -116,7 +125,15 @@ def test_usage_errors_are_exit_2(host, tmp_path):
     assert cli("launch", *conn_args(host)).returncode == 2  # no trainer flags
     assert cli("stop", *conn_args(host), "--bogus").returncode == 2
     assert cli("status", *conn_args(host), "--", "--x").returncode == 2
-    r = cli("launch", *conn_args(host), "--run-dir", str(tmp_path / "a"), "--", "--output-dir", str(tmp_path / "b"))
+    r = cli(
+        "launch",
+        *conn_args(host),
+        "--run-dir",
+        str(tmp_path / "a"),
+        "--",
+        "--output-dir",
+        str(tmp_path / "b"),
+    )
     assert r.returncode == 2 and "differ" in r.stderr
 
 
@@ -126,8 +143,13 @@ def test_logs_follow_across_a_server_restart(host, tmp_path):
     log = run / "train.log"
     log.write_text("".join(f"old {i}\n" for i in range(10)))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "3"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert [p.stdout.readline() for _ in range(3)] == ["old 7\n", "old 8\n", "old 9\n"]
         with log.open("a") as f:
@@ -154,8 +176,13 @@ def test_logs_follow_ends_when_its_reader_goes_away(host, tmp_path):
     log.write_text("a\nb\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r, w = os.pipe()
-    p = subprocess.Popen([*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "2"],
-                         stdout=w, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [*CLI, "logs", *conn_args(host), "--run-dir", str(run), "-f", "-n", "2"],
+        stdout=w,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     os.close(w)
     try:
         with os.fdopen(r) as reader:

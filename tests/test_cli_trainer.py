@@ -16,8 +16,13 @@ from tests.trainer_run import events, steps, tiny_flags
 
 pytestmark = pytest.mark.slow
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
-ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error",
-       "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 @pytest.fixture(scope="module")

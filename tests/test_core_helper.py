@@ -47,8 +47,11 @@ async def test_argv_with_shell_metacharacters_reaches_the_remote_intact(helper, 
     d = tmp_path / NASTY
     await helper.call("mkdir", path=str(d))
     assert d.is_dir()
-    assert not any((p / n).exists() for p in (tmp_path, host.container_dir(CT), host.root / "home")
-                   for n in ("PWNED", "PWNED2", "PWNED3"))
+    assert not any(
+        (p / n).exists()
+        for p in (tmp_path, host.container_dir(CT), host.root / "home")
+        for n in ("PWNED", "PWNED2", "PWNED3")
+    )
 
 
 async def test_requests_run_concurrently(helper):
@@ -61,9 +64,16 @@ async def test_requests_run_concurrently(helper):
 
 async def test_spawn_detached_wait_exit_and_log(helper, tmp_path):
     log = tmp_path / "out" / "x.log"
-    sp = await helper.call("spawn", argv=[sys.executable, "-c", "import os,sys; print('sid', os.getsid(0) == os.getpid());"
-                                          "sys.stdout.flush(); os.write(2, b'err\\n'); sys.exit(3)"],
-                           log=str(log))
+    sp = await helper.call(
+        "spawn",
+        argv=[
+            sys.executable,
+            "-c",
+            "import os,sys; print('sid', os.getsid(0) == os.getpid());"
+            "sys.stdout.flush(); os.write(2, b'err\\n'); sys.exit(3)",
+        ],
+        log=str(log),
+    )
     r = await helper.call("wait_exit", pid=sp["pid"], start_time=sp["start_time"])
     assert r["exited"] and r["rc"] == 3
     assert log.read_text().splitlines() == ["sid True", "err"]  # own session; stdout+stderr appended
@@ -77,7 +87,9 @@ async def test_kill_checks_the_process_first(helper):
         assert r == {**r, "sent": False, "reason": "mismatch"}
         r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"argv_rest": ["31"]})
         assert not r["sent"] and alive(p.pid)
-        r = await helper.call("kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": ["30"]})
+        r = await helper.call(
+            "kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": ["30"]}
+        )
         assert r["sent"]
         assert p.wait(5) == -signal.SIGTERM
     finally:
@@ -89,8 +101,13 @@ async def test_follow_pushes_appended_bytes_from_an_offset(helper, tmp_path):
     f = tmp_path / "m.jsonl"
     f.write_bytes(b"0123456789")
     got: list[bytes] = []
-    st = helper.stream("follow", lambda p: got.append(b64decode(p["data"])) if "data" in p else None,
-                       path=str(f), offset=4, interval=0.02)
+    st = helper.stream(
+        "follow",
+        lambda p: got.append(b64decode(p["data"])) if "data" in p else None,
+        path=str(f),
+        offset=4,
+        interval=0.02,
+    )
     with f.open("ab") as w:
         w.write(b"abc")
     await asyncio.sleep(0.3)

@@ -68,7 +68,12 @@ async def test_user_script_stop_has_open_ended_saving_and_sees_the_exit(host):
 
 async def test_readonly_session_refuses_every_change(host, tmp_path):
     async with Session(options_for(host), ct=CT, run_dir=str(tmp_path), readonly=True, telemetry=False) as s:
-        for call in (s.stop_trainer(), s.restart_trainer(), s.deploy(), s.launch(["--output-dir", str(tmp_path)])):
+        for call in (
+            s.stop_trainer(),
+            s.restart_trainer(),
+            s.deploy(),
+            s.launch(["--output-dir", str(tmp_path)]),
+        ):
             with pytest.raises(ReadOnlyError):
                 await call
         assert await s.read_log_tail(5) == []  # reading is fine
@@ -107,15 +112,27 @@ def test_nvidia_smi_lines_parse_and_join_by_uuid():
         "Failed to initialize NVML: Driver/library version mismatch\n"
     )
     gpus = parse_output(out)
-    assert gpus[0] == Gpu(0, "GPU-3f2a9c1e-7b7d-4d8e-9f00-1a2b3c4d5e6f", "NVIDIA H200", 97.0, 120345.0,
-                          143771.0, 612.34, 64.0)
+    assert gpus[0] == Gpu(
+        0, "GPU-3f2a9c1e-7b7d-4d8e-9f00-1a2b3c4d5e6f", "NVIDIA H200", 97.0, 120345.0, 143771.0, 612.34, 64.0
+    )
     assert gpus[1].power is None and gpus[1].util == 0.0 and len(gpus) == 2
     assert parse_gpu_line("index, uuid, name") is None
-    thr = {"devices": [{"device": "cuda:1", "uuid": "GPU-aaaa0000-1111-2222-3333-444455556666", "role": "drafter",
-                        "tok_s": 5000.0}]}
+    thr = {
+        "devices": [
+            {
+                "device": "cuda:1",
+                "uuid": "GPU-aaaa0000-1111-2222-3333-444455556666",
+                "role": "drafter",
+                "tok_s": 5000.0,
+            }
+        ]
+    }
     joined = join_devices(gpus, thr)
     assert joined[0][1] is None and joined[1][1]["role"] == "drafter"
-    assert nvidia_smi_argv(250)[-2:] == ["-lms", "250"] and "--format=csv,noheader,nounits" in nvidia_smi_argv(250)
+    assert nvidia_smi_argv(250)[-2:] == [
+        "-lms",
+        "250",
+    ] and "--format=csv,noheader,nounits" in nvidia_smi_argv(250)
 
 
 def test_options_like_ssh():
@@ -127,8 +144,12 @@ def test_options_like_ssh():
     assert "config" not in ConnectOptions("h").connect_kwargs()  # ~/.ssh/config applies
     assert _parse_jump("root@10.0.0.1:2200") == ("root", "10.0.0.1", 2200)
     assert _parse_jump("bastion") == (None, "bastion", None)
-    assert control.set_flag(["--a", "1", "--resume", "x", "--resume=y"], "--resume", "auto") == \
-        ["--a", "1", "--resume", "auto"]
+    assert control.set_flag(["--a", "1", "--resume", "x", "--resume=y"], "--resume", "auto") == [
+        "--a",
+        "1",
+        "--resume",
+        "auto",
+    ]
     assert control.flag_value(["--output-dir=/r", "--x"], "--output-dir") == "/r"
     assert control.is_trainer_cmdline(["python3", "-u", "/root/train_dflash_pipeline.py", "--x"])
     assert control.is_trainer_cmdline(["/v/bin/python", "-m", "trainer.pipeline"])
@@ -144,7 +165,9 @@ async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host)
             phases: list[StopPhase] = []
             res = await s.stop_trainer(timeout=0.1, on_phase=phases.append)
             assert res.code == control.STILL_RUNNING, res
-            assert phases[-1].phase == "timeout" and "left running" in res.message and "--timeout" in res.message
+            assert (
+                phases[-1].phase == "timeout" and "left running" in res.message and "--timeout" in res.message
+            )
             assert p.poll() is None  # not killed: nothing escalates
         assert p.wait(5) == 0  # and it finishes its save on its own
     finally:

@@ -34,11 +34,15 @@ def test_malformed_line_names_file_and_line(tmp_path, line, why):
 
 
 def test_load_truncates_drops_and_checks_vocab(tmp_path):
-    _write(tmp_path, "a.jsonl", [
-        '{"input_ids": [1, 2, 3, 4, 5, 6], "loss_mask": [0, 0, 1, 1, 1, 1]}',
-        '{"input_ids": [7, 8], "loss_mask": [1, 0]}',  # nothing to predict: dropped
-        '{"input_ids": [9, 10, 11], "extra": "ignored"}',
-    ])
+    _write(
+        tmp_path,
+        "a.jsonl",
+        [
+            '{"input_ids": [1, 2, 3, 4, 5, 6], "loss_mask": [0, 0, 1, 1, 1, 1]}',
+            '{"input_ids": [7, 8], "loss_mask": [1, 0]}',  # nothing to predict: dropped
+            '{"input_ids": [9, 10, 11], "extra": "ignored"}',
+        ],
+    )
     ds = load_dir(str(tmp_path), 4)
     assert len(ds) == 2 and ds.truncated == 1 and ds.dropped == 1
     assert ds.tokens.tolist() == [1, 2, 3, 4, 9, 10, 11]
@@ -67,5 +71,7 @@ def test_plan_rows_and_cursor(tmp_path):
     assert mb.index == 11 and mb.epoch == 1 and mb.num_tokens == 30
     assert mb.doc_ids.tolist() == [0] * 10 + [1] * 10 + [2] * 10
     assert mb.position_ids.tolist() == list(range(10)) * 3
-    assert Plan(ds, seed=0, epochs=2, token_budget=35, max_batch_size=8).batch(11).input_ids.tolist() == \
-        mb.input_ids.tolist()
+    assert (
+        Plan(ds, seed=0, epochs=2, token_budget=35, max_batch_size=8).batch(11).input_ids.tolist()
+        == mb.input_ids.tolist()
+    )

@@ -27,7 +27,9 @@ from tests.core_util import CLI, alive
 from tests.screen_text import until
 from tests.trainer_run import ROOT, env
 
-STATUS = re.compile(r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)")
+STATUS = re.compile(
+    r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)"
+)
 
 
 class Headless:
@@ -36,8 +38,13 @@ class Headless:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.proc = subprocess.Popen(
-            [*CLI, "demo", "--headless", "--dir", str(folder)], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env(), cwd=ROOT,
+            [*CLI, "demo", "--headless", "--dir", str(folder)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env(),
+            cwd=ROOT,
             start_new_session=True,
         )
         self.lines: list[str] = []
@@ -131,8 +138,11 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
 
     headless = Headless(folder)
     try:
-        m = headless.wait_for(lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m, 120,
-                              "status line with tok/s above zero")
+        m = headless.wait_for(
+            lambda ln: (m := STATUS.search(ln)) and int(m[4]) > 0 and m,
+            120,
+            "status line with tok/s above zero",
+        )
         assert float(m[2]) > 0 and int(m[6]) > 0  # a loss; the queue has a capacity
         rc = headless.finish(signal.SIGINT)
         out = "\n".join(headless.lines)
@@ -157,14 +167,18 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
         app = DemoApp(demo, demo.session(telemetry=False))
         async with app.run_test(size=(120, 36)) as pilot:
             st = app.state
-            await until(pilot, lambda: st.trainer is not None and (st.step or 0) > first_ckpt, 120,
-                        "the resumed run's steps on screen")
+            await until(
+                pilot,
+                lambda: st.trainer is not None and (st.step or 0) > first_ckpt,
+                120,
+                "the resumed run's steps on screen",
+            )
             pid = st.trainer.pid
             lines = list(app.log_view.lines)
             assert any(f"resuming from {latest}" in ln for ln in lines), lines
             shown = [ln for ln in lines if not ln.startswith("[demo] ")]  # train.log's lines, each once
             log = (run_dir / "train.log").read_text().splitlines()
-            assert shown and any(log[k:k + len(shown)] == shown for k in range(len(log))), lines
+            assert shown and any(log[k : k + len(shown)] == shown for k in range(len(log))), lines
             await pilot.press("q")
             end = time.monotonic() + 60
             while app.is_running and time.monotonic() < end:
@@ -185,16 +199,28 @@ def test_demo_refuses_a_foreign_nonempty_dir(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me\n")
-    r = subprocess.run([*CLI, "demo", "--headless", "--dir", str(folder)], capture_output=True, text=True,
-                       env=env(), timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*CLI, "demo", "--headless", "--dir", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 1
     assert "not empty and not a demo directory" in r.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
 
 
 def test_demo_screen_needs_a_terminal(tmp_path):
-    r = subprocess.run([*CLI, "demo", "--dir", str(tmp_path / "d")], capture_output=True, text=True,
-                       env=env(), timeout=60, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [*CLI, "demo", "--dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 2
     assert "--headless" in r.stderr
     assert not (tmp_path / "d").exists()
@@ -202,10 +228,18 @@ def test_demo_screen_needs_a_terminal(tmp_path):
 
 def test_demo_without_torch_says_how_to_install(tmp_path):
     # An interpreter where torch cannot be found (a console-only install): the demo says what to install.
-    code = ("import sys; sys.modules['torch'] = None; from console.cli import main; "
-            f"sys.exit(main(['demo', '--headless', '--dir', {str(tmp_path / 'd')!r}]))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60,
-                       stdin=subprocess.DEVNULL)
+    code = (
+        "import sys; sys.modules['torch'] = None; from console.cli import main; "
+        f"sys.exit(main(['demo', '--headless', '--dir', {str(tmp_path / 'd')!r}]))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 1
     assert "torch" in r.stderr and "pip install '.[trainer]'" in r.stderr and "make demo" in r.stderr
     assert not (tmp_path / "d").exists()

@@ -46,7 +46,9 @@ def _run(drafter, th, ids, doc, anchors, impl, embed):
 
 def test_flex_matches_sdpa_on_cuda():
     drafter, cfg = _drafter(
-        num_draft_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=24
+        num_draft_layers=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=24,
     )
     embed = _embed()
     th, ids = _inputs(cfg)
@@ -114,8 +116,9 @@ def test_training_steps_through_flex(mode):
         ctx = torch.autocast("cuda", dtype=torch.bfloat16) if mode == "autocast" else contextlib.nullcontext()
         with ctx:
             out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl="flex")
-            loss, metrics = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final,
-                                        chunk_tokens=128)
+            loss, metrics = dflash_loss(
+                out, head, ids, anchors, gamma=7.0, target_final_hidden=final, chunk_tokens=128
+            )
         opt.zero_grad()
         loss.backward()
         assert all(torch.isfinite(p.grad).all() for p in drafter.parameters())

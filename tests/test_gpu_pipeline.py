@@ -70,7 +70,9 @@ def tiny_target(tiny_assets):
 
     quiet_transformers()
     model = load_target(str(tiny_assets / "target"), DEV, torch.bfloat16, [1, 3])
-    plan = Plan(load_dir(str(tiny_assets / "data"), 256), seed=0, epochs=1, token_budget=1024, max_batch_size=4)
+    plan = Plan(
+        load_dir(str(tiny_assets / "data"), 256), seed=0, epochs=1, token_budget=1024, max_batch_size=4
+    )
     return model, plan
 
 
@@ -99,8 +101,14 @@ def _gpu_run(tiny_assets, tmp_path, tgpus, dgpus):
     flags = tiny_flags(tiny_assets, out, "--max-steps", "12", "--log-every", "1")
     flags[flags.index("--target-gpus") + 1] = tgpus
     flags[flags.index("--drafter-gpus") + 1] = dgpus
-    p = subprocess.run([sys.executable, "-m", "trainer.pipeline", *flags], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=400)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainer.pipeline", *flags],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in recs if r["kind"] == "step"]

@@ -17,7 +17,9 @@ def test_torn_line_is_held_until_complete():
 
 def test_garbage_unknown_kinds_and_fields():
     p = MetricsParser()
-    chunk = b'not json\n{"kind": "future", "x": 1, "t": 2}\n[1,2]\n{"t": 3, "kind": "step", "new": {"a": 1}}\n\n'
+    chunk = (
+        b'not json\n{"kind": "future", "x": 1, "t": 2}\n[1,2]\n{"t": 3, "kind": "step", "new": {"a": 1}}\n\n'
+    )
     out = p.feed(chunk)
     assert [r["kind"] for r in out] == ["future", "step"]
     assert out[1]["new"] == {"a": 1}
@@ -31,10 +33,12 @@ def test_bad_t_and_utf8():
 
 
 def test_headline_is_drafters_sum_only():
-    tp = {"devices": [
-        {"role": "target", "tok_s": 1000.0},
-        {"role": "drafter", "tok_s": 300.0},
-        {"role": "drafter", "tok_s": 200.0},
-        {"role": "drafter", "tok_s": None},
-    ]}
+    tp = {
+        "devices": [
+            {"role": "target", "tok_s": 1000.0},
+            {"role": "drafter", "tok_s": 300.0},
+            {"role": "drafter", "tok_s": 200.0},
+            {"role": "drafter", "tok_s": None},
+        ]
+    }
     assert headline_tok_s(tp) == 500.0

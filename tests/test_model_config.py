@@ -22,7 +22,12 @@ def test_default_target_layer_ids_reference_rule():
 def test_from_target_config_takes_the_target_sizes():
     tc = tiny_target_config(pad_token_id=7)  # the pad token occurs in data: never the default mask
     cfg = DraftConfig.from_target_config(tc, num_draft_layers=3, block_size=8)
-    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (64, 128, 4, 2)
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (
+        64,
+        128,
+        4,
+        2,
+    )
     assert (cfg.head_dim, cfg.vocab_size, cfg.num_target_layers) == (16, 300, 4)
     assert cfg.target_layer_ids == default_target_layer_ids(4, 3)
     assert cfg.mask_token_id == 299  # last vocab id
@@ -33,31 +38,75 @@ def test_from_target_config_takes_the_target_sizes():
 def test_multimodal_config_uses_text_config_and_llama_rope_scaling():
     from transformers import LlamaConfig, Qwen3_5Config
 
-    mm = Qwen3_5Config(text_config=dict(hidden_size=64, intermediate_size=96, num_hidden_layers=8,
-                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=500))
+    mm = Qwen3_5Config(
+        text_config=dict(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            vocab_size=500,
+        )
+    )
     cfg = DraftConfig.from_target_config(mm, num_draft_layers=2)
     assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_target_layers, cfg.vocab_size) == (64, 96, 8, 500)
 
-    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                        vocab_size=300, max_position_embeddings=16384,
-                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+    llama = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        vocab_size=300,
+        max_position_embeddings=16384,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
     cfg = DraftConfig.from_target_config(llama)
     assert cfg.rope_scaling["rope_type"] == "llama3" and cfg.head_dim == 16
     drafter, _ = tiny_drafter(target_config=llama, num_draft_layers=1)
-    out = drafter(torch.randn(1, 12, 64), torch.randint(0, 299, (1, 12)), torch.zeros(1, 12, dtype=torch.long),
-                  torch.tensor([[5]]), random_embed())
+    out = drafter(
+        torch.randn(1, 12, 64),
+        torch.randint(0, 299, (1, 12)),
+        torch.zeros(1, 12, dtype=torch.long),
+        torch.tensor([[5]]),
+        random_embed(),
+    )
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("rope", [None, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 256}])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        None,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 256,
+        },
+    ],
+)
 def test_rope_matches_transformers(rope):
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    llama = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                        vocab_size=300, max_position_embeddings=2048, rope_theta=5e5, rope_scaling=rope)
+    llama = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        vocab_size=300,
+        max_position_embeddings=2048,
+        rope_theta=5e5,
+        rope_scaling=rope,
+    )
     drafter, cfg = tiny_drafter(target_config=llama, num_draft_layers=1)
     pos = torch.tensor([[0, 1, 7, 300, 1500]])
     cos, sin = drafter._rope(pos, torch.float32)
@@ -106,8 +155,13 @@ def test_export_round_trip_is_bit_exact(tmp_path):
         assert sd[k].dtype == sd2[k].dtype == torch.bfloat16
         assert torch.equal(sd[k], sd2[k]), k
     embed = random_embed().to(torch.bfloat16)
-    args = (torch.randn(1, 16, 128), torch.randint(0, 299, (1, 16)), torch.zeros(1, 16, dtype=torch.long),
-            torch.tensor([[3, 9]]), embed)
+    args = (
+        torch.randn(1, 16, 128),
+        torch.randint(0, 299, (1, 16)),
+        torch.zeros(1, 16, dtype=torch.long),
+        torch.tensor([[3, 9]]),
+        embed,
+    )
     with torch.no_grad():
         assert torch.equal(drafter(*args), loaded(*args))
 

@@ -95,7 +95,9 @@ def test_no_attention_across_documents_and_positions_restart(setup, impl):
     th3[:, 10] += 3.0  # document 1's first token, before anchor 15
     assert _moved(base, _run(drafter, th3, ids, doc, anchors, impl, embed))[1].all()
     # document 1 alone in its own row gives the same block output (positions restart per document)
-    alone = _run(drafter, th[:, 10:], ids[:, 10:], torch.zeros_like(ids[:, 10:]), torch.tensor([[5]]), impl, embed)
+    alone = _run(
+        drafter, th[:, 10:], ids[:, 10:], torch.zeros_like(ids[:, 10:]), torch.tensor([[5]]), impl, embed
+    )
     torch.testing.assert_close(alone[0, 0], base[0, 1], atol=1e-5, rtol=1e-5)
 
 
@@ -141,7 +143,9 @@ def test_two_sliding_layers_never_reach_past_the_window(impl):
 def test_sdpa_and_flex_paths_agree():
     embed = random_embed()
     drafter, cfg = tiny_drafter(
-        num_draft_layers=3, layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=5
+        num_draft_layers=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=5,
     )
     th, ids = _inputs(T=40, B=2, n_captured=cfg.num_captured)
     doc = torch.zeros_like(ids)

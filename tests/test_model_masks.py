@@ -142,14 +142,17 @@ def test_flex_block_mask_tiles_equal_create_block_mask(window):
         doc, lm = torch.stack([doc, doc.roll(50)]), torch.stack([lm, lm])
         anchors = sample_anchors(doc, lm, bs, 40, g, pad_to_max=True)
         Q = anchors.shape[1] * bs
-        ref = create_block_mask(mask_mod(anchors, doc, bs, window), B=2, H=None, Q_LEN=Q, KV_LEN=T + Q, device="cpu")
+        ref = create_block_mask(
+            mask_mod(anchors, doc, bs, window), B=2, H=None, Q_LEN=Q, KV_LEN=T + Q, device="cpu"
+        )
         got = flex_block_mask(anchors, doc, bs, window)
         assert torch.equal(got.to_dense(), ref.to_dense())
         for b in range(2):
             for qb in range(ref.kv_num_blocks.shape[-1]):
                 n_ref, n_got = int(ref.full_kv_num_blocks[b, 0, qb]), int(got.full_kv_num_blocks[b, 0, qb])
                 assert set(got.full_kv_indices[b, 0, qb, :n_got].tolist()) <= set(
-                    ref.full_kv_indices[b, 0, qb, :n_ref].tolist())
+                    ref.full_kv_indices[b, 0, qb, :n_ref].tolist()
+                )
 
 
 def test_sample_anchors_pad_to_max_has_a_fixed_width():
@@ -173,8 +176,13 @@ def test_anchor_count_gives_the_anchors_the_device_sync_would(max_anchors):
         if trial == 0:
             lm[:] = False  # no candidate anywhere: one padding column
         count = anchor_count(doc, lm, 4, max_anchors)
-        want = max(1, min(max_anchors, max(len(_valid_positions(d.tolist(), m.tolist(), 4))
-                                             for d, m in zip(doc, lm, strict=True))))
+        want = max(
+            1,
+            min(
+                max_anchors,
+                max(len(_valid_positions(d.tolist(), m.tolist(), 4)) for d, m in zip(doc, lm, strict=True)),
+            ),
+        )
         assert count == want
         ref = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial))
         got = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial), num_anchors=count)

@@ -79,14 +79,22 @@ def test_frozen_head_reads_only_its_tensors(tmp_path, target):
     head_t = FrozenHead.from_pretrained(tmp_path / "tied", dtype=torch.bfloat16)
     assert head_t.lm_head.weight is head_t.embed_tokens.weight
     assert head_t.embed_tokens.weight.dtype == torch.bfloat16
-    torch.testing.assert_close(head_t.lm_head.weight.float(), tied.lm_head.weight.bfloat16().float(), rtol=0, atol=0)
+    torch.testing.assert_close(
+        head_t.lm_head.weight.float(), tied.lm_head.weight.bfloat16().float(), rtol=0, atol=0
+    )
 
 
 def _llama_target(**over):
     from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-    kw = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-              num_key_value_heads=2, vocab_size=300)
+    kw = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+    )
     torch.manual_seed(0)
     if over.pop("mistral", False):
         cfg, cls = MistralConfig(**kw, **over), MistralForCausalLM
@@ -104,8 +112,15 @@ def test_direct_capture_equals_the_transformers_forward(kind):
     if kind == "qwen3":
         model = tiny_target()
     elif kind == "llama3_rope":
-        model = _llama_target(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+        model = _llama_target(
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            }
+        )
     else:
         model = _llama_target(mistral=True, sliding_window=7)
     g = torch.Generator().manual_seed(3)

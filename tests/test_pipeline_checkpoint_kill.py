@@ -35,8 +35,13 @@ def _named_by_latest(root) -> str:
 @pytest.mark.parametrize("stage", checkpoint.STAGES)
 def test_sigkill_during_second_save(tmp_path, stage):
     root = tmp_path / "checkpoints"
-    p = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                         env=env(DFLASH_TEST_PAUSE_AT=stage, DFLASH_TEST_PAUSE_SAVE="2"))
+    p = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env(DFLASH_TEST_PAUSE_AT=stage, DFLASH_TEST_PAUSE_SAVE="2"),
+    )
     try:
         line = p.stdout.readline()
         assert line.startswith(f"DFLASH_TEST_PAUSE {stage} "), line
@@ -45,7 +50,9 @@ def test_sigkill_during_second_save(tmp_path, stage):
         p.kill()
         p.wait(10)
     name = _named_by_latest(root)
-    assert checkpoint.is_complete(str(root / name)), f"latest names a broken checkpoint after a kill at {stage}"
+    assert checkpoint.is_complete(str(root / name)), (
+        f"latest names a broken checkpoint after a kill at {stage}"
+    )
     expected = "step_00000002" if stage == "latest_written" else "step_00000001"
     assert name == expected
     assert checkpoint.latest(str(root)) == str(root / name)
@@ -93,8 +100,13 @@ def test_trainer_killed_mid_save_restarts_from_previous_checkpoint(tiny_assets, 
     started = [e for e in events(out) if e["name"] == "started"]
     assert [e["step"] for e in started] == [0, 2]
     names = [e["name"] for e in events(out)]
-    assert names[names.index("started", 1):] == [
-        "started", "stop_requested", "checkpoint_saving", "checkpoint_saved", "stopped"]
+    assert names[names.index("started", 1) :] == [
+        "started",
+        "stop_requested",
+        "checkpoint_saving",
+        "checkpoint_saved",
+        "stopped",
+    ]
     ev = events(out)
     assert ev[-4]["signal"] == "SIGTERM" and ev[-1]["reason"] == "signal" and ev[-1]["exit_code"] == 0
     assert ev[-3]["expected_s"] is not None  # the killed run's first save took a known time
@@ -102,4 +114,4 @@ def test_trainer_killed_mid_save_restarts_from_previous_checkpoint(tiny_assets, 
     assert k >= 2 and _named_by_latest(root) == f"step_{k:08d}"
     assert checkpoint.is_complete(str(root / f"step_{k:08d}"))
     if k > 2:
-        assert [s["step"] for s in steps(out)][-(k - 2):] == list(range(3, k + 1))
+        assert [s["step"] for s in steps(out)][-(k - 2) :] == list(range(3, k + 1))

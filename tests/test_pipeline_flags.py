@@ -74,8 +74,14 @@ def test_launch_mode(tiny_assets, tmp_path, extra, mode):
 
 
 def _trainer(args, **env_extra):
-    return subprocess.run([sys.executable, "-m", "trainer.pipeline", *args], cwd=ROOT, env=env(**env_extra),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.pipeline", *args],
+        cwd=ROOT,
+        env=env(**env_extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_exits_2_naming_the_flag(tiny_assets, tmp_path):
@@ -108,7 +114,9 @@ def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
     out = tmp_path / "busy"
     out.mkdir()
     # this test process plays the live trainer: its pid and kernel start time
-    (out / "run.json").write_text(json.dumps({"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}))
+    (out / "run.json").write_text(
+        json.dumps({"pid": os.getpid(), "start_time": proc_start_time(os.getpid())})
+    )
     p = _trainer(tiny_flags(tiny_assets, out))
     assert p.returncode == 2 and "--output-dir" in p.stderr and "live trainer" in p.stderr
     assert not (out / "metrics.jsonl").exists()
@@ -128,7 +136,10 @@ def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
     cfg = SimpleNamespace(num_captured=5, hidden_size=5120)
     per = hidden_batch_bytes(SimpleNamespace(token_budget=49152, use_soft_labels=False), cfg, 2)
     assert per == 49152 * 5 * 5120 * 2
-    assert hidden_batch_bytes(SimpleNamespace(token_budget=49152, use_soft_labels=True), cfg, 2) == 49152 * 6 * 5120 * 2
+    assert (
+        hidden_batch_bytes(SimpleNamespace(token_budget=49152, use_soft_labels=True), cfg, 2)
+        == 49152 * 6 * 5120 * 2
+    )
     gb = 10**9
     why = queue_refusal("cuda:1", 60, 1, per, free=140 * gb, total=150 * gb)  # depth 60: 153 GB
     assert why and "cuda:1" in why and "153.51 GB" in why
@@ -136,6 +147,9 @@ def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
     assert fits > 0 and queue_refusal("cuda:1", fits, 1, per, free=140 * gb, total=150 * gb) is None
     assert queue_refusal("cuda:1", fits + 1, 1, per, free=140 * gb, total=150 * gb) is not None
     # the reference shape's default depth fits easily
-    ref = hidden_batch_bytes(SimpleNamespace(token_budget=8192, use_soft_labels=False),
-                             SimpleNamespace(num_captured=5, hidden_size=4096), 2)
+    ref = hidden_batch_bytes(
+        SimpleNamespace(token_budget=8192, use_soft_labels=False),
+        SimpleNamespace(num_captured=5, hidden_size=4096),
+        2,
+    )
     assert queue_refusal("cuda:1", 8, 1, ref, free=140 * gb, total=150 * gb) is None

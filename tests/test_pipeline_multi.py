@@ -68,14 +68,20 @@ def test_ddp_replicas_match_one_process_and_sigint_stops_every_rank(tiny_assets,
     assert k >= 4 and ev["stopped"]["reason"] == "signal" and ev["stop_requested"]["signal"] == "SIGINT"
     assert [x["step"] for x in m] == list(range(1, k + 1))
     root = multi_dir / "checkpoints"
-    assert (root / "latest").read_text().strip() == f"step_{k:08d}" and checkpoint.is_complete(str(root / f"step_{k:08d}"))
+    assert (root / "latest").read_text().strip() == f"step_{k:08d}" and checkpoint.is_complete(
+        str(root / f"step_{k:08d}")
+    )
     assert checkpoint.list_steps(str(root)) == [f"step_{k:08d}"]
     assert _gone(pids, multi.proc.pid), session_members(multi.proc.pid)
     # where both stopped at the same step, their checkpoints hold the same weights
     if k == len(s):
         from trainer.export import load_drafter
 
-        wa = dict(load_drafter(checkpoint.latest(str(single_dir / "checkpoints")) + "/drafter")[0].named_parameters())
+        wa = dict(
+            load_drafter(checkpoint.latest(str(single_dir / "checkpoints")) + "/drafter")[
+                0
+            ].named_parameters()
+        )
         wb = dict(load_drafter(checkpoint.latest(str(root)) + "/drafter")[0].named_parameters())
         assert all((wa[x] - wb[x]).abs().max().item() < 1e-4 for x in wa)
 
@@ -97,7 +103,9 @@ def test_a_killed_worker_is_reported_and_the_rest_saved(tiny_assets, tmp_path):
     assert t.wait(120) == 1, t.output
     ev = events(out)
     errors = [e for e in ev if e["name"] == "error"]
-    assert len(errors) == 1 and errors[0]["rank"] == 0 and "rank 0 (target0 cpu" in errors[0]["message"], errors
+    assert len(errors) == 1 and errors[0]["rank"] == 0 and "rank 0 (target0 cpu" in errors[0]["message"], (
+        errors
+    )
     assert "SIGKILL" in errors[0]["message"]
     assert "worker rank 0 (target0 cpu" in t.output and "died: killed by SIGKILL" in t.output
     saved = [e for e in ev if e["name"] == "checkpoint_saved"]
@@ -129,9 +137,14 @@ def test_workers_under_torchrun_report_to_the_launcher(tiny_assets, tmp_path):
     line = t.wait_line("waiting for 2 torchrun workers: control socket ", timeout=120)
     address = line.split("control socket ", 1)[1].split()[0]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    w = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "trainer.worker", *flags], cwd=ROOT,
-                       env=env(DFLASH_CONTROL=address, GLOO_SOCKET_IFNAME="lo"), capture_output=True, text=True,
-                       timeout=180)
+    w = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "trainer.worker", *flags],
+        cwd=ROOT,
+        env=env(DFLASH_CONTROL=address, GLOO_SOCKET_IFNAME="lo"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert w.returncode == 0, w.stdout + w.stderr
     assert t.wait(60) == 0, t.output
     assert [s["step"] for s in steps(out)] == [1, 2, 3]

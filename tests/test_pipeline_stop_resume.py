@@ -12,8 +12,20 @@ from tests.trainer_run import Trainer, events, run, session_members, steps, tiny
 pytestmark = pytest.mark.slow
 
 N = 10  # optimizer steps of the reference run
-EXTRA = ("--max-steps", str(N), "--grad-accum", "2", "--noise-start", "0.2", "--noise-end", "0.05",
-         "--noise-type", "gaussian", "--seed", "3")
+EXTRA = (
+    "--max-steps",
+    str(N),
+    "--grad-accum",
+    "2",
+    "--noise-start",
+    "0.2",
+    "--noise-end",
+    "0.05",
+    "--noise-type",
+    "gaussian",
+    "--seed",
+    "3",
+)
 
 
 def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path):
@@ -21,8 +33,11 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))  # runs alongside the interrupted one
     # the stop's checkpoint write is held until `release` exists, so that a second SIGINT lands during the save
     release = tmp_path / "release"
-    cut = Trainer(tiny_flags(tiny_assets, cut_dir, *EXTRA),
-                  DFLASH_TEST_PAUSE_AT="files_written", DFLASH_TEST_PAUSE_UNTIL=str(release))
+    cut = Trainer(
+        tiny_flags(tiny_assets, cut_dir, *EXTRA),
+        DFLASH_TEST_PAUSE_AT="files_written",
+        DFLASH_TEST_PAUSE_UNTIL=str(release),
+    )
     wait_for_step(cut_dir, 3, cut)
     cut.signal(signal.SIGINT)
     cut.wait_line("DFLASH_TEST_PAUSE files_written")
@@ -59,12 +74,17 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     ref_steps = {s["step"]: s for s in steps(ref_dir)}
     assert sorted(ref_steps) == list(range(1, N + 1))
     after = [s for s in steps(cut_dir) if s["step"] > k]
-    resumed = after[-(N - k):]
+    resumed = after[-(N - k) :]
     assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
     for s in resumed:
         r = ref_steps[s["step"]]
         assert (s["loss"], s["grad_norm"], s["lr"], s["acc"], s["tokens"]) == (
-            r["loss"], r["grad_norm"], r["lr"], r["acc"], r["tokens"]), s["step"]
+            r["loss"],
+            r["grad_norm"],
+            r["lr"],
+            r["acc"],
+            r["tokens"],
+        ), s["step"]
     started = [e for e in events(cut_dir) if e["name"] == "started"]
     assert started[-1]["step"] == k
     # the resumed run's first save knows how long the last one took

@@ -10,13 +10,29 @@ def tp(t, devices, depth=3, cap=8):
 
 
 def dev(i, role, tok_s, uuid=True):
-    return {"device": f"cuda:{i}", "uuid": f"GPU-{i}" if uuid else None, "role": role, "tok_s": tok_s,
-            "busy": 0.5}
+    return {
+        "device": f"cuda:{i}",
+        "uuid": f"GPU-{i}" if uuid else None,
+        "role": role,
+        "tok_s": tok_s,
+        "busy": 0.5,
+    }
 
 
 def step(t, s, total=100, loss=2.0):
-    return {"t": t, "kind": "step", "step": s, "total_steps": total, "epoch": s / 50, "loss": loss,
-            "acc": [0.9, 0.5, 0.25], "accept_len": 1.6, "lr": 3e-4, "grad_norm": 0.7, "tokens": 512}
+    return {
+        "t": t,
+        "kind": "step",
+        "step": s,
+        "total_steps": total,
+        "epoch": s / 50,
+        "loss": loss,
+        "acc": [0.9, 0.5, 0.25],
+        "accept_len": 1.6,
+        "lr": 3e-4,
+        "grad_norm": 0.7,
+        "tokens": 512,
+    }
 
 
 def test_headline_is_drafters_sum_and_history_keeps_roles():
@@ -48,10 +64,21 @@ def test_checkpoint_age_and_saving_follow_the_clock():
     now = [T0 + 100]
     st = ConsoleState(clock=lambda: now[0])
     assert st.checkpoint_age_s() is None
-    st.apply_record({"t": T0 + 90, "kind": "event", "name": "checkpoint_saving", "step": 5, "expected_s": 4.0})
+    st.apply_record(
+        {"t": T0 + 90, "kind": "event", "name": "checkpoint_saving", "step": 5, "expected_s": 4.0}
+    )
     assert st.saving_elapsed_s() == 10.0 and st.saving_expected_s == 4.0
-    st.apply_record({"t": T0 + 94, "kind": "event", "name": "checkpoint_saved", "step": 5,
-                     "path": "/r/checkpoints/step_00000005", "seconds": 3.9, "bytes": 2048})
+    st.apply_record(
+        {
+            "t": T0 + 94,
+            "kind": "event",
+            "name": "checkpoint_saved",
+            "step": 5,
+            "path": "/r/checkpoints/step_00000005",
+            "seconds": 3.9,
+            "bytes": 2048,
+        }
+    )
     assert st.saving_since is None
     assert st.checkpoint_age_s() == 6.0 and st.ckpt_step == 5
     now[0] += 60
@@ -64,11 +91,25 @@ def test_unknown_kinds_fields_and_bad_values_are_survived():
     v0 = st.version
     st.apply_record({"t": T0, "kind": "future", "x": 1})
     assert st.version == v0
-    st.apply_record({"t": None, "kind": "step", "step": "seven", "loss": "NaN?", "acc": [0.5, None, "x"],
-                     "new_field": {"a": 1}})
+    st.apply_record(
+        {
+            "t": None,
+            "kind": "step",
+            "step": "seven",
+            "loss": "NaN?",
+            "acc": [0.5, None, "x"],
+            "new_field": {"a": 1},
+        }
+    )
     assert st.step is None and st.loss is None and st.acc == [0.5]
-    st.apply_record({"t": T0, "kind": "throughput", "devices": [None, {"role": "drafter", "tok_s": "fast"}],
-                     "queue": "full"})
+    st.apply_record(
+        {
+            "t": T0,
+            "kind": "throughput",
+            "devices": [None, {"role": "drafter", "tok_s": "fast"}],
+            "queue": "full",
+        }
+    )
     assert st.tok_s == 0.0 and st.queue_depth is None
     st.apply_record({"t": T0, "kind": "event", "name": "stopped", "reason": "nan", "exit_code": 1})
     assert st.events[-1].level == "error"
@@ -76,11 +117,20 @@ def test_unknown_kinds_fields_and_bad_values_are_survived():
 
 def test_unmatched_trainer_devices_get_rows_of_their_own():
     st = ConsoleState(clock=lambda: T0)
-    st.apply_record(tp(T0, [{"device": "cpu", "uuid": None, "role": "target", "tok_s": 50.0},
-                            {"device": "cpu", "uuid": None, "role": "drafter", "tok_s": 40.0}]))
+    st.apply_record(
+        tp(
+            T0,
+            [
+                {"device": "cpu", "uuid": None, "role": "target", "tok_s": 50.0},
+                {"device": "cpu", "uuid": None, "role": "drafter", "tok_s": 40.0},
+            ],
+        )
+    )
     rows = st.rows()
     assert [(r.label, r.role, r.tok_s, r.util) for r in rows] == [
-        ("cpu", "target", 50.0, None), ("cpu", "drafter", 40.0, None)]
+        ("cpu", "target", 50.0, None),
+        ("cpu", "drafter", 40.0, None),
+    ]
 
 
 def test_formatting():
@@ -92,20 +142,43 @@ def test_formatting():
 def _gpus(n):
     from console.core.events import Gpu, GpuSample
 
-    return GpuSample([Gpu(i, f"GPU-{i}", "NVIDIA H200", util=10.0 * i, mem_used=1024.0 * i,
-                          mem_total=143771.0, power=100.0 + i, temp=40.0 + i) for i in range(n)])
+    return GpuSample(
+        [
+            Gpu(
+                i,
+                f"GPU-{i}",
+                "NVIDIA H200",
+                util=10.0 * i,
+                mem_used=1024.0 * i,
+                mem_total=143771.0,
+                power=100.0 + i,
+                temp=40.0 + i,
+            )
+            for i in range(n)
+        ]
+    )
 
 
 def test_gpus_join_trainer_devices_by_uuid():
     st = ConsoleState(clock=lambda: T0)
     st.apply(_gpus(4))
     # the trainer names its devices by local index; the uuid ties them to the physical GPU
-    st.apply_record(tp(T0, [{"device": "cuda:0", "uuid": "GPU-2", "role": "target", "tok_s": 900.0},
-                            {"device": "cuda:1", "uuid": "GPU-3", "role": "drafter", "tok_s": 450.0}]))
+    st.apply_record(
+        tp(
+            T0,
+            [
+                {"device": "cuda:0", "uuid": "GPU-2", "role": "target", "tok_s": 900.0},
+                {"device": "cuda:1", "uuid": "GPU-3", "role": "drafter", "tok_s": 450.0},
+            ],
+        )
+    )
     rows = st.rows()
     assert [(r.label, r.role, r.tok_s, r.util) for r in rows] == [
-        ("0", None, None, 0.0), ("1", None, None, 10.0), ("2", "target", 900.0, 20.0),
-        ("3", "drafter", 450.0, 30.0)]
+        ("0", None, None, 0.0),
+        ("1", None, None, 10.0),
+        ("2", "target", 900.0, 20.0),
+        ("3", "drafter", 450.0, 30.0),
+    ]
     assert rows[3].device == "cuda:1" and rows[3].mem_used == 3072.0
 
 

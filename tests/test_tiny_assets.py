@@ -25,22 +25,50 @@ def test_tiny_target_and_tokenizer_load_offline(tiny_assets):
 
 def test_prepare_masks_assistant_turns(tiny_assets, tmp_path):
     raw = tmp_path / "in.jsonl"
-    raw.write_text("\n".join([
-        json.dumps({"messages": [{"role": "user", "content": "repeat 1 2"},
-                                 {"role": "assistant", "content": "1 2 1 2"}]}),
-        json.dumps({"prompt": "count from 5 by 1 ", "completion": "5 6 7 8"}),
-    ]) + "\n")
+    raw.write_text(
+        "\n".join(
+            [
+                json.dumps(
+                    {
+                        "messages": [
+                            {"role": "user", "content": "repeat 1 2"},
+                            {"role": "assistant", "content": "1 2 1 2"},
+                        ]
+                    }
+                ),
+                json.dumps({"prompt": "count from 5 by 1 ", "completion": "5 6 7 8"}),
+            ]
+        )
+        + "\n"
+    )
     out = tmp_path / "data"
-    p = subprocess.run([sys.executable, "-m", "trainer.prepare", "--tokenizer", str(tiny_assets / "target"),
-                        "--input", str(raw), "--output-dir", str(out)], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.prepare",
+            "--tokenizer",
+            str(tiny_assets / "target"),
+            "--input",
+            str(raw),
+            "--output-dir",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_assets / "target", local_files_only=True)
     recs = [json.loads(x) for x in (out / "part-00000.jsonl").read_text().splitlines()]
-    trained = [tok.convert_ids_to_tokens([i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m])
-               for r in recs]
+    trained = [
+        tok.convert_ids_to_tokens([i for i, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m])
+        for r in recs
+    ]
     assert trained[0] == ["1", "2", "1", "2", "<|im_end|>"]
     assert trained[1] == ["5", "6", "7", "8"]
     raw.write_text('{"text": "1 2 3"}\n{"messages": []}\n')

@@ -16,8 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def env(**extra: str) -> dict[str, str]:
     e = dict(os.environ)
-    e.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-              "TRANSFORMERS_VERBOSITY": "error", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    e.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT),
+            "TRANSFORMERS_VERBOSITY": "error",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     for k in [k for k in e if k.startswith("DFLASH_TEST_")]:
         del e[k]
     e.update(extra)
@@ -27,9 +35,28 @@ def env(**extra: str) -> dict[str, str]:
 def tiny_flags(tiny: Path, out: Path, *extra: str) -> list[str]:
     """The small CPU configuration the tests (and the demo) use."""
     return [
-        "--target-model", str(tiny / "target"), "--data-dir", str(tiny / "data"), "--output-dir", str(out),
-        "--target-gpus", "cpu", "--drafter-gpus", "cpu", "--block-size", "8", "--max-anchors", "64",
-        "--token-budget", "1024", "--max-seq-len", "256", "--lr", "1e-2", "--warmup-ratio", "0.02",
+        "--target-model",
+        str(tiny / "target"),
+        "--data-dir",
+        str(tiny / "data"),
+        "--output-dir",
+        str(out),
+        "--target-gpus",
+        "cpu",
+        "--drafter-gpus",
+        "cpu",
+        "--block-size",
+        "8",
+        "--max-anchors",
+        "64",
+        "--token-budget",
+        "1024",
+        "--max-seq-len",
+        "256",
+        "--lr",
+        "1e-2",
+        "--warmup-ratio",
+        "0.02",
         *extra,
     ]
 
@@ -39,8 +66,13 @@ class Trainer:
 
     def __init__(self, flags: list[str], **env_extra: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainer.pipeline", *flags], cwd=ROOT, env=env(**env_extra),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [sys.executable, "-m", "trainer.pipeline", *flags],
+            cwd=ROOT,
+            env=env(**env_extra),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             start_new_session=True,
         )
         self.lines: list[str] = []

@@ -131,7 +131,9 @@ def remove_partial(ckpt_root: str) -> list[str]:
     return gone
 
 
-def save(ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: dict, keep: int = 2) -> tuple[str, int]:
+def save(
+    ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: dict, keep: int = 2
+) -> tuple[str, int]:
     """Write a checkpoint atomically; return (final path, bytes). ``write_payload(tmpdir)`` writes the files."""
     global _saves_done
     os.makedirs(ckpt_root, exist_ok=True)
@@ -160,8 +162,11 @@ def save(ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _pause("renamed", final)
-    atomic_write_text(os.path.join(ckpt_root, "latest"), name + "\n",
-                      before_rename=lambda: _pause("latest_tmp_written", final))
+    atomic_write_text(
+        os.path.join(ckpt_root, "latest"),
+        name + "\n",
+        before_rename=lambda: _pause("latest_tmp_written", final),
+    )
     _pause("latest_written", final)
     _saves_done += 1
     nbytes = sum(files.values()) + os.path.getsize(os.path.join(final, MANIFEST))

@@ -103,7 +103,9 @@ class DraftConfig:
         ):
             positive(name)
         if not isinstance(self.block_size, int) or self.block_size < 2:
-            raise ValueError(f"block_size must be an integer >= 2 (anchor + >=1 mask slot), got {self.block_size!r}")
+            raise ValueError(
+                f"block_size must be an integer >= 2 (anchor + >=1 mask slot), got {self.block_size!r}"
+            )
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
@@ -131,7 +133,9 @@ class DraftConfig:
         if self.sliding_window is not None and (
             not isinstance(self.sliding_window, int) or self.sliding_window < 1
         ):
-            raise ValueError(f"sliding_window must be a positive integer or None, got {self.sliding_window!r}")
+            raise ValueError(
+                f"sliding_window must be a positive integer or None, got {self.sliding_window!r}"
+            )
         if "sliding_attention" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has sliding_attention layers but sliding_window is None")
         if self.rope_scaling is not None:
@@ -245,7 +249,10 @@ def _rope_of(tc: Any) -> tuple[float, dict | None]:
         # mrope / partial-rotary variants (multimodal targets): the drafter uses plain RoPE, as the
         # published Qwen3.5 drafters do.
         return theta, None
-    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type", "mrope_section",
-                                                               "mrope_interleaved", "partial_rotary_factor")}
+    scaling = {
+        k: v
+        for k, v in params.items()
+        if k not in ("rope_theta", "type", "mrope_section", "mrope_interleaved", "partial_rotary_factor")
+    }
     scaling["rope_type"] = rtype
     return theta, scaling

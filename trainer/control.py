@@ -99,7 +99,9 @@ class Server:
             cid, self._n = self._n, self._n + 1
             ch = Channel(sock)
             self.channels[cid] = ch
-            threading.Thread(target=self._read, args=(cid, ch), name=f"dflash-control-{cid}", daemon=True).start()
+            threading.Thread(
+                target=self._read, args=(cid, ch), name=f"dflash-control-{cid}", daemon=True
+            ).start()
 
     def _read(self, cid: int, ch: Channel) -> None:
         for msg in ch:
@@ -111,4 +113,3 @@ class Server:
             self.sock.close()
         for ch in list(self.channels.values()):
             ch.close()
-

@@ -157,7 +157,9 @@ def load_dir(data_dir: str, max_seq_len: int) -> Dataset:
                 src_file.append(fi)
                 src_line.append(lineno)
     if not lengths:
-        raise DataError(f"--data-dir {data_dir!r}: no usable sequence (each needs >= 2 tokens and a trained token)")
+        raise DataError(
+            f"--data-dir {data_dir!r}: no usable sequence (each needs >= 2 tokens and a trained token)"
+        )
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return Dataset(
@@ -172,7 +174,9 @@ def load_dir(data_dir: str, max_seq_len: int) -> Dataset:
     )
 
 
-def pack_epoch(lengths: np.ndarray, seed: int, epoch: int, token_budget: int, max_batch_size: int) -> list[np.ndarray]:
+def pack_epoch(
+    lengths: np.ndarray, seed: int, epoch: int, token_budget: int, max_batch_size: int
+) -> list[np.ndarray]:
     """Micro-batches (arrays of sequence indices) of one epoch; deterministic in (seed, epoch)."""
     order = np.random.default_rng([seed, epoch]).permutation(len(lengths))
     batches: list[np.ndarray] = []

@@ -66,8 +66,11 @@ def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
 def config_from_json(d: dict) -> DraftConfig:
     dflash = d.get("dflash_config") or {}
     block_size = d.get("block_size", dflash.get("block_size"))
-    for name, value in (("block_size", block_size), ("dflash_config.mask_token_id", dflash.get("mask_token_id")),
-                        ("dflash_config.target_layer_ids", dflash.get("target_layer_ids"))):
+    for name, value in (
+        ("block_size", block_size),
+        ("dflash_config.mask_token_id", dflash.get("mask_token_id")),
+        ("dflash_config.target_layer_ids", dflash.get("target_layer_ids")),
+    ):
         if value is None:
             raise ValueError(f"drafter config.json has no {name}")
     n = int(d["num_hidden_layers"])
@@ -108,7 +111,9 @@ def save_drafter(drafter: DFlashDrafter, cfg: DraftConfig, out_dir: str | os.Pat
         f.write("\n")
 
 
-def load_drafter(out_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[DFlashDrafter, DraftConfig]:
+def load_drafter(
+    out_dir: str | os.PathLike, device: str | torch.device = "cpu"
+) -> tuple[DFlashDrafter, DraftConfig]:
     from safetensors.torch import load_file
 
     out_dir = os.fspath(out_dir)

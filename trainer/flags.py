@@ -58,26 +58,45 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a DFlash drafter against a frozen target model.",
     )
     g = p.add_argument_group("paths")
-    g.add_argument("--target-model", required=True, help="local directory of the target (transformers layout)")
+    g.add_argument(
+        "--target-model", required=True, help="local directory of the target (transformers layout)"
+    )
     g.add_argument("--data-dir", required=True, help="directory of tokenized *.jsonl files (docs/trainer.md)")
     g.add_argument("--output-dir", required=True, help="the run directory (docs/run-directory.md)")
     g = p.add_argument_group("devices")
-    g.add_argument("--target-gpus", default="0",
-                   help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)")
-    g.add_argument("--drafter-gpus", default="0",
-                   help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)")
-    g.add_argument("--launch", choices=("auto", "single", "multi", "torchrun"), default="auto",
-                   help="single: one process (target threads + drafter); multi: a launcher and one worker process "
-                        "per device (torch.distributed); torchrun: the launcher only, workers started by torchrun "
-                        "(docs/trainer.md); auto: single when the roles share a device, else multi")
-    g.add_argument("--control-host", default="127.0.0.1",
-                   help="address the launcher's control socket listens on (torchrun across nodes: a reachable one)")
+    g.add_argument(
+        "--target-gpus",
+        default="0",
+        help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)",
+    )
+    g.add_argument(
+        "--drafter-gpus",
+        default="0",
+        help="comma-separated CUDA indices or 'cpu' (repeat 'cpu' for several CPU workers; default 0)",
+    )
+    g.add_argument(
+        "--launch",
+        choices=("auto", "single", "multi", "torchrun"),
+        default="auto",
+        help="single: one process (target threads + drafter); multi: a launcher and one worker process "
+        "per device (torch.distributed); torchrun: the launcher only, workers started by torchrun "
+        "(docs/trainer.md); auto: single when the roles share a device, else multi",
+    )
+    g.add_argument(
+        "--control-host",
+        default="127.0.0.1",
+        help="address the launcher's control socket listens on (torchrun across nodes: a reachable one)",
+    )
     g.add_argument("--control-port", type=_nonneg_int, default=0, help="its port (0: any free port)")
     g.add_argument("--nnodes", type=_positive_int, default=1, help="nodes of a --launch torchrun run")
     g = p.add_argument_group("optimisation")
     g.add_argument("--epochs", type=_positive_int, default=1)
-    g.add_argument("--max-steps", type=_positive_int, default=None,
-                   help="train at most N optimizer steps; the schedule spans min(N, steps in --epochs)")
+    g.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        default=None,
+        help="train at most N optimizer steps; the schedule spans min(N, steps in --epochs)",
+    )
     g.add_argument("--lr", type=float, default=6e-4)
     g.add_argument("--warmup-ratio", type=float, default=0.04)
     g.add_argument("--weight-decay", type=float, default=0.01)
@@ -90,12 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-batch-size", type=_positive_int, default=64, help="max sequences per micro-batch")
     g = p.add_argument_group("drafter")
     g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row")
+    g.add_argument(
+        "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row"
+    )
     g.add_argument("--num-draft-layers", type=_positive_int, default=1)
     g.add_argument("--mask-token-id", type=int, default=None)
-    g.add_argument("--target-layer-ids", type=_int_list, default=None, help="comma-separated target layer indices")
-    g.add_argument("--layer-types", type=_str_list, default=None,
-                   help="comma-separated full_attention|sliding_attention, one per draft layer")
+    g.add_argument(
+        "--target-layer-ids", type=_int_list, default=None, help="comma-separated target layer indices"
+    )
+    g.add_argument(
+        "--layer-types",
+        type=_str_list,
+        default=None,
+        help="comma-separated full_attention|sliding_attention, one per draft layer",
+    )
     g.add_argument("--sliding-window", type=_positive_int, default=None)
     g.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
     g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
@@ -104,7 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
     g = p.add_argument_group("pipeline and run control")
     g.add_argument("--hs-queue-depth", type=_positive_int, default=8, help="hidden-state batches queued")
-    g.add_argument("--save-every", type=_nonneg_int, default=0, help="checkpoint every N steps (0: only at stop)")
+    g.add_argument(
+        "--save-every", type=_nonneg_int, default=0, help="checkpoint every N steps (0: only at stop)"
+    )
     g.add_argument("--resume", default="auto", help="auto | none | PATH of a checkpoint directory")
     g.add_argument("--log-every", type=_positive_int, default=1, help="print a log line every N steps")
     return p
@@ -142,7 +171,9 @@ def validate(args: argparse.Namespace) -> Devices:
     if not os.path.isdir(tm):
         raise FlagError("--target-model", f"{tm!r} is not a directory")
     if not os.path.isfile(os.path.join(tm, "config.json")):
-        raise FlagError("--target-model", f"{tm!r} has no config.json (expected a transformers model directory)")
+        raise FlagError(
+            "--target-model", f"{tm!r} has no config.json (expected a transformers model directory)"
+        )
     if not os.path.isdir(args.data_dir):
         raise FlagError("--data-dir", f"{args.data_dir!r} is not a directory")
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
@@ -161,7 +192,9 @@ def validate(args: argparse.Namespace) -> Devices:
     if args.grad_clip < 0:
         raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
     if args.block_size < 2:
-        raise FlagError("--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}")
+        raise FlagError(
+            "--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}"
+        )
     if args.max_seq_len > args.token_budget:
         raise FlagError("--max-seq-len", f"{args.max_seq_len} exceeds --token-budget {args.token_budget}")
     if args.max_seq_len <= args.block_size:
@@ -183,9 +216,13 @@ def validate(args: argparse.Namespace) -> Devices:
             )
         bad = [t for t in args.layer_types if t not in ("full_attention", "sliding_attention")]
         if bad:
-            raise FlagError("--layer-types", f"unknown layer type(s) {bad}: use full_attention or sliding_attention")
+            raise FlagError(
+                "--layer-types", f"unknown layer type(s) {bad}: use full_attention or sliding_attention"
+            )
     if args.resume not in ("auto", "none") and not os.path.isdir(args.resume):
-        raise FlagError("--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory")
+        raise FlagError(
+            "--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory"
+        )
     return Devices(target=target, drafter=drafter, mode=mode)
 
 
@@ -200,15 +237,21 @@ def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:
             launch = "single" if shared else "multi"
     if launch == "single":
         if len(drafter) > 1:
-            raise FlagError("--drafter-gpus", f"{len(drafter)} drafter devices need one process per device: "
-                                              "use --launch multi (or auto) with no device in both lists")
+            raise FlagError(
+                "--drafter-gpus",
+                f"{len(drafter)} drafter devices need one process per device: "
+                "use --launch multi (or auto) with no device in both lists",
+            )
         if len(set(target)) != len(target):
             raise FlagError("--target-gpus", "repeats 'cpu': several CPU target workers need --launch multi")
         return "single"
     if shared:
-        raise FlagError("--drafter-gpus", f"{', '.join(shared)} is in both --target-gpus and --drafter-gpus: one "
-                                          "worker process per GPU cannot share it (NCCL allows one rank per GPU); "
-                                          "give disjoint lists, or one device in both with --launch single")
+        raise FlagError(
+            "--drafter-gpus",
+            f"{', '.join(shared)} is in both --target-gpus and --drafter-gpus: one "
+            "worker process per GPU cannot share it (NCCL allows one rank per GPU); "
+            "give disjoint lists, or one device in both with --launch single",
+        )
     return launch
 
 
@@ -221,7 +264,9 @@ def check_devices(devices: Devices) -> None:
         for d in devs:
             if d.startswith("cuda:") and int(d.split(":")[1]) >= n:
                 have = f"indices 0..{n - 1}" if n else "no CUDA device"
-                raise FlagError(flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})")
+                raise FlagError(
+                    flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})"
+                )
 
 
 # DraftConfig settings (helper A's names) -> the flag that sets them, for error messages.

@@ -28,7 +28,9 @@ from trainer.data import Plan
 from trainer.flags import FlagError
 from trainer.roles import HiddenBatch, Stopped, _Failure
 
-PEER_GRACE_S = 10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own
+PEER_GRACE_S = (
+    10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own
+)
 MAX_PENDING_SENDS = 2  # hidden-state batches a target may have in flight (on its own device)
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -48,7 +50,9 @@ def keep_free_bytes(total: int) -> int:
     return max(total // 4, 8 << 30)
 
 
-def queue_refusal(device: str, batches: int, in_use: int, per_batch: int, free: int, total: int) -> str | None:
+def queue_refusal(
+    device: str, batches: int, in_use: int, per_batch: int, free: int, total: int
+) -> str | None:
     """Why ``batches`` (+``in_use``) hidden-state batches cannot wait on a GPU with ``free`` of ``total`` bytes
     free, naming the depth that fits; None when they fit."""
     need = (batches + in_use) * per_batch
@@ -56,17 +60,21 @@ def queue_refusal(device: str, batches: int, in_use: int, per_batch: int, free: 
     if need <= room:
         return None
     fits = max(0, room // per_batch - in_use)
-    return (f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
-            f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
-            f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
-            + (" (or a smaller --token-budget)" if fits < 2 else ""))
+    return (
+        f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
+        f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
+        f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
+        + (" (or a smaller --token-budget)" if fits < 2 else "")
+    )
 
 
 def check_queue_memory(device: str, batches: int, in_use: int, per_batch: int, args) -> str:
     """A start-up log line with the queue's memory on ``device``; FlagError when it cannot fit."""
     need = (batches + in_use) * per_batch
-    what = (f"hidden-state queue on {device}: {batches} x {fmt_bytes(per_batch)} (+{in_use} in use) = "
-            f"{fmt_bytes(need)} (--token-budget {args.token_budget} tokens per batch)")
+    what = (
+        f"hidden-state queue on {device}: {batches} x {fmt_bytes(per_batch)} (+{in_use} in use) = "
+        f"{fmt_bytes(need)} (--token-budget {args.token_budget} tokens per batch)"
+    )
     if not device.startswith("cuda"):
         return what
     free, total = torch.cuda.mem_get_info(torch.device(device))
@@ -130,8 +138,9 @@ def run_sender(layout: Layout, ti: int, role, plan: Plan, s0: int, end: int, sho
         g = hb.index
         dst = layout.drafter_rank((g - s0) % layout.ND)
         fw = hb.final.shape[-1] if hb.final is not None else 0
-        hdr = torch.tensor([g, hb.hidden.shape[1], hb.hidden.shape[2], fw, _DTYPES.index(hb.hidden.dtype)],
-                           dtype=torch.int64)
+        hdr = torch.tensor(
+            [g, hb.hidden.shape[1], hb.hidden.shape[2], fw, _DTYPES.index(hb.hidden.dtype)], dtype=torch.int64
+        )
         dist.send(hdr, dst)
         with torch.cuda.stream(send_stream) if send_stream is not None else contextlib.nullcontext():
             works = [dist.isend(hb.hidden.contiguous(), dst)]
@@ -189,8 +198,10 @@ class Receiver(threading.Thread):
                 g2, T, C, fw, code = hdr.tolist()
                 mb = self.plan.batch(g)
                 if g2 != g or mb.num_tokens != T:
-                    raise RuntimeError(f"hidden-state hand-off out of order: expected micro-batch {g} "
-                                       f"({mb.num_tokens} tokens) from rank {src}, got {g2} ({T} tokens)")
+                    raise RuntimeError(
+                        f"hidden-state hand-off out of order: expected micro-batch {g} "
+                        f"({mb.num_tokens} tokens) from rank {src}, got {g2} ({T} tokens)"
+                    )
                 dtype = _DTYPES[code]
                 ready = None
                 with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
@@ -223,7 +234,9 @@ class Receiver(threading.Thread):
                 raise RuntimeError(f"receiving hidden states failed: {item.exc!r}") from item.exc
             self._slots.release()
             if item.index != g:
-                raise RuntimeError(f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}")
+                raise RuntimeError(
+                    f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}"
+                )
             return item
 
     def close(self) -> None:

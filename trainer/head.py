@@ -63,7 +63,10 @@ class FrozenHead(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, target_path: str | os.PathLike, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
+        cls,
+        target_path: str | os.PathLike,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device = "cpu",
     ) -> FrozenHead:
         from safetensors import safe_open
 
@@ -97,7 +100,9 @@ class FrozenHead(nn.Module):
         embed.weight = nn.Parameter(embed_w, requires_grad=False)
         lm_head = nn.Linear(hidden, vocab, bias=False, device="meta")
         # tied when the checkpoint has no lm_head (tie_word_embeddings); else the stored one
-        lm_head.weight = embed.weight if head_key is None else nn.Parameter(read(head_key), requires_grad=False)
+        lm_head.weight = (
+            embed.weight if head_key is None else nn.Parameter(read(head_key), requires_grad=False)
+        )
         return cls(embed, _frozen_norm(norm_w, eps), lm_head)
 
 

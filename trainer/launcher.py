@@ -61,7 +61,9 @@ def _describe_exit(rc: int) -> str:
 
 
 class Launcher:
-    def __init__(self, args, argv: list[str], devices, stop, writer, reporter, run_dir: str, resume_path: str | None):
+    def __init__(
+        self, args, argv: list[str], devices, stop, writer, reporter, run_dir: str, resume_path: str | None
+    ):
         self.args, self.argv, self.devices, self.stop = args, argv, devices, stop
         self.writer, self.reporter, self.run_dir, self.resume_path = writer, reporter, run_dir, resume_path
         nnodes = args.nnodes if devices.mode == "torchrun" else 1
@@ -71,7 +73,9 @@ class Launcher:
         self.rank_of: dict[int, int] = {}  # conn id -> rank
         self.meters: dict[int, RemoteMeter] = {}
         self.depths: dict[int, tuple[int, int]] = {}
-        self.exited: dict[int, int | None] = {}  # rank -> exit status (None: connection ended, status unknown)
+        self.exited: dict[
+            int, int | None
+        ] = {}  # rank -> exit status (None: connection ended, status unknown)
         self.results: dict[int, tuple[int, str]] = {}
         self.failures: list[tuple[int, int, str]] = []  # (rank, code, message)
         self.aborting_since: float | None = None
@@ -85,21 +89,34 @@ class Launcher:
         from torch.distributed import TCPStore
 
         # the rendezvous store lives here, not in rank 0: a target that exits first does not take it away
-        self.store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(minutes=30))
+        self.store = TCPStore(
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(minutes=30)
+        )
         port = self.store.port
         L = self.layout
         for rank in range(L.world):
             env = dict(os.environ)
-            env.update(RANK=str(rank), WORLD_SIZE=str(L.world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(L.world),
-                       GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       DFLASH_CONTROL=f"127.0.0.1:{server.port}", DFLASH_LAUNCHER_PID=str(os.getpid()),
-                       DFLASH_EXTERNAL_STORE="1")
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(L.world),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(L.world),
+                GROUP_RANK="0",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                DFLASH_CONTROL=f"127.0.0.1:{server.port}",
+                DFLASH_LAUNCHER_PID=str(os.getpid()),
+                DFLASH_EXTERNAL_STORE="1",
+            )
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
-            self.procs[rank] = subprocess.Popen([sys.executable, "-m", "trainer.worker", *self.argv],
-                                                env=env, stdin=subprocess.DEVNULL)
-        log(f"launched {L.world} workers ({L.NT} target, {L.ND} drafter): pids "
-            + " ".join(str(p.pid) for p in self.procs.values()))
+            self.procs[rank] = subprocess.Popen(
+                [sys.executable, "-m", "trainer.worker", *self.argv], env=env, stdin=subprocess.DEVNULL
+            )
+        log(
+            f"launched {L.world} workers ({L.NT} target, {L.ND} drafter): pids "
+            + " ".join(str(p.pid) for p in self.procs.values())
+        )
 
     def who(self, rank: int) -> str:
         i = self.info.get(rank)
@@ -177,7 +194,9 @@ class Launcher:
                 self.check_death(rank, "its control connection ended")
 
     def check_death(self, rank: int, how: str) -> None:
-        ok = self.exited.get(rank) == 0 or rank in self.results  # a worker that reported its result did not die
+        ok = (
+            self.exited.get(rank) == 0 or rank in self.results
+        )  # a worker that reported its result did not die
         if ok or any(f[0] == rank for f in self.failures):
             return
         message = f"worker {self.who(rank)} died: {how}"
@@ -211,15 +230,18 @@ class Launcher:
         a = self.args
         ds = load_dir(a.data_dir, a.max_seq_len)  # bad data fails here, before any worker starts
         log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
-        self.server = control.Server(a.control_host if self.devices.mode == "torchrun" else "127.0.0.1",
-                                     a.control_port)
+        self.server = control.Server(
+            a.control_host if self.devices.mode == "torchrun" else "127.0.0.1", a.control_port
+        )
         self.reporter.queue_stats = self.queue_stats
         try:
             if self.devices.mode == "multi":
                 self.spawn(self.server)
             else:
-                log(f"waiting for {self.layout.world} torchrun workers: control socket "
-                    f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; docs/trainer.md)")
+                log(
+                    f"waiting for {self.layout.world} torchrun workers: control socket "
+                    f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; docs/trainer.md)"
+                )
             return self.loop()
         finally:
             self.kill_all()

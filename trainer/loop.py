@@ -59,8 +59,11 @@ def total_steps_of(plan: Plan, grad_accum: int, replicas: int, max_steps: int | 
     if max_steps:
         total = min(total, max_steps)
     if total < 1:
-        raise FlagError("--grad-accum", f"the data gives {plan.total} micro-batches, fewer than --grad-accum "
-                                        f"{grad_accum} x {replicas} drafter replica(s): not one optimizer step")
+        raise FlagError(
+            "--grad-accum",
+            f"the data gives {plan.total} micro-batches, fewer than --grad-accum "
+            f"{grad_accum} x {replicas} drafter replica(s): not one optimizer step",
+        )
     return total
 
 
@@ -72,9 +75,14 @@ def draft_config(args):
     try:
         tcfg = AutoConfig.from_pretrained(args.target_model)
         return DraftConfig.from_target_config(
-            tcfg, num_draft_layers=args.num_draft_layers, block_size=args.block_size,
-            mask_token_id=args.mask_token_id, target_layer_ids=args.target_layer_ids, layer_types=args.layer_types,
-            sliding_window=args.sliding_window)
+            tcfg,
+            num_draft_layers=args.num_draft_layers,
+            block_size=args.block_size,
+            mask_token_id=args.mask_token_id,
+            target_layer_ids=args.target_layer_ids,
+            layer_types=args.layer_types,
+            sliding_window=args.sliding_window,
+        )
     except ValueError as e:
         raise FlagError(flag_for_setting(str(e)), str(e)) from None
 
@@ -89,8 +97,21 @@ def quiet_transformers() -> None:
 class Trainer:
     """The drafter side of a run. ``dist`` (a ``handoff.DrafterDist``) is set in a drafter worker."""
 
-    def __init__(self, args, devices, stop, writer, reporter, run_dir: str, resume_path: str | None, *,
-                 device: str | None = None, replica: int = 0, replicas: int = 1, dist=None):
+    def __init__(
+        self,
+        args,
+        devices,
+        stop,
+        writer,
+        reporter,
+        run_dir: str,
+        resume_path: str | None,
+        *,
+        device: str | None = None,
+        replica: int = 0,
+        replicas: int = 1,
+        dist=None,
+    ):
         self.args, self.devices, self.stop, self.writer, self.reporter = args, devices, stop, writer, reporter
         self.run_dir, self.resume_path = run_dir, resume_path
         self.device = device or devices.drafter[0]
@@ -108,8 +129,10 @@ class Trainer:
         a = self.args
         self.t0 = time.monotonic()
         ds = load_dir(a.data_dir, a.max_seq_len)  # before the heavy imports: bad data fails fast
-        log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s) "
-            f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)")
+        log(
+            f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s) "
+            f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)"
+        )
         import torch
 
         quiet_transformers()
@@ -119,7 +142,9 @@ class Trainer:
         cfg = draft_config(a)
         ds.check_vocab(cfg.vocab_size)
         self.cfg, self.ds = cfg, ds
-        self.plan = Plan(ds, seed=a.seed, epochs=a.epochs, token_budget=a.token_budget, max_batch_size=a.max_batch_size)
+        self.plan = Plan(
+            ds, seed=a.seed, epochs=a.epochs, token_budget=a.token_budget, max_batch_size=a.max_batch_size
+        )
         self.total_steps = total_steps_of(self.plan, a.grad_accum, self.replicas, a.max_steps)
 
         ddev = self.device
@@ -131,8 +156,9 @@ class Trainer:
         np.random.seed(a.seed % 2**32)
         self.drafter = DFlashDrafter(cfg).to(ddev)
         self.drafter.train()
-        self.head = FrozenHead.from_pretrained(a.target_model, dtype=torch.bfloat16 if cuda else torch.float32,
-                                               device=ddev)
+        self.head = FrozenHead.from_pretrained(
+            a.target_model, dtype=torch.bfloat16 if cuda else torch.float32, device=ddev
+        )
         self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=a.lr, weight_decay=a.weight_decay)
         self.generator = torch.Generator(device=ddev)
         self.generator.manual_seed(a.seed + 1)
@@ -146,10 +172,21 @@ class Trainer:
 
         a, cfg = self.args, self.cfg
         self.drafter_meter = meter
-        self.role = DrafterRole(self.drafter, self.head, self.optimizer, device=self.device,
-                                block_size=cfg.block_size, max_anchors=a.max_anchors, gamma=a.gamma,
-                                noise_type=a.noise_type, grad_clip=a.grad_clip, generator=self.generator,
-                                meter=meter, ddp=ddp, lock=lock)
+        self.role = DrafterRole(
+            self.drafter,
+            self.head,
+            self.optimizer,
+            device=self.device,
+            block_size=cfg.block_size,
+            max_anchors=a.max_anchors,
+            gamma=a.gamma,
+            noise_type=a.noise_type,
+            grad_clip=a.grad_clip,
+            generator=self.generator,
+            meter=meter,
+            ddp=ddp,
+            lock=lock,
+        )
 
     def setup(self) -> None:
         """Single process: the model side plus target thread(s) and the in-process queue."""
@@ -169,8 +206,12 @@ class Trainer:
         tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
         self.target_roles = []
         for d, m in zip(self.devices.target, self.target_meters, strict=True):
-            model = load_target(a.target_model, d, tdtype, cfg.target_layer_ids, need_final_hidden=a.use_soft_labels)
-            self.target_roles.append(TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock))
+            model = load_target(
+                a.target_model, d, tdtype, cfg.target_layer_ids, need_final_hidden=a.use_soft_labels
+            )
+            self.target_roles.append(
+                TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock)
+            )
         self.queue = HiddenStateQueue(len(self.target_roles), a.hs_queue_depth)
         per = hidden_batch_bytes(a, cfg, 2 if tdtype == torch.bfloat16 else 4)
         for d in self.devices.target:  # the queued batches live on the target's device until taken
@@ -179,11 +220,13 @@ class Trainer:
 
     def log_setup(self) -> None:
         a, cfg = self.args, self.cfg
-        log(f"drafter: {sum(p.numel() for p in self.drafter.parameters())} parameters, "
+        log(
+            f"drafter: {sum(p.numel() for p in self.drafter.parameters())} parameters, "
             f"{cfg.num_draft_layers} layer(s), block {cfg.block_size}, target layers {cfg.target_layer_ids}, "
             f"mask token {cfg.mask_token_id}; {self.plan.total} micro-batches over {a.epochs} epoch(s), "
             f"{self.total_steps} optimizer steps ({a.grad_accum} x {self.replicas} micro-batches each); "
-            f"setup {time.monotonic() - self.t0:.1f}s")
+            f"setup {time.monotonic() - self.t0:.1f}s"
+        )
 
     def _load(self, path: str) -> None:
         import torch
@@ -196,8 +239,11 @@ class Trainer:
         now = self.cfg.to_dict()
         diff = sorted(k for k in now if now[k] != saved_cfg.get(k))
         if diff:
-            raise FlagError("--resume", f"checkpoint {path} has a different drafter config ({', '.join(diff)}); "
-                                        "use the flags it was trained with, or --resume none")
+            raise FlagError(
+                "--resume",
+                f"checkpoint {path} has a different drafter config ({', '.join(diff)}); "
+                "use the flags it was trained with, or --resume none",
+            )
         state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
         weights = load_file(os.path.join(path, "drafter", "model.safetensors"), device=str(self.device))
         self.drafter.load_state_dict(weights, strict=True)
@@ -216,8 +262,10 @@ class Trainer:
         with contextlib.suppress(OSError, ValueError), open(os.path.join(self.ckpt_root, SAVE_TIMES)) as f:
             self.save_seconds = [float(x) for x in json.load(f)]
         if state.get("data_fingerprint") != self.ds.fingerprint():
-            log(f"warning: --data-dir content differs from the data checkpoint {path} was trained on; "
-                "the data cursor is applied to the new data as is")
+            log(
+                f"warning: --data-dir content differs from the data checkpoint {path} was trained on; "
+                "the data cursor is applied to the new data as is"
+            )
         log(f"resumed from {path}: step {self.step}, micro-batch {self.cursor}")
 
     # -- checkpoints -------------------------------------------------------------------------------------
@@ -261,22 +309,38 @@ class Trainer:
         try:
             existing = os.path.join(self.ckpt_root, checkpoint.step_dir_name(self.step))
             reused = False
-            if self.resumed_step == self.step and self.resume_path == existing and checkpoint.is_complete(existing):
-                path, reused = existing, True  # nothing trained since this checkpoint was loaded: it is this state
+            if (
+                self.resumed_step == self.step
+                and self.resume_path == existing
+                and checkpoint.is_complete(existing)
+            ):
+                path, reused = (
+                    existing,
+                    True,
+                )  # nothing trained since this checkpoint was loaded: it is this state
                 nbytes = sum(checkpoint.read_manifest(existing)["files"].values()) + os.path.getsize(
-                    os.path.join(existing, checkpoint.MANIFEST))
+                    os.path.join(existing, checkpoint.MANIFEST)
+                )
             else:
-                meta = {"cursor": self.cursor, "epoch": self.plan.epoch_progress(self.cursor), "time": time.time(),
-                        "version": __version__, "total_steps": self.total_steps}
-                path, nbytes = checkpoint.save(self.ckpt_root, self.step, self._payload, meta, keep=KEEP_CHECKPOINTS)
+                meta = {
+                    "cursor": self.cursor,
+                    "epoch": self.plan.epoch_progress(self.cursor),
+                    "time": time.time(),
+                    "version": __version__,
+                    "total_steps": self.total_steps,
+                }
+                path, nbytes = checkpoint.save(
+                    self.ckpt_root, self.step, self._payload, meta, keep=KEEP_CHECKPOINTS
+                )
         finally:
             self.stop.saving = False
         seconds = time.monotonic() - t0
         if not reused:  # a real write: a data point for expected_s
             self.save_seconds.append(seconds)
             with contextlib.suppress(OSError):  # kept for the next run in this dir
-                rundir.atomic_write_text(os.path.join(self.ckpt_root, SAVE_TIMES),
-                                         json.dumps(self.save_seconds[-10:]))
+                rundir.atomic_write_text(
+                    os.path.join(self.ckpt_root, SAVE_TIMES), json.dumps(self.save_seconds[-10:])
+                )
         self.stop.drain()
         self.writer.event("checkpoint_saved", step=self.step, path=path, seconds=seconds, bytes=nbytes)
         log(f"checkpoint saved: {path} ({nbytes / 1e6:.1f} MB, {seconds:.2f}s)")
@@ -284,15 +348,19 @@ class Trainer:
     # -- the hidden-state source (single process: target threads) -------------------------------------
     def data_end(self) -> int:
         a = self.args
-        return min(self.plan.total, self.cursor + (self.total_steps - self.step) * a.grad_accum * self.replicas)
+        return min(
+            self.plan.total, self.cursor + (self.total_steps - self.step) * a.grad_accum * self.replicas
+        )
 
     def start_workers(self) -> None:
         from trainer.roles import TargetWorker
 
         end = self.data_end()
         n = len(self.target_roles)
-        self.workers = [TargetWorker(r, self.plan, i, n, self.cursor, end, self.queue)
-                        for i, r in enumerate(self.target_roles)]
+        self.workers = [
+            TargetWorker(r, self.plan, i, n, self.cursor, end, self.queue)
+            for i, r in enumerate(self.target_roles)
+        ]
         self.reporter.queue_stats = lambda: (self.queue.depth(), self.queue.capacity)
         self.reporter.meters.extend([*self.target_meters, self.drafter_meter])
         for w in self.workers:
@@ -325,8 +393,11 @@ class Trainer:
         nan_streak = 0
         need = (self.total_steps - self.step) * A * D
         if self.step < self.total_steps and self.cursor + need > self.plan.total:
-            raise FlagError("--data-dir", f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
-                                          f"to go exceeds the {self.plan.total} this data gives")
+            raise FlagError(
+                "--data-dir",
+                f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
+                f"to go exceeds the {self.plan.total} this data gives",
+            )
         if self.dist is None:
             self.start_workers()
         else:
@@ -341,8 +412,16 @@ class Trainer:
                 for k in range(A):
                     g = g0 + k * D + r
                     hb = self.queue.get(g, self._abort_check)
-                    micro.append(self.role.micro_step(hb, noise, 1.0 / A, poison=(self.step + 1) in poison,
-                                                      seed=micro_seed(a.seed, g), sync=k == A - 1))
+                    micro.append(
+                        self.role.micro_step(
+                            hb,
+                            noise,
+                            1.0 / A,
+                            poison=(self.step + 1) in poison,
+                            seed=micro_seed(a.seed, g),
+                            sync=k == A - 1,
+                        )
+                    )
                     tokens += hb.tokens
                     del hb
                     if self.dist is None and self.stop.requested and k < A - 1:
@@ -359,13 +438,15 @@ class Trainer:
             self.cursor = g0 + A * D
             norm = self.role.clip()
             # one packed vector: loss sum, acc sums, accept_len sum, blocks, tokens (summed over replicas)
-            packed = torch.cat([
-                torch.stack([m["loss"].double() for m in micro]).sum().view(1),
-                torch.stack([m["acc"].double() for m in micro]).sum(0),
-                torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
-                torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
-                torch.tensor([float(tokens)], dtype=torch.float64, device=micro[0]["loss"].device),
-            ])
+            packed = torch.cat(
+                [
+                    torch.stack([m["loss"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["acc"].double() for m in micro]).sum(0),
+                    torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
+                    torch.tensor([float(tokens)], dtype=torch.float64, device=micro[0]["loss"].device),
+                ]
+            )
             if self.dist is not None:
                 packed = self.dist.sum_metrics(packed)
             vals = torch.cat([packed, norm.double().view(1).to(packed.device)]).tolist()
@@ -378,8 +459,10 @@ class Trainer:
                 nan_streak += 1
                 if self.saver:
                     self.writer.event("nan_skipped", step=self.step)
-                log(f"step {self.step}: non-finite loss or gradient ({loss_f}, {norm_f}): step skipped "
-                    f"({nan_streak} in a row)")
+                log(
+                    f"step {self.step}: non-finite loss or gradient ({loss_f}, {norm_f}): step skipped "
+                    f"({nan_streak} in a row)"
+                )
                 if nan_streak >= NAN_LIMIT:
                     log(f"{NAN_LIMIT} non-finite steps in a row: saving the last good weights and stopping")
                     self.stop_workers()
@@ -392,12 +475,25 @@ class Trainer:
                 self.trained = True
                 epoch = self.plan.epoch_progress(self.cursor)
                 if self.saver:
-                    self.writer.write("step", step=self.step, total_steps=self.total_steps, epoch=epoch,
-                                      loss=loss_f, acc=acc, accept_len=accept, lr=lr, grad_norm=norm_f,
-                                      tokens=tokens, blocks=blocks, noise=noise)
+                    self.writer.write(
+                        "step",
+                        step=self.step,
+                        total_steps=self.total_steps,
+                        epoch=epoch,
+                        loss=loss_f,
+                        acc=acc,
+                        accept_len=accept,
+                        lr=lr,
+                        grad_norm=norm_f,
+                        tokens=tokens,
+                        blocks=blocks,
+                        noise=noise,
+                    )
                     if self.step % a.log_every == 0 or self.step == self.total_steps:
-                        log(f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
-                            f"accept {accept:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}")
+                        log(
+                            f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
+                            f"accept {accept:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
+                        )
             if a.save_every and self.step % a.save_every == 0 and self.step < self.total_steps and self.saver:
                 self.save()
         self.stop_workers()

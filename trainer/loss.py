@@ -151,6 +151,8 @@ def dflash_loss(
 def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
     """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int}``."""
     acc = metrics["acc"].detach().float()
-    packed = torch.cat([acc, metrics["accept_len"].detach().float().view(1), metrics["n_blocks"].float().view(1)])
+    packed = torch.cat(
+        [acc, metrics["accept_len"].detach().float().view(1), metrics["n_blocks"].float().view(1)]
+    )
     vals = packed.cpu().tolist()
     return {"acc": vals[: acc.numel()], "accept_len": vals[-2], "n_blocks": int(vals[-1])}

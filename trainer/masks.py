@@ -55,7 +55,9 @@ def sample_anchors(
     if max_anchors < 1:
         raise ValueError(f"max_anchors must be >= 1, got {max_anchors}")
     if doc_ids.shape != loss_mask.shape or doc_ids.dim() != 2:
-        raise ValueError(f"doc_ids {tuple(doc_ids.shape)} and loss_mask {tuple(loss_mask.shape)} must be (B, T)")
+        raise ValueError(
+            f"doc_ids {tuple(doc_ids.shape)} and loss_mask {tuple(loss_mask.shape)} must be (B, T)"
+        )
     B, T = doc_ids.shape
     device = doc_ids.device
     n_cand = T - block_size + 1
@@ -183,8 +185,13 @@ def flex_block_mask(
     kv_num, kv_idx = ordered(partial)
     full_num, full_idx = ordered(full)
     return BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=_TILE,
-        mask_mod=mask_mod(anchors, doc_ids, block_size, sliding_window), seq_lengths=(Q, T + Q),
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=_TILE,
+        mask_mod=mask_mod(anchors, doc_ids, block_size, sliding_window),
+        seq_lengths=(Q, T + Q),
     )
 
 
@@ -237,7 +244,9 @@ def _tile_structure(anchors, doc_ids, block_size: int, sliding_window: int | Non
     big = T + 1
     lo_f = torch.where(has_ctx, lo, torch.full_like(lo, big))
     hi_f = torch.where(has_ctx, hi, torch.full_like(hi, -1))
-    lo_t = torch.nn.functional.pad(lo_f, (0, pad), value=big).view(B, nQ, tile).amax(-1)  # ragged last tile: never full
+    lo_t = (
+        torch.nn.functional.pad(lo_f, (0, pad), value=big).view(B, nQ, tile).amax(-1)
+    )  # ragged last tile: never full
     hi_t = torch.nn.functional.pad(hi_f, (0, pad), value=-1).view(B, nQ, tile).amin(-1)
     kv0 = torch.arange(nKV, device=dev).view(1, 1, nKV) * tile
     full = (kv0 >= lo_t.unsqueeze(-1)) & (kv0 + tile <= hi_t.unsqueeze(-1)) & (kv0 + tile <= T) & nonempty

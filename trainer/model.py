@@ -245,7 +245,9 @@ class DFlashDrafter(nn.Module):
 
         # one mask per distinct window among the layers
         build = masks.flex_block_mask if attn_impl == "flex" else masks.dense_mask
-        mask_by_window = {w: build(anchors, doc_ids, bs, w) for w in {cfg.window_of(i) for i in range(len(self.layers))}}
+        mask_by_window = {
+            w: build(anchors, doc_ids, bs, w) for w in {cfg.window_of(i) for i in range(len(self.layers))}
+        }
 
         compiled = attn_impl == "flex" and x.is_cuda and self.compile_layers and compile_enabled()
         run = _compiled_layer() if compiled else _run_layer

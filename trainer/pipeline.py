@@ -63,15 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    rundir.write_run_json(run_dir, rundir.run_info(run_dir, {"target": devices.target, "drafter": devices.drafter},
-                                                   __version__))
+    rundir.write_run_json(
+        run_dir, rundir.run_info(run_dir, {"target": devices.target, "drafter": devices.drafter}, __version__)
+    )
     for n in checkpoint.remove_partial(ckpt_root):
         log(f"removed an unfinished checkpoint folder: {n}")
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))
     start_step = int(checkpoint.read_manifest(resume_path)["step"]) if resume_path else 0
     writer.event("started", pid=os.getpid(), step=start_step)
-    log(f"trainer {__version__} pid {os.getpid()} run dir {run_dir}"
-        + (f", resuming from {resume_path}" if resume_path else ", fresh start"))
+    log(
+        f"trainer {__version__} pid {os.getpid()} run dir {run_dir}"
+        + (f", resuming from {resume_path}" if resume_path else ", fresh start")
+    )
     stop.writer = writer
     reporter = rundir.Reporter(writer, [], queue_stats=lambda: (0, args.hs_queue_depth))
     reporter.on_tick.append(stop.drain)

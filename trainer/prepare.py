@@ -39,7 +39,11 @@ def _messages(rec: dict) -> list[dict] | None:
         raise PrepareError("messages must be a non-empty list")
     out = []
     for m in msgs:
-        if not isinstance(m, dict) or not isinstance(m.get(key_role), str) or not isinstance(m.get(key_content), str):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get(key_role), str)
+            or not isinstance(m.get(key_content), str)
+        ):
             raise PrepareError(f"each message needs string {key_role!r} and {key_content!r}")
         role = ROLE_ALIASES.get(m[key_role], m[key_role])
         out.append({"role": role, "content": m[key_content]})
@@ -130,7 +134,9 @@ class ShardWriter:
             self._f = None
 
 
-def prepare(tok, inputs: list[str], out_dir: str, *, max_seq_len: int | None = None, shard_size: int = 100_000) -> dict:
+def prepare(
+    tok, inputs: list[str], out_dir: str, *, max_seq_len: int | None = None, shard_size: int = 100_000
+) -> dict:
     w = ShardWriter(out_dir, shard_size)
     stats = {"sequences": 0, "tokens": 0, "trained_tokens": 0, "skipped_empty": 0}
     try:
@@ -161,7 +167,9 @@ def prepare(tok, inputs: list[str], out_dir: str, *, max_seq_len: int | None = N
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainer.prepare", description=__doc__.split("\n")[0])
-    p.add_argument("--tokenizer", required=True, help="target model directory (AutoTokenizer, local files only)")
+    p.add_argument(
+        "--tokenizer", required=True, help="target model directory (AutoTokenizer, local files only)"
+    )
     p.add_argument("--input", required=True, nargs="+", help="chat/completion JSONL file(s)")
     p.add_argument("--output-dir", required=True)
     p.add_argument("--max-seq-len", type=int, default=None, help="truncate longer sequences")

@@ -49,7 +49,9 @@ class HiddenBatch:
     input_ids: torch.Tensor  # (1, T) on the target's device
     loss_mask: torch.Tensor  # (1, T) bool, on the CPU
     doc_ids: torch.Tensor  # (1, T), on the CPU
-    ready: object = None  # a CUDA event the hidden states are complete after (launched, or received point-to-point)
+    ready: object = (
+        None  # a CUDA event the hidden states are complete after (launched, or received point-to-point)
+    )
 
 
 class _Failure:
@@ -62,16 +64,31 @@ class Stopped(Exception):
 
 
 class TargetRole:
-    def __init__(self, model, device: str, layer_ids: list[int], need_final: bool, meter: RoleMeter,
-                 lock: contextlib.AbstractContextManager | None = None):
-        self.model, self.device, self.layer_ids, self.need_final, self.meter = model, device, layer_ids, need_final, meter
+    def __init__(
+        self,
+        model,
+        device: str,
+        layer_ids: list[int],
+        need_final: bool,
+        meter: RoleMeter,
+        lock: contextlib.AbstractContextManager | None = None,
+    ):
+        self.model, self.device, self.layer_ids, self.need_final, self.meter = (
+            model,
+            device,
+            layer_ids,
+            need_final,
+            meter,
+        )
         self.lock = lock if lock is not None else contextlib.nullcontext()
 
     def launch(self, mb: MicroBatch) -> HiddenBatch:
         """Queue the capture of ``mb`` on the current stream and return at once: on CUDA the hidden states are
         complete after ``ready`` (an event), which nothing has waited for yet."""
         self.meter.begin()
-        ids_cpu, lm, docs, _pos = mb.to_tensors("cpu")  # doc ids stay on the host: no device sync to read them
+        ids_cpu, lm, docs, _pos = mb.to_tensors(
+            "cpu"
+        )  # doc ids stay on the host: no device sync to read them
         ids = ids_cpu.to(self.device)
         with self.lock:  # compiled code: one role at a time in a process (see launch_lock)
             hidden, final = capture(self.model, ids, docs, self.layer_ids, need_final_hidden=self.need_final)
@@ -112,7 +129,11 @@ class TargetRole:
 def launch_lock(devices) -> contextlib.AbstractContextManager | None:
     """The lock the roles of one process share when any of them runs on CUDA (where they compile); None on CPU
     (nothing is compiled there, and CPU roles compute inside the call: a lock would serialise them)."""
-    return threading.Lock() if any(str(d).startswith("cuda") for d in [*devices.target, *devices.drafter]) else None
+    return (
+        threading.Lock()
+        if any(str(d).startswith("cuda") for d in [*devices.target, *devices.drafter])
+        else None
+    )
 
 
 class HiddenStateQueue:
@@ -148,7 +169,9 @@ class HiddenStateQueue:
             if isinstance(item, _Failure):
                 raise RuntimeError(f"target worker failed: {item.exc!r}") from item.exc
             if item.index != g:
-                raise RuntimeError(f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}")
+                raise RuntimeError(
+                    f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}"
+                )
             return item
 
     def close(self) -> None:
@@ -162,9 +185,19 @@ class HiddenStateQueue:
 class TargetWorker(threading.Thread):
     """Produces micro-batches start+lane, start+lane+lanes, ... < end into its queue lane."""
 
-    def __init__(self, role: TargetRole, plan: Plan, lane: int, lanes: int, start: int, end: int, q: HiddenStateQueue):
+    def __init__(
+        self, role: TargetRole, plan: Plan, lane: int, lanes: int, start: int, end: int, q: HiddenStateQueue
+    ):
         super().__init__(name=f"dflash-target-{lane}", daemon=True)
-        self.role, self.plan, self.lane, self.lanes, self.start_g, self.end_g, self.q = role, plan, lane, lanes, start, end, q
+        self.role, self.plan, self.lane, self.lanes, self.start_g, self.end_g, self.q = (
+            role,
+            plan,
+            lane,
+            lanes,
+            start,
+            end,
+            q,
+        )
 
     def run(self) -> None:
         first = self.start_g + (self.lane - self.start_g) % self.lanes
@@ -191,9 +224,23 @@ def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generat
 
 
 class DrafterRole:
-    def __init__(self, drafter, head, optimizer, *, device: str, block_size: int, max_anchors: int, gamma: float,
-                 noise_type: str, grad_clip: float, generator: torch.Generator, meter: RoleMeter, ddp=None,
-                 lock: contextlib.AbstractContextManager | None = None):
+    def __init__(
+        self,
+        drafter,
+        head,
+        optimizer,
+        *,
+        device: str,
+        block_size: int,
+        max_anchors: int,
+        gamma: float,
+        noise_type: str,
+        grad_clip: float,
+        generator: torch.Generator,
+        meter: RoleMeter,
+        ddp=None,
+        lock: contextlib.AbstractContextManager | None = None,
+    ):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
@@ -206,8 +253,15 @@ class DrafterRole:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def micro_step(self, hb: HiddenBatch, noise: float, loss_scale: float, poison: bool = False,
-                   seed: int | None = None, sync: bool = True) -> dict:
+    def micro_step(
+        self,
+        hb: HiddenBatch,
+        noise: float,
+        loss_scale: float,
+        poison: bool = False,
+        seed: int | None = None,
+        sync: bool = True,
+    ) -> dict:
         """Forward + backward of one micro-batch; returns detached metric tensors (no host sync).
         ``seed`` reseeds the anchor/noise generator first; ``sync=False`` skips DDP's gradient all-reduce."""
         with self.lock:  # compiled code (forward, and the backward's first compile): one role at a time
@@ -233,7 +287,9 @@ class DrafterRole:
         with no_sync:
             with self._autocast():
                 out = fwd(hidden, ids, docs, anchors, self.head.embed_tokens, attn_impl=self.attn_impl)
-                loss, metrics = dflash_loss(out, self.head, ids, anchors, self.gamma, target_final_hidden=final)
+                loss, metrics = dflash_loss(
+                    out, self.head, ids, anchors, self.gamma, target_final_hidden=final
+                )
             if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()

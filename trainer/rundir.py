@@ -18,8 +18,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
-            "HF_HOME", "TRANSFORMERS_OFFLINE", "HF_HUB_OFFLINE", "LD_LIBRARY_PATH")
+ENV_KEYS = (
+    "CUDA_VISIBLE_DEVICES",
+    "PYTHONPATH",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "HF_HOME",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HUB_OFFLINE",
+    "LD_LIBRARY_PATH",
+)
 ENV_PREFIXES = ("NCCL_", "TORCH_", "DFLASH_")
 
 
@@ -88,7 +97,9 @@ def check_not_running(run_dir: str) -> None:
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return
     if pid != os.getpid() and is_same_process(pid, st):
-        raise RunDirBusy(f"{path} names a live trainer (pid {pid}); stop it first or use another --output-dir")
+        raise RunDirBusy(
+            f"{path} names a live trainer (pid {pid}); stop it first or use another --output-dir"
+        )
 
 
 def code_dir() -> str:
@@ -191,8 +202,13 @@ class RoleMeter:
 class Reporter(threading.Thread):
     """Background thread: a throughput record every ``interval`` s, and ``on_tick`` callbacks every 0.1 s."""
 
-    def __init__(self, writer: MetricsWriter, meters: list[RoleMeter], queue_stats: Callable[[], tuple[int, int]],
-                 interval: float = 0.5):
+    def __init__(
+        self,
+        writer: MetricsWriter,
+        meters: list[RoleMeter],
+        queue_stats: Callable[[], tuple[int, int]],
+        interval: float = 0.5,
+    ):
         super().__init__(name="dflash-reporter", daemon=True)
         self.writer, self.meters, self.queue_stats, self.interval = writer, meters, queue_stats, interval
         self.on_tick: list[Callable[[], None]] = []
@@ -215,8 +231,15 @@ class Reporter(threading.Thread):
         devices = []
         for m in meters:
             tokens, busy = m.take(now)
-            devices.append({"device": m.device, "uuid": m.uuid, "role": m.role, "tok_s": tokens / dt,
-                            "busy": max(0.0, min(1.0, busy / dt))})
+            devices.append(
+                {
+                    "device": m.device,
+                    "uuid": m.uuid,
+                    "role": m.role,
+                    "tok_s": tokens / dt,
+                    "busy": max(0.0, min(1.0, busy / dt)),
+                }
+            )
         depth, cap = self.queue_stats()
         self.writer.write("throughput", devices=devices, queue={"depth": depth, "capacity": cap})
 

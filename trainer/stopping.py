@@ -42,12 +42,16 @@ class StopControl:
                 if self.signal_name is None:
                     self.signal_name = name  # the stop request itself, announced below
                 elif self.saving:
-                    print(f"{name} received while a checkpoint is being written: ignored until the save ends",
-                          flush=True)
+                    print(
+                        f"{name} received while a checkpoint is being written: ignored until the save ends",
+                        flush=True,
+                    )
                 else:
                     print(f"{name} received again: already stopping", flush=True)
             if self.signal_name is not None and not self._announced and self.writer is not None:
                 self._announced = True
-                print(f"{self.signal_name} received: stopping after the current step and saving a checkpoint",
-                      flush=True)
+                print(
+                    f"{self.signal_name} received: stopping after the current step and saving a checkpoint",
+                    flush=True,
+                )
                 self.writer.event("stop_requested", signal=self.signal_name)

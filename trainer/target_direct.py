@@ -43,7 +43,9 @@ def _varlen_fn():
 
 
 # the keyword arguments this torch's varlen_attn takes (read once, outside any compiled region)
-_VARLEN_PARAMS = frozenset(inspect.signature(_varlen_fn()).parameters) if _varlen_fn() is not None else frozenset()
+_VARLEN_PARAMS = (
+    frozenset(inspect.signature(_varlen_fn()).parameters) if _varlen_fn() is not None else frozenset()
+)
 
 
 def _varlen(q, k, v, cu, max_len: int, scale: float, window: int | None):
@@ -67,7 +69,15 @@ def _attend(q, k, v, scale: float, window: int | None, attn: str, meta):
     B, T, Hq, D = q.shape
     if attn == "varlen":
         cu, max_len = meta
-        o = _varlen(q.reshape(B * T, Hq, D), k.reshape(B * T, -1, D), v.reshape(B * T, -1, D), cu, max_len, scale, window)
+        o = _varlen(
+            q.reshape(B * T, Hq, D),
+            k.reshape(B * T, -1, D),
+            v.reshape(B * T, -1, D),
+            cu,
+            max_len,
+            scale,
+            window,
+        )
         return o.view(B, T, Hq, D)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     gqa = kt.shape[1] != Hq
@@ -132,7 +142,9 @@ def _qualifies(model: nn.Module) -> bool:
         return False
     for layer in base.layers:
         a = getattr(layer, "self_attn", None)
-        if a is None or not all(hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")):
+        if a is None or not all(
+            hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")
+        ):
             return False
         if not all(hasattr(layer, n) for n in ("input_layernorm", "post_attention_layernorm", "mlp")):
             return False
@@ -153,8 +165,11 @@ def _varlen_works(device: torch.device) -> bool:
         ref = torch.cat(
             [
                 F.scaled_dot_product_attention(
-                    q[s:e].transpose(0, 1).float(), k[s:e].transpose(0, 1).repeat_interleave(2, 0).float(),
-                    v[s:e].transpose(0, 1).repeat_interleave(2, 0).float(), is_causal=True, scale=0.125,
+                    q[s:e].transpose(0, 1).float(),
+                    k[s:e].transpose(0, 1).repeat_interleave(2, 0).float(),
+                    v[s:e].transpose(0, 1).repeat_interleave(2, 0).float(),
+                    is_causal=True,
+                    scale=0.125,
                 ).transpose(0, 1)
                 for s, e in ((0, 40), (40, 96))
             ]

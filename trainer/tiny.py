@@ -92,7 +92,9 @@ def conversations(n: int, seed: int) -> list[dict]:
             motif = [str(rng.randrange(100)) for _ in range(rng.randint(2, 4))]
             ask = "repeat " + " ".join(motif)
             ans = [motif[k % len(motif)] for k in range(length)]
-        out.append({"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": " ".join(ans)}]})
+        out.append(
+            {"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": " ".join(ans)}]}
+        )
     return out
 
 
@@ -125,7 +127,9 @@ def build(out: str, *, n_docs: int = 400, seed: int = 0) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.tiny", description="Write a tiny target and data set.")
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.tiny", description="Write a tiny target and data set."
+    )
     p.add_argument("out", help="output directory (target/, data/, raw/ are created in it)")
     p.add_argument("--docs", type=int, default=400, help="number of training sequences")
     p.add_argument("--seed", type=int, default=0)

@@ -200,14 +200,21 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     loop.quiet_transformers()
     cfg = loop.draft_config(args)
     ds.check_vocab(cfg.vocab_size)
-    plan = Plan(ds, seed=args.seed, epochs=args.epochs, token_budget=args.token_budget,
-                max_batch_size=args.max_batch_size)
+    plan = Plan(
+        ds,
+        seed=args.seed,
+        epochs=args.epochs,
+        token_budget=args.token_budget,
+        max_batch_size=args.max_batch_size,
+    )
     total = loop.total_steps_of(plan, args.grad_accum, layout.ND, args.max_steps)
     welcome = ctl.welcome or {}
     step, cursor = int(welcome.get("step", 0)), int(welcome.get("cursor", 0))
     end = min(plan.total, cursor + max(0, total - step) * args.grad_accum * layout.ND)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = load_target(args.target_model, device, dtype, cfg.target_layer_ids, need_final_hidden=args.use_soft_labels)
+    model = load_target(
+        args.target_model, device, dtype, cfg.target_layer_ids, need_final_hidden=args.use_soft_labels
+    )
     role = TargetRole(model, device, cfg.target_layer_ids, args.use_soft_labels, meter)
     loop.log(f"target ready: micro-batches {cursor + ti}.. every {layout.NT} (to {end})")
     n = run_sender(layout, ti, role, plan, cursor, end, lambda: ctl.exit or ctl.abort)
@@ -224,8 +231,19 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
     dd = DrafterDist(layout, di, device, ctl, group, ctrl_group, args.hs_queue_depth)
-    trainer = loop.Trainer(args, devices, WorkerStop(), writer, None, os.path.abspath(args.output_dir), resume,
-                           device=device, replica=di, replicas=layout.ND, dist=dd)
+    trainer = loop.Trainer(
+        args,
+        devices,
+        WorkerStop(),
+        writer,
+        None,
+        os.path.abspath(args.output_dir),
+        resume,
+        device=device,
+        replica=di,
+        replicas=layout.ND,
+        dist=dd,
+    )
 
     def on_abort(saver: int) -> None:
         trainer.saver = di == saver
@@ -239,8 +257,11 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
         if layout.ND > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            ddp = DDP(trainer.drafter, process_group=group,
-                      device_ids=[torch.device(device).index] if device.startswith("cuda") else None)
+            ddp = DDP(
+                trainer.drafter,
+                process_group=group,
+                device_ids=[torch.device(device).index] if device.startswith("cuda") else None,
+            )
         trainer.make_role(meter, ddp)
         per = hidden_batch_bytes(args, trainer.cfg, 2 if device.startswith("cuda") else 4)
         loop.log(check_queue_memory(device, args.hs_queue_depth, 1, per, args))
@@ -251,8 +272,10 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
         aborted = ctl.wait_abort(PEER_GRACE_S)
         if trainer.saver and trainer.trained:  # save what it can: the last complete step's state
             try:
-                loop.log(f"{'aborted' if aborted else 'error'} while training ({type(e).__name__}): "
-                         "saving the last complete step")
+                loop.log(
+                    f"{'aborted' if aborted else 'error'} while training ({type(e).__name__}): "
+                    "saving the last complete step"
+                )
                 trainer.save()
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
@@ -281,8 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         T, D = len(devices.target), len(devices.drafter)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         if local_world != T + D or world % (T + D):
-            raise FlagError("--target-gpus", f"{T} target + {D} drafter devices per node need {T + D} processes a "
-                                             f"node; this worker runs with {local_world} a node, {world} in all")
+            raise FlagError(
+                "--target-gpus",
+                f"{T} target + {D} drafter devices per node need {T + D} processes a "
+                f"node; this worker runs with {local_world} a node, {world} in all",
+            )
         layout = Layout(T, D, world // (T + D))
         role, idx, local_idx = layout.role_of(rank)
         device = (devices.target if role == "target" else devices.drafter)[local_idx]
@@ -304,8 +330,12 @@ def main(argv: list[str] | None = None) -> int:
 
         backend, timeout = "cpu:gloo,cuda:nccl" if cuda else "gloo", timedelta(minutes=30)
         if os.environ.get("DFLASH_EXTERNAL_STORE") == "1":  # the launcher's store (torchrun: env:// as usual)
-            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                                  timeout=timedelta(minutes=5))
+            store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                is_master=False,
+                timeout=timedelta(minutes=5),
+            )
             dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         else:
             dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)

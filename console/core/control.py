@@ -42,6 +42,7 @@ class ControlError(Exception):
 
 # --- command lines ----------------------------------------------------------------------------------
 
+
 def is_trainer_cmdline(cmdline: list[str]) -> bool:
     """``python -m trainer.pipeline ...`` or ``python .../train_dflash_pipeline.py ...``."""
     if not cmdline or not posixpath.basename(cmdline[0]).startswith(LAUNCHERS):
@@ -61,7 +62,7 @@ def flag_value(argv: list[str], name: str) -> str | None:
         if arg == name and i + 1 < len(argv):
             value = argv[i + 1]
         elif arg.startswith(name + "="):
-            value = arg[len(name) + 1:]
+            value = arg[len(name) + 1 :]
     return value
 
 
@@ -90,6 +91,7 @@ def resolve(path: str, cwd: str | None) -> str:
 
 # --- find --------------------------------------------------------------------------------------------
 
+
 async def read_run_json(helper: Helper, run_dir: str) -> dict | None:
     run = await helper.read_json(posixpath.join(run_dir, "run.json"))
     return run if isinstance(run, dict) else None
@@ -97,7 +99,9 @@ async def read_run_json(helper: Helper, run_dir: str) -> dict | None:
 
 def _same_process(info: dict | None, start_time: int | None, cmdline: list[str]) -> bool:
     return bool(
-        info and info.get("alive") and info.get("start_time") == start_time
+        info
+        and info.get("alive")
+        and info.get("start_time") == start_time
         and info.get("cmdline", [])[1:] == list(cmdline)[1:]
     )
 
@@ -114,7 +118,9 @@ async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo
         cmd = run.get("command") or []
         info = await helper.proc(run["pid"])
         if _same_process(info, run.get("start_time"), cmd):
-            return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], run_dir, "run.json", run), run
+            return TrainerInfo(
+                info["pid"], info["start_time"], info["cmdline"], run_dir, "run.json", run
+            ), run
     cands = []
     for info in await helper.call("find", patterns=[TRAINER_MODULE, USER_SCRIPT]):
         if not is_trainer_cmdline(info["cmdline"]):
@@ -141,12 +147,17 @@ async def stale_run_pid(helper: Helper, run: dict | None) -> dict | None:
     if not run or not isinstance(run.get("pid"), int):
         return None
     info = await helper.proc(run["pid"])
-    if info and info.get("alive") and not _same_process(info, run.get("start_time"), run.get("command") or []):
+    if (
+        info
+        and info.get("alive")
+        and not _same_process(info, run.get("start_time"), run.get("command") or [])
+    ):
         return info
     return None
 
 
 # --- deploy ------------------------------------------------------------------------------------------
+
 
 def bundled_trainer_dir() -> Path:
     """Where the bundled ``trainer`` package lies, found without importing it."""
@@ -183,15 +194,19 @@ async def deploy(helper: Helper, python: str = "python3", base: str | None = Non
         return final
     tmp = posixpath.join(base, f".tmp-{digest}-{secrets.token_hex(4)}")
     try:
-        await helper.call("write_files", root=tmp,
-                          files=[{"path": rel, "data": b64encode(data)} for rel, data in files])
+        await helper.call(
+            "write_files", root=tmp, files=[{"path": rel, "data": b64encode(data)} for rel, data in files]
+        )
         r = await helper.run([python, "-m", "compileall", "-q", posixpath.join(tmp, "trainer")], timeout=120)
         if r["rc"] != 0:
-            raise ControlError(f"the deployed trainer does not compile with {python} in the container:\n"
-                               + (r["stdout"] + r["stderr"]).strip()[-2000:])
+            raise ControlError(
+                f"the deployed trainer does not compile with {python} in the container:\n"
+                + (r["stdout"] + r["stderr"]).strip()[-2000:]
+            )
         manifest = {"hash": digest, "files": [rel for rel, _ in files], "t": time.time()}
-        await helper.call("write", path=posixpath.join(tmp, ".complete"),
-                          data=b64encode(json.dumps(manifest).encode()))
+        await helper.call(
+            "write", path=posixpath.join(tmp, ".complete"), data=b64encode(json.dumps(manifest).encode())
+        )
         try:
             await helper.call("rename", src=tmp, dst=final)
         except HelperError:
@@ -205,6 +220,7 @@ async def deploy(helper: Helper, python: str = "python3", base: str | None = Non
 
 
 # --- reading the run's files ------------------------------------------------------------------------
+
 
 async def file_size(helper: Helper, path: str) -> int:
     st = await helper.stat(path)
@@ -248,7 +264,7 @@ async def recent_records(helper: Helper, run_dir: str, nbytes: int = 1 << 18) ->
             return []
         raise
     if start > 0:
-        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+        data = data[data.find(b"\n") + 1 :] if b"\n" in data else b""
     return MetricsParser().feed(data)
 
 
@@ -274,8 +290,9 @@ class _EventFollower:
                 self.queue.put_nowait(rec)
 
     def start(self) -> None:
-        self.stream = self.helper.stream("follow", self._push, path=self.path, offset=self.offset,
-                                         interval=0.05)
+        self.stream = self.helper.stream(
+            "follow", self._push, path=self.path, offset=self.offset, interval=0.05
+        )
 
     async def finish(self) -> None:
         """Stop following and read what is left up to the end of the file."""
@@ -296,8 +313,15 @@ class _EventFollower:
 
 # --- stop --------------------------------------------------------------------------------------------
 
-async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
-               on_phase: PhaseCallback | None = None, sig: str = "SIGINT") -> StopResult:
+
+async def stop(
+    helper: Helper,
+    trainer: TrainerInfo,
+    *,
+    timeout: float = 120.0,
+    on_phase: PhaseCallback | None = None,
+    sig: str = "SIGINT",
+) -> StopResult:
     """Stop the trainer cleanly: verify, SIGINT, follow the save, return when it exits or at timeout."""
 
     def phase(name: str, detail: str, expected: float | None = None) -> None:
@@ -312,23 +336,27 @@ async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
         return StopResult(NO_TRAINER, f"no trainer: pid {pid} is not running", trainer)
     if info["start_time"] != trainer.start_time or info["cmdline"][1:] != trainer.cmdline[1:]:
         now = shlex.join(info["cmdline"])[:200]
-        msg = (f"refused: pid {pid} is no longer the trainer (start time {info['start_time']} vs "
-               f"{trainer.start_time}; now running: {now}); nothing was signalled")
+        msg = (
+            f"refused: pid {pid} is no longer the trainer (start time {info['start_time']} vs "
+            f"{trainer.start_time}; now running: {now}); nothing was signalled"
+        )
         phase("refused", msg)
         return StopResult(REFUSED, msg, trainer)
 
     metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
-    has_events = trainer.source == "run.json" or bool(
-        metrics and (await helper.stat(metrics)).get("exists")
-    )
+    has_events = trainer.source == "run.json" or bool(metrics and (await helper.stat(metrics)).get("exists"))
     follower = None
     if metrics and has_events:
         follower = _EventFollower(helper, metrics, await file_size(helper, metrics))
         follower.start()
     waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=trainer.start_time))
     try:
-        sent = await helper.call("kill", pid=pid, sig=sig,
-                                 expect={"start_time": trainer.start_time, "argv_rest": trainer.cmdline[1:]})
+        sent = await helper.call(
+            "kill",
+            pid=pid,
+            sig=sig,
+            expect={"start_time": trainer.start_time, "argv_rest": trainer.cmdline[1:]},
+        )
         if not sent["sent"]:
             if sent["reason"] == "mismatch":
                 msg = f"refused: pid {pid} is no longer the trainer; nothing was signalled"
@@ -347,8 +375,9 @@ async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
             getter = asyncio.ensure_future(follower.queue.get()) if follower else None
             wait_for = [waiter] + ([getter] if getter else [])
             left = deadline - time.monotonic()
-            done, _ = await asyncio.wait(wait_for, timeout=max(0.0, left),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                wait_for, timeout=max(0.0, left), return_when=asyncio.FIRST_COMPLETED
+            )
             if getter is not None and not getter.done():
                 getter.cancel()
             if getter is not None and getter in done:
@@ -359,8 +388,11 @@ async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
                 elif name == "checkpoint_saving":
                     saving_seen = True
                     exp = ev.get("expected_s")
-                    phase("saving", f"saving checkpoint at step {ev.get('step')}",
-                          float(exp) if isinstance(exp, (int, float)) else None)
+                    phase(
+                        "saving",
+                        f"saving checkpoint at step {ev.get('step')}",
+                        float(exp) if isinstance(exp, (int, float)) else None,
+                    )
                 elif name == "checkpoint_saved":
                     saved = ev
                     phase("saved", f"checkpoint saved: {ev.get('path')} ({ev.get('seconds', 0):.1f} s)")
@@ -381,17 +413,25 @@ async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
                 rc_s = f", exit code {rc}" if rc is not None else ""
                 if saved is not None or not has_events:
                     phase("exited", f"pid {pid} exited {took:.1f} s after the signal{rc_s}")
-                    msg = (f"stopped: checkpoint {saved.get('path')} saved (step {saved.get('step')}); "
-                           f"pid {pid} exited{rc_s}") if saved else f"stopped: pid {pid} exited{rc_s}"
+                    msg = (
+                        (
+                            f"stopped: checkpoint {saved.get('path')} saved (step {saved.get('step')}); "
+                            f"pid {pid} exited{rc_s}"
+                        )
+                        if saved
+                        else f"stopped: pid {pid} exited{rc_s}"
+                    )
                     return StopResult(OK, msg, trainer, saved.get("path") if saved else None)
                 phase("exited", f"pid {pid} exited without saving a checkpoint{rc_s}")
                 return StopResult(NO_CHECKPOINT, f"pid {pid} exited without checkpoint_saved{rc_s}", trainer)
             # timeout
             what = "still saving" if saving_seen and saved is None else "still running"
-            msg = (f"timeout after {timeout:.0f} s: pid {pid} is {what} and was left running. "
-                   f"Wait and check with `status`, run `stop` again with a longer --timeout, or (losing the "
-                   f"save in progress; checkpoints/latest keeps the last complete one) `kill -KILL {pid}` "
-                   f"inside the container.")
+            msg = (
+                f"timeout after {timeout:.0f} s: pid {pid} is {what} and was left running. "
+                f"Wait and check with `status`, run `stop` again with a longer --timeout, or (losing the "
+                f"save in progress; checkpoints/latest keeps the last complete one) `kill -KILL {pid}` "
+                f"inside the container."
+            )
             phase("timeout", msg)
             return StopResult(STILL_RUNNING, msg, trainer)
     finally:
@@ -403,15 +443,25 @@ async def stop(helper: Helper, trainer: TrainerInfo, *, timeout: float = 120.0,
 
 # --- launch / restart ------------------------------------------------------------------------------
 
+
 def pythonpath(code_dir: str, recorded: str | None, old_code_dir: str | None = None) -> str:
     """PYTHONPATH with ``code_dir`` first, the recorded entries after it (the old code dir removed)."""
     parts = [p for p in (recorded or "").split(":") if p and p not in (code_dir, old_code_dir)]
     return ":".join([code_dir, *parts])
 
 
-async def launch(helper: Helper, flags: list[str], *, run_dir: str | None = None, python: str = "python3",
-                 code_dir: str | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
-                 wait_s: float = 300.0, on_status: Callable[[str], None] | None = None) -> StopResult:
+async def launch(
+    helper: Helper,
+    flags: list[str],
+    *,
+    run_dir: str | None = None,
+    python: str = "python3",
+    code_dir: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    wait_s: float = 300.0,
+    on_status: Callable[[str], None] | None = None,
+) -> StopResult:
     """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
 
     Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
@@ -453,8 +503,11 @@ async def launch(helper: Helper, flags: list[str], *, run_dir: str | None = None
     try:
         while True:
             getter = asyncio.ensure_future(follower.queue.get())
-            done, _ = await asyncio.wait([waiter, getter], timeout=max(0.0, deadline - time.monotonic()),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [waiter, getter],
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             if not getter.done():
                 getter.cancel()
             if getter in done:
@@ -469,9 +522,11 @@ async def launch(helper: Helper, flags: list[str], *, run_dir: str | None = None
                     started |= follower.queue.get_nowait().get("name") == "started"
                 rc = waiter.result().get("rc")
                 tail = "\n".join(await tail_lines(helper, log, 30))
-                raise ControlError(f"the trainer exited during start-up (exit code {rc}; "
-                                   f"{'after' if started else 'before'} its started event). "
-                                   f"Last lines of {log}:\n{tail}")
+                raise ControlError(
+                    f"the trainer exited during start-up (exit code {rc}; "
+                    f"{'after' if started else 'before'} its started event). "
+                    f"Last lines of {log}:\n{tail}"
+                )
             say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
             break
     finally:
@@ -482,8 +537,9 @@ async def launch(helper: Helper, flags: list[str], *, run_dir: str | None = None
     trainer, _ = await find_trainer(helper, rd)
     if trainer is None:
         info = await helper.proc(pid)
-        trainer = TrainerInfo(pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd,
-                              "cmdline", None)
+        trainer = TrainerInfo(
+            pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd, "cmdline", None
+        )
     return StopResult(OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
 
 
@@ -507,24 +563,44 @@ def restart_plan(run: dict, code_dir: str | None = None) -> dict:
     }
 
 
-async def restart(helper: Helper, trainer: TrainerInfo | None, run: dict | None, *, timeout: float = 120.0,
-                  on_phase: PhaseCallback | None = None, code_dir: str | None = None,
-                  wait_s: float = 300.0, on_status: Callable[[str], None] | None = None) -> StopResult:
+async def restart(
+    helper: Helper,
+    trainer: TrainerInfo | None,
+    run: dict | None,
+    *,
+    timeout: float = 120.0,
+    on_phase: PhaseCallback | None = None,
+    code_dir: str | None = None,
+    wait_s: float = 300.0,
+    on_status: Callable[[str], None] | None = None,
+) -> StopResult:
     """Stop cleanly (when running), then launch the same run with ``--resume auto``."""
     run = (trainer.run if trainer and trainer.run else None) or run
     if run is None:
         if trainer is not None:
-            return StopResult(ERROR, "restart needs the trainer's run.json (this one was found by its command "
-                                     "line only): stop it, then launch", trainer)
+            return StopResult(
+                ERROR,
+                "restart needs the trainer's run.json (this one was found by its command "
+                "line only): stop it, then launch",
+                trainer,
+            )
         return StopResult(NO_TRAINER, "no trainer and no run.json to restart from")
     plan = restart_plan(run, code_dir)
     if trainer is not None:
         res = await stop(helper, trainer, timeout=timeout, on_phase=on_phase)
         if res.code != OK:
             return StopResult(res.code, f"not restarted: {res.message}", trainer)
-    res = await launch(helper, plan["flags"], run_dir=plan["run_dir"], python=plan["python"],
-                       code_dir=plan["code_dir"], env=plan["env"], cwd=plan["cwd"], wait_s=wait_s,
-                       on_status=on_status)
+    res = await launch(
+        helper,
+        plan["flags"],
+        run_dir=plan["run_dir"],
+        python=plan["python"],
+        code_dir=plan["code_dir"],
+        env=plan["env"],
+        cwd=plan["cwd"],
+        wait_s=wait_s,
+        on_status=on_status,
+    )
     return StopResult(res.code, "restarted: " + res.message, res.trainer)
 
 
@@ -536,5 +612,3 @@ def env_from_pairs(pairs: list[str]) -> dict[str, str]:
             raise ControlError(f"--env wants KEY=VALUE, got {p!r}", USAGE)
         env[k] = v
     return env
-
-

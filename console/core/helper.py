@@ -104,7 +104,11 @@ class Helper:
 
     @classmethod
     async def start(
-        cls, conn: asyncssh.SSHClientConnection, *, ct: int | None = None, python: str = "python3",
+        cls,
+        conn: asyncssh.SSHClientConnection,
+        *,
+        ct: int | None = None,
+        python: str = "python3",
         timeout: float = 30.0,
     ) -> Helper:
         process = await conn.create_process(helper_command(ct, python), encoding=None)
@@ -232,8 +236,15 @@ class Helper:
 
     # --- typed conveniences used by control/streams -------------------------------------------
 
-    async def run(self, argv: list[str], *, cwd: str | None = None, env: dict | None = None,
-                  timeout: float | None = None, input: str | None = None) -> dict:
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict | None = None,
+        timeout: float | None = None,
+        input: str | None = None,
+    ) -> dict:
         return await self.call("run", argv=list(argv), cwd=cwd, env=env, timeout=timeout, input=input)
 
     async def proc(self, pid: int) -> dict | None:

@@ -53,6 +53,7 @@ def _unb64(text):
 
 # --- /proc ------------------------------------------------------------------------------------------
 
+
 def _read_stat(pid):
     """(state, ppid, start_time) from /proc/PID/stat, or None when the process is gone."""
     try:
@@ -61,7 +62,7 @@ def _read_stat(pid):
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    rest = raw[raw.rfind(")") + 2:].split()
+    rest = raw[raw.rfind(")") + 2 :].split()
     # rest[0] is field 3 (state); field 22 (starttime) is rest[19].
     return rest[0], int(rest[1]), int(rest[19])
 
@@ -95,7 +96,11 @@ def proc_info(pid):
 def _matches(info, expect):
     if not expect:
         return True
-    if "start_time" in expect and expect["start_time"] is not None and info["start_time"] != expect["start_time"]:
+    if (
+        "start_time" in expect
+        and expect["start_time"] is not None
+        and info["start_time"] != expect["start_time"]
+    ):
         return False
     if "cmdline" in expect and expect["cmdline"] is not None and info["cmdline"] != expect["cmdline"]:
         return False
@@ -110,6 +115,7 @@ def _sig(value):
 
 
 # --- ops ---------------------------------------------------------------------------------------------
+
 
 def op_ping(req):
     return {"t": time.time()}
@@ -186,8 +192,10 @@ def op_wait_exit(req, cancel):
                 end = time.monotonic() + wait
                 while time.monotonic() < end:
                     info = proc_info(pid)
-                    if info is None or not info["alive"] or (
-                        start_time is not None and info["start_time"] != start_time
+                    if (
+                        info is None
+                        or not info["alive"]
+                        or (start_time is not None and info["start_time"] != start_time)
                     ):
                         return _exited(pid, "exit")
                     time.sleep(0.01)
@@ -233,12 +241,18 @@ def op_run(req):
             timeout=req.get("timeout"),
         )
     except subprocess.TimeoutExpired as e:
-        return {"rc": None, "timed_out": True,
-                "stdout": (e.stdout or b"")[-limit:].decode("utf-8", "replace"),
-                "stderr": (e.stderr or b"")[-limit:].decode("utf-8", "replace")}
-    return {"rc": p.returncode, "timed_out": False,
-            "stdout": p.stdout[-limit:].decode("utf-8", "replace"),
-            "stderr": p.stderr[-limit:].decode("utf-8", "replace")}
+        return {
+            "rc": None,
+            "timed_out": True,
+            "stdout": (e.stdout or b"")[-limit:].decode("utf-8", "replace"),
+            "stderr": (e.stderr or b"")[-limit:].decode("utf-8", "replace"),
+        }
+    return {
+        "rc": p.returncode,
+        "timed_out": False,
+        "stdout": p.stdout[-limit:].decode("utf-8", "replace"),
+        "stderr": p.stderr[-limit:].decode("utf-8", "replace"),
+    }
 
 
 def op_spawn(req):
@@ -294,8 +308,14 @@ def op_stat(req):
     except FileNotFoundError:
         return {"exists": False}
     import stat as _stat
-    return {"exists": True, "size": st.st_size, "mtime": st.st_mtime,
-            "is_dir": _stat.S_ISDIR(st.st_mode), "ino": st.st_ino}
+
+    return {
+        "exists": True,
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "is_dir": _stat.S_ISDIR(st.st_mode),
+        "ino": st.st_ino,
+    }
 
 
 def op_read(req):
@@ -407,6 +427,7 @@ def op_rename(req):
 
 def op_rmtree(req):
     import shutil
+
     shutil.rmtree(req["path"], ignore_errors=True)
     return {}
 
@@ -426,11 +447,19 @@ def op_cancel(req):
     return {"found": ev is not None}
 
 
-QUICK = {"ping": op_ping, "proc": op_proc, "kill": op_kill, "stat": op_stat, "read": op_read,
-         "cancel": op_cancel, "mkdir": op_mkdir, "rename": op_rename, "listdir": op_listdir,
-         "write": op_write}
-SLOW = {"run": op_run, "spawn": op_spawn, "find": op_find, "write_files": op_write_files,
-        "rmtree": op_rmtree}
+QUICK = {
+    "ping": op_ping,
+    "proc": op_proc,
+    "kill": op_kill,
+    "stat": op_stat,
+    "read": op_read,
+    "cancel": op_cancel,
+    "mkdir": op_mkdir,
+    "rename": op_rename,
+    "listdir": op_listdir,
+    "write": op_write,
+}
+SLOW = {"run": op_run, "spawn": op_spawn, "find": op_find, "write_files": op_write_files, "rmtree": op_rmtree}
 CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
 
 
@@ -463,18 +492,20 @@ def _handle(req):
 
 
 def main():
-    _send({
-        "hello": "dflash-console-helper",
-        "version": VERSION,
-        "pid": os.getpid(),
-        "python": sys.executable,
-        "python_version": list(sys.version_info[:3]),
-        "pidfd": hasattr(os, "pidfd_open"),
-        "home": os.path.expanduser("~"),
-        "cwd": os.getcwd(),
-        "hostname": socket.gethostname(),
-        "uid": os.getuid(),
-    })
+    _send(
+        {
+            "hello": "dflash-console-helper",
+            "version": VERSION,
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "python_version": list(sys.version_info[:3]),
+            "pidfd": hasattr(os, "pidfd_open"),
+            "home": os.path.expanduser("~"),
+            "cwd": os.getcwd(),
+            "hostname": socket.gethostname(),
+            "uid": os.getuid(),
+        }
+    )
     stdin = sys.stdin.buffer
     while True:
         line = stdin.readline()

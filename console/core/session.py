@@ -42,10 +42,21 @@ class NotConnected(ConnectionError):
 
 
 class Session:
-    def __init__(self, options: ConnectOptions, *, ct: int | None = None, run_dir: str | None = None,
-                 readonly: bool = False, gpu_interval_ms: int = 500, python: str = "python3",
-                 streams: bool = True, telemetry: bool = True, metrics_history: int = 4 << 20,
-                 log_history: int = 64 << 10, rescan_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        options: ConnectOptions,
+        *,
+        ct: int | None = None,
+        run_dir: str | None = None,
+        readonly: bool = False,
+        gpu_interval_ms: int = 500,
+        python: str = "python3",
+        streams: bool = True,
+        telemetry: bool = True,
+        metrics_history: int = 4 << 20,
+        log_history: int = 64 << 10,
+        rescan_s: float = 1.0,
+    ) -> None:
         self.options = options
         self.ct = ct
         self.run_dir = run_dir
@@ -212,7 +223,8 @@ class Session:
     def _set_trainer(self, trainer: TrainerInfo | None) -> None:
         old = self.trainer
         same = (old is None and trainer is None) or (
-            old is not None and trainer is not None
+            old is not None
+            and trainer is not None
             and (old.pid, old.start_time) == (trainer.pid, trainer.start_time)
             and old.source == trainer.source
         )
@@ -261,7 +273,7 @@ class Session:
             nl = data.find(b"\n")
             if nl < 0:
                 return
-            data = data[nl + 1:]
+            data = data[nl + 1 :]
             self._metrics_skip = False
         for rec in self._metrics_parser.feed(data):
             self._emit(Record(rec))
@@ -341,24 +353,32 @@ class Session:
         if trainer is None:
             stale = await control.stale_run_pid(helper, self.run)
             if stale is not None:
-                msg = (f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
-                       f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled")
+                msg = (
+                    f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
+                    f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled"
+                )
                 p = StopPhase("refused", msg, None, time.time())
                 self._phase_fn(on_phase)(p)
                 return StopResult(control.REFUSED, msg)
             where = f" for {self.run_dir}" if self.run_dir else ""
             return StopResult(control.NO_TRAINER, f"no trainer found{where} on {self.where}")
         try:
-            res = await control.stop(helper, trainer, timeout=timeout, on_phase=self._phase_fn(on_phase), sig=sig)
+            res = await control.stop(
+                helper, trainer, timeout=timeout, on_phase=self._phase_fn(on_phase), sig=sig
+            )
         except HelperGone as e:
-            return StopResult(control.ERROR, f"the link dropped during the stop ({e}); the trainer may be saving: "
-                                             f"check `status`", trainer)
+            return StopResult(
+                control.ERROR,
+                f"the link dropped during the stop ({e}); the trainer may be saving: check `status`",
+                trainer,
+            )
         if res.code in (control.OK, control.NO_CHECKPOINT, control.NO_TRAINER) and self.trainer is trainer:
             self._set_trainer(None)
         return res
 
-    async def restart_trainer(self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None,
-                              wait_s: float = 300.0) -> StopResult:
+    async def restart_trainer(
+        self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None, wait_s: float = 300.0
+    ) -> StopResult:
         """Stop cleanly, then launch the same run (run.json) with ``--resume auto``."""
         helper = self._writable()
         phase = self._phase_fn(on_phase)
@@ -368,26 +388,48 @@ class Session:
             run = await control.read_run_json(helper, self.run_dir)
         try:
             res = await control.restart(
-                helper, trainer, run, timeout=timeout, on_phase=phase, code_dir=code_dir, wait_s=wait_s,
+                helper,
+                trainer,
+                run,
+                timeout=timeout,
+                on_phase=phase,
+                code_dir=code_dir,
+                wait_s=wait_s,
                 on_status=lambda s: phase(StopPhase("launching", s, None, time.time())),
             )
         except control.ControlError as e:
             return StopResult(e.code, str(e), trainer)
         except HelperGone as e:
-            return StopResult(control.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer)
+            return StopResult(
+                control.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer
+            )
         if res.code == control.OK and res.trainer is not None:
             phase(StopPhase("started", res.message, None, time.time()))
             await self._adopt(res.trainer)
         return res
 
-    async def launch(self, flags: list[str], python: str = "python3", code_dir: str | None = None,
-                     env: dict[str, str] | None = None, wait_s: float = 300.0,
-                     on_status: Callable[[str], None] | None = None) -> StopResult:
+    async def launch(
+        self,
+        flags: list[str],
+        python: str = "python3",
+        code_dir: str | None = None,
+        env: dict[str, str] | None = None,
+        wait_s: float = 300.0,
+        on_status: Callable[[str], None] | None = None,
+    ) -> StopResult:
         """Start the trainer with ``flags`` (see control.launch); never raises for a refusal."""
         helper = self._writable()
         try:
-            res = await control.launch(helper, flags, run_dir=self.run_dir, python=python, code_dir=code_dir,
-                                       env=env, wait_s=wait_s, on_status=on_status)
+            res = await control.launch(
+                helper,
+                flags,
+                run_dir=self.run_dir,
+                python=python,
+                code_dir=code_dir,
+                env=env,
+                wait_s=wait_s,
+                on_status=on_status,
+            )
         except control.ControlError as e:
             return StopResult(e.code, str(e))
         if res.trainer is not None:

@@ -61,7 +61,9 @@ async def _fingerprint(host: str, kw: dict, tunnel) -> str:
     if tunnel is not None:
         keep["tunnel"] = tunnel
     try:
-        key = await asyncio.wait_for(asyncssh.get_server_host_key(host, **keep), kw.get("connect_timeout", 15))
+        key = await asyncio.wait_for(
+            asyncssh.get_server_host_key(host, **keep), kw.get("connect_timeout", 15)
+        )
     except (OSError, asyncssh.Error, asyncio.TimeoutError):
         return "(could not fetch the key)"
     if key is None:
@@ -124,4 +126,3 @@ async def connect(options: ConnectOptions) -> asyncssh.SSHClientConnection:
 
         asyncio.get_running_loop().create_task(_close_jump())
     return conn
-

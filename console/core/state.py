@@ -287,8 +287,11 @@ class ConsoleState:
             self.saving_since = t
             self.saving_expected_s = _num(rec.get("expected_s"))
             exp = self.saving_expected_s
-            self._event(t, f"saving checkpoint at step {rec.get('step')}"
-                        + (f" (expect ~{exp:.0f} s)" if exp is not None else ""))
+            self._event(
+                t,
+                f"saving checkpoint at step {rec.get('step')}"
+                + (f" (expect ~{exp:.0f} s)" if exp is not None else ""),
+            )
         elif name == "checkpoint_saved":
             self.saving_since = None
             self.ckpt_t = t
@@ -297,9 +300,12 @@ class ConsoleState:
             self.ckpt_path = rec.get("path") if isinstance(rec.get("path"), str) else None
             self.ckpt_seconds = _num(rec.get("seconds"))
             secs = self.ckpt_seconds
-            self._event(t, f"checkpoint saved: step {step}"
-                        + (f" in {secs:.1f} s" if secs is not None else "")
-                        + f", {_fmt_bytes(rec.get('bytes'))}")
+            self._event(
+                t,
+                f"checkpoint saved: step {step}"
+                + (f" in {secs:.1f} s" if secs is not None else "")
+                + f", {_fmt_bytes(rec.get('bytes'))}",
+            )
         elif name == "stopped":
             self.stopped = rec
             self.saving_since = None
@@ -351,8 +357,14 @@ class ConsoleState:
             if d is None:
                 d = by_index.get(str(getattr(g, "index", ""))) or by_index.get(getattr(g, "uuid", None))
             row = DeviceRow(
-                label=str(g.index), name=g.name or "", uuid=g.uuid, util=g.util,
-                mem_used=g.mem_used, mem_total=g.mem_total, power=g.power, temp=g.temp,
+                label=str(g.index),
+                name=g.name or "",
+                uuid=g.uuid,
+                util=g.util,
+                mem_used=g.mem_used,
+                mem_total=g.mem_total,
+                power=g.power,
+                temp=g.temp,
             )
             if d is not None:
                 used.add(id(d))

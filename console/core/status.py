@@ -37,8 +37,13 @@ async def collect(session: Session) -> dict:
         "t": time.time(),
     }
     if trainer is not None:
-        out["trainer"] = {"pid": trainer.pid, "start_time": trainer.start_time, "cmdline": trainer.cmdline,
-                          "run_dir": trainer.run_dir, "source": trainer.source}
+        out["trainer"] = {
+            "pid": trainer.pid,
+            "start_time": trainer.start_time,
+            "cmdline": trainer.cmdline,
+            "run_dir": trainer.run_dir,
+            "source": trainer.source,
+        }
     if run_dir:
         for rec in await control.recent_records(helper, run_dir):
             kind = rec.get("kind")
@@ -56,8 +61,12 @@ async def collect(session: Session) -> dict:
         if r["rc"] == 0:
             gpus = parse_output(r["stdout"])
             out["gpus"] = [
-                {**g.__dict__, "role": (d or {}).get("role"), "device": (d or {}).get("device"),
-                 "tok_s": (d or {}).get("tok_s")}
+                {
+                    **g.__dict__,
+                    "role": (d or {}).get("role"),
+                    "device": (d or {}).get("device"),
+                    "tok_s": (d or {}).get("tok_s"),
+                }
                 for g, d in join_devices(gpus, out["throughput"])
             ]
         else:
@@ -80,8 +89,11 @@ def _age(t: object, now: float) -> str:
 
 def format_text(st: dict) -> str:
     now = st["t"]
-    lines = [f"host: {st['host']}" + (f"  CT {st['ct']}" if st["ct"] is not None else "")
-             + f"  (helper pid {st['helper']['pid']} on {st['helper']['hostname']})"]
+    lines = [
+        f"host: {st['host']}"
+        + (f"  CT {st['ct']}" if st["ct"] is not None else "")
+        + f"  (helper pid {st['helper']['pid']} on {st['helper']['hostname']})"
+    ]
     tr = st["trainer"]
     if tr is None:
         lines.append("trainer: none running" + (f" for {st['run_dir']}" if st["run_dir"] else ""))
@@ -93,17 +105,23 @@ def format_text(st: dict) -> str:
     step = st["last_step"]
     if step:
         acc = step.get("acc") or []
-        parts = [f"step {step.get('step')}/{step.get('total_steps')}",
-                 f"epoch {step.get('epoch', 0):.2f}" if isinstance(step.get("epoch"), (int, float)) else None,
-                 f"loss {step['loss']:.4f}" if isinstance(step.get("loss"), (int, float)) else None,
-                 f"accept_len {step['accept_len']:.2f}" if isinstance(step.get("accept_len"), (int, float)) else None,
-                 f"acc@1 {acc[0]:.3f}" if acc and isinstance(acc[0], (int, float)) else None,
-                 f"lr {step['lr']:.2e}" if isinstance(step.get("lr"), (int, float)) else None,
-                 f"({_age(step.get('t'), now)})"]
+        parts = [
+            f"step {step.get('step')}/{step.get('total_steps')}",
+            f"epoch {step.get('epoch', 0):.2f}" if isinstance(step.get("epoch"), (int, float)) else None,
+            f"loss {step['loss']:.4f}" if isinstance(step.get("loss"), (int, float)) else None,
+            f"accept_len {step['accept_len']:.2f}"
+            if isinstance(step.get("accept_len"), (int, float))
+            else None,
+            f"acc@1 {acc[0]:.3f}" if acc and isinstance(acc[0], (int, float)) else None,
+            f"lr {step['lr']:.2e}" if isinstance(step.get("lr"), (int, float)) else None,
+            f"({_age(step.get('t'), now)})",
+        ]
         lines.append("  " + "  ".join(p for p in parts if p))
     if st["throughput"]:
         q = st["throughput"].get("queue") or {}
-        lines.append(f"  tok/s {st['tok_s']:.0f} (drafters)  queue {q.get('depth', '?')}/{q.get('capacity', '?')}")
+        lines.append(
+            f"  tok/s {st['tok_s']:.0f} (drafters)  queue {q.get('depth', '?')}/{q.get('capacity', '?')}"
+        )
     ck = st["last_checkpoint"]
     if ck:
         lines.append(f"  last checkpoint: step {ck.get('step')} {ck.get('path')} ({_age(ck.get('t'), now)})")
@@ -112,8 +130,10 @@ def format_text(st: dict) -> str:
         lines.append(f"  last event: {ev.get('name')} ({_age(ev.get('t'), now)})")
     if st["gpus"]:
         for g in st["gpus"]:
-            lines.append(f"  gpu {g['index']} {g['name']}: {g['util']}% {g['mem_used']}/{g['mem_total']} MiB "
-                         f"{g['power']} W {g['temp']} C" + (f"  [{g['role']}]" if g.get("role") else ""))
+            lines.append(
+                f"  gpu {g['index']} {g['name']}: {g['util']}% {g['mem_used']}/{g['mem_total']} MiB "
+                f"{g['power']} W {g['temp']} C" + (f"  [{g['role']}]" if g.get("role") else "")
+            )
     else:
         lines.append(f"gpus: {st['gpu_detail'] or 'none'}")
     return "\n".join(lines)

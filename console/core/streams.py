@@ -28,7 +28,7 @@ class LineSplitter:
             if nl < 0:
                 self._buf = b""
                 return []
-            data = data[nl + 1:]
+            data = data[nl + 1 :]
             self._skip = False
         *lines, self._buf = data.split(b"\n")
         return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
@@ -37,8 +37,15 @@ class LineSplitter:
 class FileTail:
     """Follow ``path`` from ``offset``; ``on_data(bytes)`` gets every new byte exactly once."""
 
-    def __init__(self, path: str, offset: int, on_data: Callable[[bytes], None], *,
-                 on_truncate: Callable[[], None] | None = None, interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        on_data: Callable[[bytes], None],
+        *,
+        on_truncate: Callable[[], None] | None = None,
+        interval: float = 0.1,
+    ) -> None:
         self.path = path
         self.offset = offset
         self.on_data = on_data
@@ -60,8 +67,13 @@ class FileTail:
         """(Re)start following through ``helper`` from the offset received so far (once per helper)."""
         if self._stream is not None and self._stream.helper is helper and not helper.closed:
             return
-        stream = helper.stream("follow", lambda push: self._push_from(stream, push), path=self.path,
-                               offset=self.offset, interval=self.interval)
+        stream = helper.stream(
+            "follow",
+            lambda push: self._push_from(stream, push),
+            path=self.path,
+            offset=self.offset,
+            interval=self.interval,
+        )
         self._stream = stream
 
     def _push_from(self, stream: Stream, push: dict) -> None:

@@ -48,8 +48,16 @@ def parse_gpu_line(line: str) -> Gpu | None:
     parts = [p.strip() for p in line.strip().split(",")]
     if len(parts) != 8 or not parts[0].isdigit():
         return None
-    return Gpu(index=int(parts[0]), uuid=parts[1], name=parts[2], util=_num(parts[3]),
-               mem_used=_num(parts[4]), mem_total=_num(parts[5]), power=_num(parts[6]), temp=_num(parts[7]))
+    return Gpu(
+        index=int(parts[0]),
+        uuid=parts[1],
+        name=parts[2],
+        util=_num(parts[3]),
+        mem_used=_num(parts[4]),
+        mem_total=_num(parts[5]),
+        power=_num(parts[6]),
+        temp=_num(parts[7]),
+    )
 
 
 def parse_output(text: str) -> list[Gpu]:

@@ -19,9 +19,20 @@ async def _serve(args: argparse.Namespace) -> None:
     env = dict(kv.split("=", 1) for kv in args.env)
     async with DevHost(args.root, port=args.port, env=env) as h:
         cts = [str(h.add_container(ct)) for ct in args.ct]
-        print(json.dumps({"host": h.host, "port": h.port, "user": h.user, "client_key": str(h.client_key_path),
-                          "known_hosts": str(h.known_hosts_path), "containers": cts,
-                          "fingerprint": h.host_fingerprint}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "host": h.host,
+                    "port": h.port,
+                    "user": h.user,
+                    "client_key": str(h.client_key_path),
+                    "known_hosts": str(h.known_hosts_path),
+                    "containers": cts,
+                    "fingerprint": h.host_fingerprint,
+                }
+            ),
+            flush=True,
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

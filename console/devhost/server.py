@@ -58,8 +58,14 @@ class _Server(asyncssh.SSHServer):
 class DevHost:
     """See the module docstring. Attributes after start: port, known_hosts_path, client_key_path, user."""
 
-    def __init__(self, root: str | os.PathLike, *, port: int = 0, env: dict[str, str] | None = None,
-                 python: str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        *,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+    ) -> None:
         self.root = Path(root).resolve()
         self.port = port
         self.user = getpass.getuser()
@@ -91,13 +97,11 @@ class DevHost:
         client_key.write_public_key(str(self.client_key_path) + ".pub")
         os.chmod(self.client_key_path, 0o600)
         self._host_key = host_key
-        self._authorized = asyncssh.import_authorized_keys(
-            client_key.export_public_key().decode("ascii")
-        )
+        self._authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode("ascii"))
         self.bin_dir.mkdir(parents=True, exist_ok=True)
         write_pct(self.bin_dir / "pct", self.root / "ct")
         py = self.bin_dir / "python3"
-        py.write_text(f"#!/bin/sh\nexec {shlex.quote(self.python)} \"$@\"\n")
+        py.write_text(f'#!/bin/sh\nexec {shlex.quote(self.python)} "$@"\n')
         py.chmod(0o755)
         (self.root / "home").mkdir(exist_ok=True)
         self._prepared = True
@@ -132,7 +136,9 @@ class DevHost:
     async def start(self) -> DevHost:
         self._prepare()
         self._acceptor = await asyncssh.create_server(
-            lambda: _Server(self), LOOPBACK, self.port,
+            lambda: _Server(self),
+            LOOPBACK,
+            self.port,
             server_host_keys=[self._host_key],
             authorized_client_keys=self._authorized,
             process_factory=self._on_process,
@@ -208,9 +214,14 @@ class DevHost:
             return
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", command,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env=self.env(), cwd=str(self.root / "home"),
+                "/bin/sh",
+                "-c",
+                command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.env(),
+                cwd=str(self.root / "home"),
                 start_new_session=True,  # a process group of its own: stop() can end it whole
                 limit=1 << 20,
             )
@@ -250,7 +261,9 @@ class DevHost:
 
         tin = asyncio.ensure_future(pump_in())
         try:
-            await asyncio.gather(pump_out(1, proc.stdout, process.stdout), pump_out(2, proc.stderr, process.stderr))
+            await asyncio.gather(
+                pump_out(1, proc.stdout, process.stdout), pump_out(2, proc.stderr, process.stderr)
+            )
             rc = await proc.wait()
         finally:
             tin.cancel()

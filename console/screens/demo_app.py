@@ -75,11 +75,16 @@ class DemoApp(ConsoleApp):
         return [(k, "Quit the demo", QUIT_HELP) if k == "q" else (k, t, h) for k, t, h in super().help_rows()]
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
-        return [(n, "Quit the demo", QUIT_HELP) if n == "quit" else (n, t, h) for n, t, h in super().palette_commands()]
+        return [
+            (n, "Quit the demo", QUIT_HELP) if n == "quit" else (n, t, h)
+            for n, t, h in super().palette_commands()
+        ]
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.help_rows(), self.readonly, quit_note=f"In the demo, q: {QUIT_HELP}."))
+            self.push_screen(
+                HelpScreen(self.help_rows(), self.readonly, quit_note=f"In the demo, q: {QUIT_HELP}.")
+            )
 
     async def action_quit(self) -> None:
         if self.ending:
@@ -93,8 +98,10 @@ class DemoApp(ConsoleApp):
         self.workers.cancel_group(self, "demo-setup")
         session = self.session
         if session.connected and session.trainer is not None:
-            self.notify("ending the demo: stopping the trainer cleanly (checkpoint, exit); q again: quit now",
-                        timeout=30)
+            self.notify(
+                "ending the demo: stopping the trainer cleanly (checkpoint, exit); q again: quit now",
+                timeout=30,
+            )
 
             def phase(p: StopPhase) -> None:
                 self._ending_say(f"  [{p.phase}] {p.detail}")

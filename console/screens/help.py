@@ -55,8 +55,9 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_table(self.rows, self.readonly))
             note = Text()
             if self.readonly:
-                note.append("\nRead-only: stop, restart, launch and deploy are switched off.\n",
-                            style="bold yellow")
+                note.append(
+                    "\nRead-only: stop, restart, launch and deploy are switched off.\n", style="bold yellow"
+                )
             note.append(f"\n{self.quit_note}  Esc closes.", style="dim")
             yield Static(note)
 

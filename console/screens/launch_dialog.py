@@ -41,8 +41,9 @@ class LaunchDialog(ModalScreen[object]):
     LaunchDialog Button { margin-left: 2; }
     """
 
-    def __init__(self, run: dict | None, launcher: Launcher, live_pid: int | None = None,
-                 code_dir: str | None = None) -> None:
+    def __init__(
+        self, run: dict | None, launcher: Launcher, live_pid: int | None = None, code_dir: str | None = None
+    ) -> None:
         super().__init__()
         self.code_dir = code_dir  # a code dir deployed from this screen replaces the last run's
         self.live_pid = live_pid
@@ -56,16 +57,24 @@ class LaunchDialog(ModalScreen[object]):
         code_dir = self.code_dir or code_dir
         with Vertical():
             src = "the last run's run.json" if self.last_run else "nothing (no run.json seen)"
-            yield Static(Text("Launch the trainer  ", style="bold") + Text(f"prefilled from {src}",
-                                                                           style="dim"), id="title")
+            yield Static(
+                Text("Launch the trainer  ", style="bold") + Text(f"prefilled from {src}", style="dim"),
+                id="title",
+            )
             yield Label("trainer flags (python -m trainer.pipeline …)")
             yield Input(flags, id="flags")
             yield Label("remote interpreter")
             yield Input(python, id="python")
             yield Label("code directory (holds the trainer package; empty: deploy the bundled trainer)")
             yield Input(code_dir, id="code_dir")
-            warn = (Text(f"A trainer (PID {self.live_pid}) is running: a launch into its run dir is refused.",
-                         style="yellow") if self.live_pid is not None else "")
+            warn = (
+                Text(
+                    f"A trainer (PID {self.live_pid}) is running: a launch into its run dir is refused.",
+                    style="yellow",
+                )
+                if self.live_pid is not None
+                else ""
+            )
             yield Static(warn, id="outcome")
             with Horizontal(id="buttons"):
                 yield Button("Cancel (Esc)", id="cancel", variant="primary")
@@ -101,8 +110,7 @@ class LaunchDialog(ModalScreen[object]):
     @work(exclusive=True, group="launch")
     async def _go(self, flags: list[str], python: str, code_dir: str | None) -> None:
         try:
-            self.result = await self.launcher(flags, python=python, code_dir=code_dir,
-                                              on_status=self._status)
+            self.result = await self.launcher(flags, python=python, code_dir=code_dir, on_status=self._status)
         except Exception as exc:
             self.result = exc
         finally:
@@ -110,8 +118,9 @@ class LaunchDialog(ModalScreen[object]):
         ok, text = describe(self.result)
         if ok:
             self.query_one("#launch", Button).disabled = True
-        self._say(Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)",
-                       style="bold green" if ok else "bold red"))
+        self._say(
+            Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)", style="bold green" if ok else "bold red")
+        )
 
     def _status(self, line: str) -> None:
         self._say(Text(f"launching… {line}", style="yellow"))

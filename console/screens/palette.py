@@ -11,8 +11,9 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 class ConsoleCommands(Provider):
     def _commands(self):
         app = self.app
-        return [(title, help_, partial(app.run_action, action))
-                for action, title, help_ in app.palette_commands()]
+        return [
+            (title, help_, partial(app.run_action, action)) for action, title, help_ in app.palette_commands()
+        ]
 
     async def discover(self) -> Hits:
         for title, help_, cb in self._commands():

@@ -86,8 +86,15 @@ class StopDialog(ModalScreen[object]):
     StopDialog.running #phases, StopDialog.running #outcome { display: block; }
     """
 
-    def __init__(self, kind: str, state: ConsoleState, runner: Runner, *, timeout: float = 120.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        kind: str,
+        state: ConsoleState,
+        runner: Runner,
+        *,
+        timeout: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__()
         self.kind = kind
         self.state = state
@@ -116,8 +123,11 @@ class StopDialog(ModalScreen[object]):
     def _explain(self) -> Text:
         t = Text("It gets SIGINT, writes a checkpoint and exits; nothing is killed.", style="dim")
         if self.kind == "restart":
-            t.append(" Then it is launched again with the same interpreter, directory, environment"
-                     " and flags plus --resume auto.", style="dim")
+            t.append(
+                " Then it is launched again with the same interpreter, directory, environment"
+                " and flags plus --resume auto.",
+                style="dim",
+            )
         t.append(f" Gives up waiting after {self.timeout:.0f} s.", style="dim")
         return t
 
@@ -142,7 +152,8 @@ class StopDialog(ModalScreen[object]):
         self.started_at = self.clock()
         self.add_class("running")
         self.query_one("#title", Static).update(
-            "Stopping the trainer…" if self.kind == "stop" else "Restarting the trainer…")
+            "Stopping the trainer…" if self.kind == "stop" else "Restarting the trainer…"
+        )
         self.query_one("#explain", Static).display = False
         self._show()
         self.set_interval(0.25, self._show)
@@ -230,11 +241,16 @@ class StopDialog(ModalScreen[object]):
             if (failed is not None and failed.phase == "timeout") or code == 3:
                 tr = self.state.trainer
                 pid = getattr(tr, "pid", "?")
-                t.append(f"still running after {self.timeout:.0f} s; it was left running, not killed.\n",
-                         style="bold red")
-                t.append("Watch the log (it may still be saving) and press s again to wait longer. "
-                         f"Only if it hangs: kill -KILL {pid} in the container; checkpoints/latest "
-                         "then still names the last complete checkpoint.", style="yellow")
+                t.append(
+                    f"still running after {self.timeout:.0f} s; it was left running, not killed.\n",
+                    style="bold red",
+                )
+                t.append(
+                    "Watch the log (it may still be saving) and press s again to wait longer. "
+                    f"Only if it hangs: kill -KILL {pid} in the container; checkpoints/latest "
+                    "then still names the last complete checkpoint.",
+                    style="yellow",
+                )
             else:
                 t.append(msg or getattr(failed, "detail", "failed"), style="bold red")
         else:

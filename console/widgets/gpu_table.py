@@ -12,8 +12,16 @@ from console.core.state import ConsoleState, DeviceRow, fmt_tok_s
 from console.widgets.text_widget import TextWidget
 
 # (header, width, right-aligned)
-COLUMNS = (("GPU", 4, False), ("name", 9, False), ("role", 8, False), ("util", 5, True),
-           ("memory", 11, True), ("power", 6, True), ("temp", 5, True), ("tok/s", 7, True))
+COLUMNS = (
+    ("GPU", 4, False),
+    ("name", 9, False),
+    ("role", 8, False),
+    ("util", 5, True),
+    ("memory", 11, True),
+    ("power", 6, True),
+    ("temp", 5, True),
+    ("tok/s", 7, True),
+)
 ROLE_STYLE = {"drafter": "bold cyan", "target": "bold magenta"}
 
 
@@ -88,7 +96,7 @@ class GpuTable(TextWidget):
         for line in lines:
             cells, x = [], 0
             for _, width, _ in COLUMNS:
-                cells.append(line[x:x + width].strip())
+                cells.append(line[x : x + width].strip())
                 x += width + 1
             out.append(cells)
         return out

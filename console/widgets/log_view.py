@@ -99,8 +99,7 @@ class LogView(Log):
         q = self.query_text.lower()
         cur = self._matches[self._current] if self._current is not None else None
         self._matches = [m - pruned for m in self._matches if m - pruned >= 0]
-        self._matches += [start + i for i, line in enumerate(batch) if q in line.lower()
-                          and start + i >= 0]
+        self._matches += [start + i for i, line in enumerate(batch) if q in line.lower() and start + i >= 0]
         if cur is not None and cur - pruned >= 0:
             self._current = self._matches.index(cur - pruned)
         else:
@@ -165,8 +164,7 @@ class LogView(Log):
         line = self._process_line(self._lines[y])
         text = Text(line, no_wrap=True)
         text.stylize(rich_style)
-        text.highlight_words([q], CURRENT if y == self.current_match_line else MATCH,
-                             case_sensitive=False)
+        text.highlight_words([q], CURRENT if y == self.current_match_line else MATCH, case_sensitive=False)
         return Strip(text.render(self.app.console), text.cell_len)
 
 
@@ -190,8 +188,9 @@ class LogPane(Vertical):
         status = TextWidget(id="log-status")
         status.set_content(self.view.status_text())
         yield status
-        yield Input(placeholder="search the log (Enter: newest match, n/N: next/prev, Esc: close)",
-                    id="log-search")
+        yield Input(
+            placeholder="search the log (Enter: newest match, n/N: next/prev, Esc: close)", id="log-search"
+        )
 
     def on_log_status(self, message: LogStatus) -> None:
         message.stop()

@@ -38,6 +38,11 @@ class TokSPlot(CachedPlot):
             xs = [h[0] - t_end for h in pts]
             plt.plot(xs, [h[1] for h in pts], label="total", marker="braille", color="cyan")
             if any("target" in h[2] for h in pts):
-                plt.plot(xs, [h[2].get("target", 0.0) for h in pts], label="target",
-                         marker="braille", color="magenta")
+                plt.plot(
+                    xs,
+                    [h[2].get("target", 0.0) for h in pts],
+                    label="target",
+                    marker="braille",
+                    color="magenta",
+                )
         self.refresh()

@@ -47,8 +47,11 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     age = state.checkpoint_age_s()
     if state.saving_since is not None:
         exp = state.saving_expected_s
-        ck = Text(f"saving… {fmt_duration(state.saving_elapsed_s())}"
-                  + (f" of ~{fmt_duration(exp)}" if exp is not None else ""), style="yellow")
+        ck = Text(
+            f"saving… {fmt_duration(state.saving_elapsed_s())}"
+            + (f" of ~{fmt_duration(exp)}" if exp is not None else ""),
+            style="yellow",
+        )
     elif age is None:
         ck = Text("none yet", style="dim")
     else:
