@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
 test: lint

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer_run import ROOT, env
+from tests.support.trainer_run import ROOT, env
 
 
 @pytest.fixture(scope="session")

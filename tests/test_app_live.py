@@ -20,8 +20,8 @@ from console.core.options import ConnectOptions
 from console.core.session import ReadOnlyError, Session
 from console.devhost.thread import DevHostThread
 from console.screens.stop_dialog import StopDialog
-from tests.screen_text import screen_text, until
-from tests.trainer_run import ROOT, tiny_flags
+from tests.support.screen_text import screen_text, until
+from tests.support.trainer_run import ROOT, tiny_flags
 
 CT = 200
 SIZE = (120, 36)

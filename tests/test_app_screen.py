@@ -5,8 +5,8 @@ from console.core.events import ConnState, GpuSample, LogLines, Record, TrainerF
 from console.core.state import ConsoleState
 from console.screens.help import HelpScreen
 from console.screens.stop_dialog import StopDialog
-from tests.screen_text import screen_text, until
-from tests.test_state_fold import T0, _gpus, step, tp
+from tests.support.records import T0, gpus, step, tp
+from tests.support.screen_text import screen_text, until
 
 SIZE = (120, 36)
 
@@ -44,7 +44,7 @@ async def test_table_and_panel_fill_from_events():
             [
                 ConnState("connected"),
                 _trainer(),
-                _gpus(2),
+                gpus(2),
                 Record(
                     tp(
                         T0,
@@ -69,7 +69,7 @@ async def test_table_and_panel_fill_from_events():
         assert "5/8" in text
         assert "CONNECTED" in text and "trainer PID 4242" in text
         # a new sample updates cells in place
-        app.feed([GpuSample([g.__class__(**{**g.__dict__, "util": 77.0}) for g in _gpus(2).gpus])])
+        app.feed([GpuSample([g.__class__(**{**g.__dict__, "util": 77.0}) for g in gpus(2).gpus])])
         await pilot.pause(0.3)
         assert _cells(app)[1][3] == "77%"
 

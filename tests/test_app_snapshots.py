@@ -4,7 +4,7 @@ change with ``pytest tests/test_app_snapshots.py --snapshot-update`` and look at
 
 from console.app import ConsoleApp
 from console.core.state import ConsoleState
-from tests.replay import recorded
+from tests.support.replay import recorded
 
 SIZE = (120, 36)
 

@@ -13,8 +13,8 @@ import pytest
 
 from console.core.control import bundled_trainer_dir
 from console.devhost import DevHostThread
-from tests.core_util import CLI, CT, alive, cli, conn_args, start_time, start_user_script
-from tests.trainer_run import ROOT
+from tests.support.core_util import CLI, CT, alive, cli, conn_args, start_time, start_user_script
+from tests.support.trainer_run import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import signal
 import pytest
 
 from console.devhost import DevHostThread
-from tests.core_util import CT, alive, cli, conn_args, wait_until
-from tests.trainer_run import events, steps, tiny_flags
+from tests.support.core_util import CT, alive, cli, conn_args, wait_until
+from tests.support.trainer_run import events, steps, tiny_flags
 
 pytestmark = pytest.mark.slow
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"

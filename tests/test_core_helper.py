@@ -12,7 +12,7 @@ import pytest
 from console.core.helper import Helper, HelperError, HelperGone, HelperStartError, b64decode
 from console.core.ssh import connect
 from console.devhost import DevHost
-from tests.core_util import CT, alive, options_for, start_time, wait_until
+from tests.support.core_util import CT, alive, options_for, start_time, wait_until
 
 NASTY = "run dir 'q' \"dq\" $(touch PWNED) ; touch PWNED2 `touch PWNED3` \\ *"
 

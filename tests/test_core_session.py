@@ -17,7 +17,7 @@ from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
 from console.core.telemetry import join_devices, nvidia_smi_argv, parse_gpu_line, parse_output
 from console.devhost import DevHost
-from tests.core_util import CT, alive, options_for, start_user_script, wait_until
+from tests.support.core_util import CT, alive, options_for, start_user_script, wait_until
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from console.core.events import ConnState, LogLines, Record
 from console.core.session import Session
 from console.core.streams import LineSplitter
 from console.devhost import DevHost
-from tests.core_util import CT, options_for
+from tests.support.core_util import CT, options_for
 
 N = 400
 # Appends numbered metrics records and log lines, each written in two halves (a torn line is on

@@ -23,9 +23,9 @@ import pytest
 
 from console.demo import Demo, marked_processes
 from console.screens.demo_app import DemoApp
-from tests.core_util import CLI, alive
-from tests.screen_text import until
-from tests.trainer_run import ROOT, env
+from tests.support.core_util import CLI, alive
+from tests.support.screen_text import until
+from tests.support.trainer_run import ROOT, env
 
 STATUS = re.compile(
     r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)"

@@ -6,7 +6,7 @@ Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/test_gpu_model.py -q
 import pytest
 import torch
 
-from tests.model_util import VOCAB, tiny_drafter, tiny_target, tiny_target_config
+from tests.support.model_util import VOCAB, tiny_drafter, tiny_target, tiny_target_config
 from trainer.head import FrozenHead
 from trainer.loss import dflash_loss, metrics_to_floats
 from trainer.masks import sample_anchors

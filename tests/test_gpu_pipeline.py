@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.trainer_run import ROOT, env, tiny_flags
+from tests.support.trainer_run import ROOT, env, tiny_flags
 from trainer.data import Plan, load_dir
 from trainer.gpu_meter import GpuMeter, role_meter
 from trainer.roles import TargetRole

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tests.model_util import random_embed, tiny_drafter, tiny_target_config
+from tests.support.model_util import random_embed, tiny_drafter, tiny_target_config
 from trainer.config import DraftConfig, default_target_layer_ids
 from trainer.export import load_drafter, save_drafter
 

@@ -7,7 +7,7 @@ Each test perturbs one input and checks which block outputs move, through both a
 import pytest
 import torch
 
-from tests.model_util import VOCAB, random_embed, tiny_drafter
+from tests.support.model_util import VOCAB, random_embed, tiny_drafter
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.model_util import tiny_target
+from tests.support.model_util import tiny_target
 from trainer.head import FrozenHead
 from trainer.target import capture, load_target
 

@@ -7,7 +7,7 @@ path: capture -> anchors -> drafter (SDPA dense mask) -> chunked loss -> AdamW.
 
 import torch
 
-from tests.model_util import tiny_drafter, tiny_target
+from tests.support.model_util import tiny_drafter, tiny_target
 from trainer.head import FrozenHead
 from trainer.loss import dflash_loss, metrics_to_floats
 from trainer.masks import sample_anchors

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.trainer_run import ROOT, Trainer, env, events, steps, tiny_flags
+from tests.support.trainer_run import ROOT, Trainer, env, events, steps, tiny_flags
 from trainer import checkpoint
 
 WRITER = """

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.trainer_run import ROOT, env, events, tiny_flags
+from tests.support.trainer_run import ROOT, env, events, tiny_flags
 from trainer.flags import FlagError, build_parser, validate
 from trainer.rundir import proc_start_time
 

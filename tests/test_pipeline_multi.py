@@ -12,7 +12,15 @@ import time
 
 import pytest
 
-from tests.trainer_run import Trainer, events, records, session_members, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import (
+    Trainer,
+    events,
+    records,
+    session_members,
+    steps,
+    tiny_flags,
+    wait_for_step,
+)
 from trainer import checkpoint
 
 pytestmark = pytest.mark.slow
@@ -129,7 +137,7 @@ def test_workers_under_torchrun_report_to_the_launcher(tiny_assets, tmp_path):
     import subprocess
     import sys
 
-    from tests.trainer_run import ROOT, env
+    from tests.support.trainer_run import ROOT, env
 
     out = tmp_path / "run"
     flags = tiny_flags(tiny_assets, out, "--max-steps", "3", "--launch", "torchrun")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer_run import events, run, steps, tiny_flags
+from tests.support.trainer_run import events, run, steps, tiny_flags
 
 pytestmark = pytest.mark.slow
 

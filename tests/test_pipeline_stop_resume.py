@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.trainer_run import Trainer, events, run, session_members, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import Trainer, events, run, session_members, steps, tiny_flags, wait_for_step
 
 pytestmark = pytest.mark.slow
 

@@ -1,38 +1,7 @@
 """The screen's view model (console/core/state.py) folds metrics records into what is shown."""
 
 from console.core.state import ConsoleState, fmt_duration, fmt_tok_s
-
-T0 = 1_700_000_000.0
-
-
-def tp(t, devices, depth=3, cap=8):
-    return {"t": t, "kind": "throughput", "devices": devices, "queue": {"depth": depth, "capacity": cap}}
-
-
-def dev(i, role, tok_s, uuid=True):
-    return {
-        "device": f"cuda:{i}",
-        "uuid": f"GPU-{i}" if uuid else None,
-        "role": role,
-        "tok_s": tok_s,
-        "busy": 0.5,
-    }
-
-
-def step(t, s, total=100, loss=2.0):
-    return {
-        "t": t,
-        "kind": "step",
-        "step": s,
-        "total_steps": total,
-        "epoch": s / 50,
-        "loss": loss,
-        "acc": [0.9, 0.5, 0.25],
-        "accept_len": 1.6,
-        "lr": 3e-4,
-        "grad_norm": 0.7,
-        "tokens": 512,
-    }
+from tests.support.records import T0, dev, gpus, step, tp
 
 
 def test_headline_is_drafters_sum_and_history_keeps_roles():
@@ -139,29 +108,9 @@ def test_formatting():
     assert fmt_tok_s(14523.0) == "14.5K" and fmt_tok_s(812.4) == "812"
 
 
-def _gpus(n):
-    from console.core.events import Gpu, GpuSample
-
-    return GpuSample(
-        [
-            Gpu(
-                i,
-                f"GPU-{i}",
-                "NVIDIA H200",
-                util=10.0 * i,
-                mem_used=1024.0 * i,
-                mem_total=143771.0,
-                power=100.0 + i,
-                temp=40.0 + i,
-            )
-            for i in range(n)
-        ]
-    )
-
-
 def test_gpus_join_trainer_devices_by_uuid():
     st = ConsoleState(clock=lambda: T0)
-    st.apply(_gpus(4))
+    st.apply(gpus(4))
     # the trainer names its devices by local index; the uuid ties them to the physical GPU
     st.apply_record(
         tp(
@@ -188,7 +137,7 @@ def test_gpus_join_through_cuda_visible_devices_without_uuids():
     st = ConsoleState(clock=lambda: T0)
     run = {"env": {"CUDA_VISIBLE_DEVICES": "3,1"}, "argv": ["--lr", "1e-3"]}
     st.apply(TrainerFound(TrainerInfo(42, 1, ["python3"], "/r", "run.json", run)))
-    st.apply(_gpus(4))
+    st.apply(gpus(4))
     st.apply_record(tp(T0, [dev(0, "target", 900.0, uuid=False), dev(1, "drafter", 450.0, uuid=False)]))
     roles = {r.label: r.role for r in st.rows()}
     assert roles == {"0": None, "1": "drafter", "2": None, "3": "target"}

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.trainer_run import ROOT, env
+from tests.support.trainer_run import ROOT, env
 
 
 def test_tiny_target_and_tokenizer_load_offline(tiny_assets):

@@ -24,7 +24,7 @@ from console.core.events import (
 )
 from console.core.metrics import parse_line
 
-DATA = Path(__file__).parent / "data" / "tiny_run"
+DATA = Path(__file__).resolve().parents[1] / "data" / "tiny_run"
 GPUS = [
     Gpu(
         0, "GPU-6f1c0000-0000-0000-0000-000000000000", "NVIDIA H200", 97.0, 101_204.0, 143_771.0, 612.4, 67.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from console.core.options import ConnectOptions
 from console.devhost import DevHostThread
-from tests.trainer_run import ROOT
+from tests.support.trainer_run import ROOT
 
 CT = 200
 CLI = [str(Path(sys.executable).parent / "dflash-console")]
