@@ -1,6 +1,6 @@
 """Snapshots (pytest-textual-snapshot) at 120x36 of the main screen, the stop dialog and help, fed
-from a recorded tiny-trainer run with a frozen clock (tests/replay.py). Regenerate after a deliberate
-change with ``pytest tests/test_app_snapshots.py --snapshot-update`` and look at the SVGs."""
+from a recorded tiny-trainer run with a frozen clock (tests/support/replay.py). Regenerate after a deliberate
+change with ``pytest tests/console/screen/test_app_snapshots.py --snapshot-update`` and look at the SVGs."""
 
 from console.app import ConsoleApp
 from console.core.state import ConsoleState
