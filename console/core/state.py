@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from console.core.devices import join_devices
+from console.core.formatting import fmt_bytes
 from console.core.metrics import headline_tok_s
 
 
@@ -51,26 +53,6 @@ class Conn:
 
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _fmt_bytes(n) -> str:
-    n = _num(n)
-    if n is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-def _visible_devices(run: dict | None) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES from run.json as a list, when it is set and non-empty."""
-    env = (run or {}).get("env") or {}
-    cvd = env.get("CUDA_VISIBLE_DEVICES") if isinstance(env, dict) else None
-    if not isinstance(cvd, str) or not cvd.strip():
-        return None
-    return [p.strip() for p in cvd.split(",") if p.strip()]
 
 
 @dataclass
@@ -304,7 +286,7 @@ class ConsoleState:
                 t,
                 f"checkpoint saved: step {step}"
                 + (f" in {secs:.1f} s" if secs is not None else "")
-                + f", {_fmt_bytes(rec.get('bytes'))}",
+                + f", {fmt_bytes(rec.get('bytes'))}",
             )
         elif name == "stopped":
             self.stopped = rec
@@ -335,46 +317,25 @@ class ConsoleState:
         return run if isinstance(run, dict) else self.last_run
 
     def rows(self) -> list[DeviceRow]:
-        """GPU rows joined to the trainer's devices (by uuid, else through CUDA_VISIBLE_DEVICES),
-        followed by trainer devices that match no GPU (the CPU demo's ``cpu``)."""
-        by_uuid = {d.get("uuid"): d for d in self.devices if d.get("uuid")}
-        by_index: dict[str, dict] = {}
-        visible = _visible_devices(self.run)
-        for d in self.devices:
-            dev = d.get("device")
-            if d.get("uuid") or not isinstance(dev, str) or not dev.startswith("cuda:"):
-                continue
-            local = dev.split(":", 1)[1]
-            if visible is not None:
-                if local.isdigit() and int(local) < len(visible):
-                    by_index[visible[int(local)]] = d
-            else:
-                by_index[local] = d
-        used: set[int] = set()
+        """GPU rows joined to the trainer's devices (console/core/devices.py: the rule ``status``
+        uses too), followed by trainer devices that match no GPU (the CPU demo's ``cpu``)."""
         rows: list[DeviceRow] = []
-        for g in self.gpus:
-            d = by_uuid.get(getattr(g, "uuid", None))
-            if d is None:
-                d = by_index.get(str(getattr(g, "index", ""))) or by_index.get(getattr(g, "uuid", None))
-            row = DeviceRow(
-                label=str(g.index),
-                name=g.name or "",
-                uuid=g.uuid,
-                util=g.util,
-                mem_used=g.mem_used,
-                mem_total=g.mem_total,
-                power=g.power,
-                temp=g.temp,
-            )
+        for g, d in join_devices(self.gpus, {"devices": self.devices}, self.run):
+            if g is None:
+                row = DeviceRow(label=str(d.get("device") or "?"), uuid=d.get("uuid"))
+            else:
+                row = DeviceRow(
+                    label=str(g.index),
+                    name=g.name or "",
+                    uuid=g.uuid,
+                    util=g.util,
+                    mem_used=g.mem_used,
+                    mem_total=g.mem_total,
+                    power=g.power,
+                    temp=g.temp,
+                )
             if d is not None:
-                used.add(id(d))
                 self._join(row, d)
-            rows.append(row)
-        for d in self.devices:
-            if id(d) in used:
-                continue
-            row = DeviceRow(label=str(d.get("device") or "?"), uuid=d.get("uuid"))
-            self._join(row, d)
             rows.append(row)
         return rows
 
@@ -417,25 +378,3 @@ class ConsoleState:
         """Seconds since the newest step or throughput record was written."""
         ts = [t for t in (self.last_step_t, self.last_throughput_t) if t is not None]
         return None if not ts else max(0.0, self.clock() - max(ts))
-
-
-def fmt_duration(s: float | None) -> str:
-    """12s, 3m05s, 2h07m, 3d04h; '-' for unknown."""
-    if s is None:
-        return "-"
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def fmt_tok_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v >= 10_000:
-        return f"{v / 1000:.1f}K"
-    return f"{v:.0f}"

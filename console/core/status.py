@@ -10,10 +10,13 @@ import shlex
 import time
 
 from console.core import control
+from console.core.devices import join_devices
+from console.core.events import Gpu
+from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.session import Session
-from console.core.telemetry import join_devices, nvidia_smi_argv, parse_output
+from console.core.telemetry import nvidia_smi_argv, parse_output
 
 
 async def collect(session: Session) -> dict:
@@ -59,16 +62,7 @@ async def collect(session: Session) -> dict:
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
         if r["rc"] == 0:
-            gpus = parse_output(r["stdout"])
-            out["gpus"] = [
-                {
-                    **g.__dict__,
-                    "role": (d or {}).get("role"),
-                    "device": (d or {}).get("device"),
-                    "tok_s": (d or {}).get("tok_s"),
-                }
-                for g, d in join_devices(gpus, out["throughput"])
-            ]
+            out["gpus"] = gpu_entries(parse_output(r["stdout"]), out["throughput"], out["run"])
         else:
             out["gpu_detail"] = f"nvidia-smi failed: {(r['stderr'] or r['stdout']).strip()[:200]}"
     except HelperError as e:
@@ -76,15 +70,19 @@ async def collect(session: Session) -> dict:
     return out
 
 
-def _age(t: object, now: float) -> str:
-    if not isinstance(t, (int, float)):
-        return "?"
-    s = max(0.0, now - float(t))
-    if s < 90:
-        return f"{s:.0f} s ago"
-    if s < 5400:
-        return f"{s / 60:.0f} min ago"
-    return f"{s / 3600:.1f} h ago"
+def gpu_entries(gpus: list[Gpu], throughput: dict | None, run: dict | None) -> list[dict]:
+    """Each GPU as a dict with the role, device and tok/s of the trainer device joined to it by the
+    screen's rule (console/core/devices.py: uuid, then CUDA_VISIBLE_DEVICES, then cuda:N = GPU N)."""
+    return [
+        {
+            **g.__dict__,
+            "role": (d or {}).get("role"),
+            "device": (d or {}).get("device"),
+            "tok_s": (d or {}).get("tok_s"),
+        }
+        for g, d in join_devices(gpus, throughput, run)
+        if g is not None
+    ]
 
 
 def format_text(st: dict) -> str:
@@ -114,7 +112,7 @@ def format_text(st: dict) -> str:
             else None,
             f"acc@1 {acc[0]:.3f}" if acc and isinstance(acc[0], (int, float)) else None,
             f"lr {step['lr']:.2e}" if isinstance(step.get("lr"), (int, float)) else None,
-            f"({_age(step.get('t'), now)})",
+            f"({fmt_age(step.get('t'), now)})",
         ]
         lines.append("  " + "  ".join(p for p in parts if p))
     if st["throughput"]:
@@ -124,10 +122,12 @@ def format_text(st: dict) -> str:
         )
     ck = st["last_checkpoint"]
     if ck:
-        lines.append(f"  last checkpoint: step {ck.get('step')} {ck.get('path')} ({_age(ck.get('t'), now)})")
+        lines.append(
+            f"  last checkpoint: step {ck.get('step')} {ck.get('path')} ({fmt_age(ck.get('t'), now)})"
+        )
     ev = st["last_event"]
     if ev and tr is None:
-        lines.append(f"  last event: {ev.get('name')} ({_age(ev.get('t'), now)})")
+        lines.append(f"  last event: {ev.get('name')} ({fmt_age(ev.get('t'), now)})")
     if st["gpus"]:
         for g in st["gpus"]:
             lines.append(

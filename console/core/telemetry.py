@@ -3,7 +3,7 @@
 ``parse_gpu_line`` reads one CSV line (``--format=csv,noheader,nounits``); ``Telemetry`` runs the
 stream and groups lines into samples (one line per GPU each interval). Where there is no nvidia-smi
 it reports that (``TelemetryState(available=False)``) and stops; it does not crash the session.
-``join_devices`` matches GPUs to the trainer's devices by uuid.
+Which GPU is which trainer device: console/core/devices.py.
 """
 
 from __future__ import annotations
@@ -62,15 +62,6 @@ def parse_gpu_line(line: str) -> Gpu | None:
 
 def parse_output(text: str) -> list[Gpu]:
     return [g for g in (parse_gpu_line(ln) for ln in text.splitlines()) if g is not None]
-
-
-def join_devices(gpus: list[Gpu], throughput: dict | None) -> list[tuple[Gpu, dict | None]]:
-    """Each GPU with the trainer device (from a ``throughput`` record) that has its uuid, if any."""
-    by_uuid = {}
-    for d in (throughput or {}).get("devices") or []:
-        if isinstance(d, dict) and d.get("uuid"):
-            by_uuid[d["uuid"]] = d
-    return [(g, by_uuid.get(g.uuid)) for g in gpus]
 
 
 class Telemetry:

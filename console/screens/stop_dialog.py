@@ -20,7 +20,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from console.core.state import ConsoleState, fmt_duration
+from console.core.formatting import fmt_duration
+from console.core.state import ConsoleState
 
 STEPS = [
     ("verifying", "check PID is still the trainer"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.core.state import ConsoleState, fmt_duration
+from console.core.formatting import fmt_duration
+from console.core.state import ConsoleState
 from console.widgets.text_widget import TextWidget
 
 STYLE = {

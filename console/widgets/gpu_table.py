@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.core.state import ConsoleState, DeviceRow, fmt_tok_s
+from console.core.formatting import fmt_number, fmt_tok_s
+from console.core.state import ConsoleState, DeviceRow
 from console.widgets.text_widget import TextWidget
 
 # (header, width, right-aligned)
@@ -38,10 +39,6 @@ def _mem(used: float | None, total: float | None) -> str:
     return f"{used / 1024:.1f}/{total / 1024:.0f}G" if total else f"{used / 1024:.1f}G"
 
 
-def _num(v: float | None, unit: str) -> str:
-    return "-" if v is None else f"{v:.0f}{unit}"
-
-
 def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
     """(text, style) per column."""
     name = r.name.removeprefix("NVIDIA ") if r.name else (r.device or "")
@@ -49,10 +46,10 @@ def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
         (r.label, "bold"),
         (name, ""),
         (r.role or "-", ROLE_STYLE.get(r.role or "", "dim")),
-        ("-" if r.util is None else f"{r.util:.0f}%", _pct_style(r.util)),
+        (fmt_number(r.util, ".0f", "%"), _pct_style(r.util)),
         (_mem(r.mem_used, r.mem_total), ""),
-        (_num(r.power, "W"), ""),
-        (_num(r.temp, "°C"), ""),
+        (fmt_number(r.power, ".0f", "W"), ""),
+        (fmt_number(r.temp, ".0f", "°C"), ""),
         (fmt_tok_s(r.tok_s), "bold" if r.role == "drafter" else ""),
     ]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.core.state import ConsoleState, fmt_duration, fmt_tok_s
+from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
+from console.core.state import ConsoleState
 from console.widgets.text_widget import TextWidget
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -25,10 +26,6 @@ def acc_text(acc: list[float], limit: int = 8) -> Text:
     return t
 
 
-def _f(v: float | None, fmt: str) -> str:
-    return "-" if v is None else format(v, fmt)
-
-
 def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows: list[tuple[str, Text | str]] = []
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
@@ -39,11 +36,11 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
         pct = 100.0 * (state.step or 0) / state.total_steps
         step += f" / {state.total_steps:,}  ({pct:.1f}%)"
     rows.append(("step", step))
-    rows.append(("epoch", _f(state.epoch, ".2f")))
-    rows.append(("loss", Text(_f(state.loss, ".4f"), style="bold yellow")))
-    rows.append(("accept len", Text(_f(state.accept_len, ".2f"), style="bold")))
+    rows.append(("epoch", fmt_number(state.epoch, ".2f")))
+    rows.append(("loss", Text(fmt_number(state.loss, ".4f"), style="bold yellow")))
+    rows.append(("accept len", Text(fmt_number(state.accept_len, ".2f"), style="bold")))
     rows.append(("acc k=1..", acc_text(state.acc)))
-    rows.append(("lr", _f(state.lr, ".2e")))
+    rows.append(("lr", fmt_number(state.lr, ".2e")))
     age = state.checkpoint_age_s()
     if state.saving_since is not None:
         exp = state.saving_expected_s

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from console.core import control
+from console.core.devices import join_devices
 from console.core.events import Gpu, StopPhase, TelemetryState
 from console.core.options import ConnectOptions
 from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
-from console.core.telemetry import join_devices, nvidia_smi_argv, parse_gpu_line, parse_output
+from console.core.telemetry import nvidia_smi_argv, parse_gpu_line, parse_output
 from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, start_user_script, wait_until
 

@@ -1,6 +1,7 @@
 """The screen's view model (console/core/state.py) folds metrics records into what is shown."""
 
-from console.core.state import ConsoleState, fmt_duration, fmt_tok_s
+from console.core.formatting import fmt_duration, fmt_tok_s
+from console.core.state import ConsoleState
 from tests.support.records import T0, dev, gpus, step, tp
 
 
