@@ -20,11 +20,34 @@ import sys
 import time
 
 from console.core import control
-from console.core.events import ConnState, StopPhase, StopResult
+from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.options import ConnectOptions
 
-EXIT_ERROR = control.ERROR
-EXIT_USAGE = control.USAGE
+# --- exit codes (docs/cli.md) -------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # other errors, a declined confirmation
+EXIT_USAGE = 2  # bad usage (argparse's code too)
+EXIT_STILL_RUNNING = 3  # still running at the timeout
+EXIT_NO_TRAINER = 4
+EXIT_REFUSED = 5  # the PID is no longer that trainer
+EXIT_NO_CHECKPOINT = 6  # the trainer exited without a checkpoint_saved
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+EXIT_CODES = {
+    Outcome.OK: EXIT_OK,
+    Outcome.ERROR: EXIT_ERROR,
+    Outcome.USAGE: EXIT_USAGE,
+    Outcome.STILL_RUNNING: EXIT_STILL_RUNNING,
+    Outcome.NO_TRAINER: EXIT_NO_TRAINER,
+    Outcome.REFUSED: EXIT_REFUSED,
+    Outcome.NO_CHECKPOINT: EXIT_NO_CHECKPOINT,
+}
+
+
+def exit_code(outcome: Outcome) -> int:
+    """The exit code for how an action ended."""
+    return EXIT_CODES[outcome]
 
 
 # --- arguments --------------------------------------------------------------------------------------
@@ -157,6 +180,17 @@ def _session(args: argparse.Namespace, **kw):
     )
 
 
+def env_from_pairs(pairs: list[str]) -> dict[str, str]:
+    """``--env KEY=VALUE`` flags as a dict."""
+    env = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k:
+            raise control.ControlError(f"--env wants KEY=VALUE, got {p!r}", Outcome.USAGE)
+        env[k] = v
+    return env
+
+
 def err(msg: str) -> None:
     print(f"dflash-console: {msg}", file=sys.stderr)
 
@@ -173,7 +207,7 @@ async def cmd_status(args) -> int:
         print(json.dumps(st, indent=1, default=str))
     else:
         print(format_text(st))
-    return control.OK if st["trainer"] else control.NO_TRAINER
+    return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
 
 
 async def cmd_deploy(args) -> int:
@@ -184,7 +218,7 @@ async def cmd_deploy(args) -> int:
         f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s); "
         f"launch with --code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
     )
-    return control.OK
+    return EXIT_OK
 
 
 async def cmd_launch(args) -> int:
@@ -194,7 +228,7 @@ async def cmd_launch(args) -> int:
             "launch needs the trainer's flags after `--` (e.g. -- --target-model M --data-dir D --output-dir R)"
         )
         return EXIT_USAGE
-    env = control.env_from_pairs(args.env)
+    env = env_from_pairs(args.env)
     out = control.flag_value(flags, "--output-dir")
     if args.run_dir is None and out is not None:
         args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
@@ -210,12 +244,12 @@ async def cmd_launch(args) -> int:
     return _report(res)
 
 
-def _report(res: StopResult) -> int:
-    if res.code == control.OK:
+def _report(res: ActionResult) -> int:
+    if res.code == Outcome.OK:
         print(res.message, flush=True)
     else:
         err(res.message)
-    return res.code
+    return exit_code(res.code)
 
 
 def _confirm(question: str) -> bool | None:
@@ -236,11 +270,11 @@ class Countdown:
         self.stream = stream or sys.stdout
         self.tty = self.stream.isatty()
         self.t0 = time.monotonic()
-        self.phase: StopPhase | None = None
+        self.phase: ActionPhase | None = None
         self.phase_t = self.t0
         self._last_plain = self.t0
 
-    def on_phase(self, ph: StopPhase) -> None:
+    def on_phase(self, ph: ActionPhase) -> None:
         self.phase = ph
         self.phase_t = time.monotonic()
         extra = f" (expected {ph.expected_s:.1f} s)" if ph.expected_s is not None else ""
@@ -314,7 +348,7 @@ async def cmd_logs(args) -> int:
     async with _session(args) as s:
         if not s.run_dir:
             err(f"no run dir: no trainer found on {s.where}; give --run-dir")
-            return control.NO_TRAINER
+            return EXIT_NO_TRAINER
         path = s.run_dir.rstrip("/") + "/train.log"
         helper = s._need_helper()
         lines, end = await control.tail_lines_at(helper, path, args.lines)
@@ -322,7 +356,7 @@ async def cmd_logs(args) -> int:
             print(ln)
         sys.stdout.flush()
         if not args.follow:
-            return control.OK
+            return EXIT_OK
         split = LineSplitter()
         done = asyncio.Event()  # set when the reader goes away (`logs -f | head`); else until Ctrl-C
 
@@ -350,7 +384,7 @@ async def cmd_logs(args) -> int:
             await done.wait()
         finally:
             await tail.detach()
-    return control.OK
+    return EXIT_OK
 
 
 # --- entry point ------------------------------------------------------------------------------------
@@ -397,12 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = asyncio.run(runner(args))
     except KeyboardInterrupt:
-        code = 130
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`status --json | head`): nothing more to say
         code = EXIT_ERROR
     except control.ControlError as e:
         err(str(e))
-        code = e.code
+        code = exit_code(e.outcome)
     except (ConnectError, HelperStartError, NotConnected, HelperError, OSError, asyncssh.Error) as e:
         err(str(e))
         code = EXIT_ERROR

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from console.core import control
-from console.core.events import ConnState, Record, StopPhase, TrainerFound
+from console.core.events import ActionPhase, ConnState, Outcome, Record, TrainerFound
 from console.core.metrics import headline_tok_s
 from console.core.options import ConnectOptions
 from console.core.session import Session
@@ -389,7 +389,7 @@ class Demo:
             say(f"resuming from {latest.read_text().strip()} (--resume auto)")
         say("launching the trainer on CPU (it imports torch first: ~20 s)")
         res = await session.launch(TRAINER_FLAGS, code_dir=code_dir, env=dict(TRAINER_ENV), on_status=say)
-        if res.code != control.OK:
+        if res.code != Outcome.OK:
             raise DemoError(res.message)
         say(res.message)
 
@@ -429,13 +429,13 @@ class Demo:
             tr = session.trainer
             say(f"stopping the trainer cleanly (pid {tr.pid}: SIGINT, checkpoint, exit)")
 
-            def phase(p: StopPhase) -> None:
+            def phase(p: ActionPhase) -> None:
                 extra = f" (expected {p.expected_s:.1f} s)" if p.expected_s is not None else ""
                 say(f"  [{p.phase}] {p.detail}{extra}")
 
             res = await session.stop_trainer(timeout=STOP_TIMEOUT, on_phase=phase)
             say(res.message)
-            return res.code in (control.OK, control.NO_TRAINER)
+            return res.code in (Outcome.OK, Outcome.NO_TRAINER)
         finally:
             await session.close()
 

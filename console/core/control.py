@@ -1,7 +1,7 @@
 """Trainer control through the helper: find, deploy, launch, stop cleanly, restart.
 
 Every function takes a started :class:`~console.core.helper.Helper`; nothing here knows about
-reconnects or the screen. Results carry the CLI's exit codes (:data:`OK` ... :data:`NO_CHECKPOINT`).
+reconnects or the screen. Results say how an action ended (:class:`~console.core.events.Outcome`).
 """
 
 from __future__ import annotations
@@ -18,26 +18,24 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from console.core.events import StopPhase, StopResult, TrainerInfo
+from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.helper import Helper, HelperError, HelperGone, b64decode, b64encode
 from console.core.metrics import MetricsParser
-
-OK, ERROR, USAGE, STILL_RUNNING, NO_TRAINER, REFUSED, NO_CHECKPOINT = 0, 1, 2, 3, 4, 5, 6
 
 TRAINER_MODULE = "trainer.pipeline"
 USER_SCRIPT = "train_dflash_pipeline.py"
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
 CODE_HOME = ".dflash-console/code"
 
-PhaseCallback = Callable[[StopPhase], None]
+PhaseCallback = Callable[[ActionPhase], None]
 
 
 class ControlError(Exception):
-    """An operation could not be done; ``code`` is the CLI exit code to use."""
+    """An operation could not be done; ``outcome`` says how it ended (the CLI's exit code follows)."""
 
-    def __init__(self, message: str, code: int = ERROR) -> None:
+    def __init__(self, message: str, outcome: Outcome = Outcome.ERROR) -> None:
         super().__init__(message)
-        self.code = code
+        self.outcome = outcome
 
 
 # --- command lines ----------------------------------------------------------------------------------
@@ -321,19 +319,19 @@ async def stop(
     timeout: float = 120.0,
     on_phase: PhaseCallback | None = None,
     sig: str = "SIGINT",
-) -> StopResult:
+) -> ActionResult:
     """Stop the trainer cleanly: verify, SIGINT, follow the save, return when it exits or at timeout."""
 
     def phase(name: str, detail: str, expected: float | None = None) -> None:
         if on_phase is not None:
-            on_phase(StopPhase(name, detail, expected, time.time()))
+            on_phase(ActionPhase(name, detail, expected, time.time()))
 
     pid = trainer.pid
     phase("verifying", f"pid {pid}: checking /proc/{pid} still is the trainer")
     info = await helper.proc(pid)
     if info is None or not info.get("alive"):
         phase("exited", f"pid {pid} is not running")
-        return StopResult(NO_TRAINER, f"no trainer: pid {pid} is not running", trainer)
+        return ActionResult(Outcome.NO_TRAINER, f"no trainer: pid {pid} is not running", trainer)
     if info["start_time"] != trainer.start_time or info["cmdline"][1:] != trainer.cmdline[1:]:
         now = shlex.join(info["cmdline"])[:200]
         msg = (
@@ -341,7 +339,7 @@ async def stop(
             f"{trainer.start_time}; now running: {now}); nothing was signalled"
         )
         phase("refused", msg)
-        return StopResult(REFUSED, msg, trainer)
+        return ActionResult(Outcome.REFUSED, msg, trainer)
 
     metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
     has_events = trainer.source == "run.json" or bool(metrics and (await helper.stat(metrics)).get("exists"))
@@ -361,9 +359,11 @@ async def stop(
             if sent["reason"] == "mismatch":
                 msg = f"refused: pid {pid} is no longer the trainer; nothing was signalled"
                 phase("refused", msg)
-                return StopResult(REFUSED, msg, trainer)
+                return ActionResult(Outcome.REFUSED, msg, trainer)
             phase("exited", f"pid {pid} exited before the signal")
-            return StopResult(NO_TRAINER, f"no trainer: pid {pid} exited before the signal", trainer)
+            return ActionResult(
+                Outcome.NO_TRAINER, f"no trainer: pid {pid} exited before the signal", trainer
+            )
         t_signal = time.time()
         deadline = time.monotonic() + timeout
         phase("signal_sent", f"{sig} sent to pid {pid}")
@@ -421,9 +421,11 @@ async def stop(
                         if saved
                         else f"stopped: pid {pid} exited{rc_s}"
                     )
-                    return StopResult(OK, msg, trainer, saved.get("path") if saved else None)
+                    return ActionResult(Outcome.OK, msg, trainer, saved.get("path") if saved else None)
                 phase("exited", f"pid {pid} exited without saving a checkpoint{rc_s}")
-                return StopResult(NO_CHECKPOINT, f"pid {pid} exited without checkpoint_saved{rc_s}", trainer)
+                return ActionResult(
+                    Outcome.NO_CHECKPOINT, f"pid {pid} exited without checkpoint_saved{rc_s}", trainer
+                )
             # timeout
             what = "still saving" if saving_seen and saved is None else "still running"
             msg = (
@@ -433,7 +435,7 @@ async def stop(
                 f"inside the container."
             )
             phase("timeout", msg)
-            return StopResult(STILL_RUNNING, msg, trainer)
+            return ActionResult(Outcome.STILL_RUNNING, msg, trainer)
     finally:
         if not waiter.done():
             waiter.cancel()
@@ -461,7 +463,7 @@ async def launch(
     cwd: str | None = None,
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
-) -> StopResult:
+) -> ActionResult:
     """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
 
     Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
@@ -473,13 +475,15 @@ async def launch(
     flags = list(flags)
     out = flag_value(flags, "--output-dir")
     if out is None and run_dir is None:
-        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", USAGE)
+        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", Outcome.USAGE)
     if out is None:
         flags += ["--output-dir", run_dir]
         out = run_dir
     rd = resolve(out, cwd)
     if run_dir is not None and resolve(run_dir, cwd) != rd:
-        raise ControlError(f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", USAGE)
+        raise ControlError(
+            f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", Outcome.USAGE
+        )
     live, _ = await find_trainer(helper, rd)
     if live is not None:
         raise ControlError(f"refused: a live trainer (pid {live.pid}) owns {rd}; stop it first")
@@ -540,7 +544,7 @@ async def launch(
         trainer = TrainerInfo(
             pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd, "cmdline", None
         )
-    return StopResult(OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
+    return ActionResult(Outcome.OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
 
 
 def restart_plan(run: dict, code_dir: str | None = None) -> dict:
@@ -573,23 +577,23 @@ async def restart(
     code_dir: str | None = None,
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
-) -> StopResult:
+) -> ActionResult:
     """Stop cleanly (when running), then launch the same run with ``--resume auto``."""
     run = (trainer.run if trainer and trainer.run else None) or run
     if run is None:
         if trainer is not None:
-            return StopResult(
-                ERROR,
+            return ActionResult(
+                Outcome.ERROR,
                 "restart needs the trainer's run.json (this one was found by its command "
                 "line only): stop it, then launch",
                 trainer,
             )
-        return StopResult(NO_TRAINER, "no trainer and no run.json to restart from")
+        return ActionResult(Outcome.NO_TRAINER, "no trainer and no run.json to restart from")
     plan = restart_plan(run, code_dir)
     if trainer is not None:
         res = await stop(helper, trainer, timeout=timeout, on_phase=on_phase)
-        if res.code != OK:
-            return StopResult(res.code, f"not restarted: {res.message}", trainer)
+        if res.code != Outcome.OK:
+            return ActionResult(res.code, f"not restarted: {res.message}", trainer)
     res = await launch(
         helper,
         plan["flags"],
@@ -601,14 +605,4 @@ async def restart(
         wait_s=wait_s,
         on_status=on_status,
     )
-    return StopResult(res.code, "restarted: " + res.message, res.trainer)
-
-
-def env_from_pairs(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for p in pairs:
-        k, sep, v = p.partition("=")
-        if not sep or not k:
-            raise ControlError(f"--env wants KEY=VALUE, got {p!r}", USAGE)
-        env[k] = v
-    return env
+    return ActionResult(res.code, "restarted: " + res.message, res.trainer)

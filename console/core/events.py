@@ -1,11 +1,10 @@
-"""What a :class:`~console.core.session.Session` tells its subscribers (plain dataclasses).
-
-The screen's view model (state.py) dispatches on the class names, so keep them.
-"""
+"""What a :class:`~console.core.session.Session` tells its subscribers (plain dataclasses), and
+what its actions (stop, restart, launch) return."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 
 @dataclass
@@ -66,18 +65,36 @@ class TrainerFound:
 
 
 @dataclass
-class StopPhase:
-    phase: str  # 'verifying'|'signal_sent'|'saving'|'saved'|'exited'|'timeout'|'refused'|'error'
+class ActionPhase:
+    """A step of a stop, restart or launch as it happens: a stop's 'verifying' | 'signal_sent' |
+    'saving' | 'saved' | 'exited' | 'timeout' | 'refused' | 'error'; a restart's 'launching' |
+    'started' after them."""
+
+    phase: str
     detail: str = ""
     expected_s: float | None = None
     t: float = 0.0  # unix time of the phase
 
 
-@dataclass
-class StopResult:
-    """Outcome of stop/restart/launch: ``code`` is the CLI exit code (0, 1, 3, 4, 5, 6)."""
+class Outcome(IntEnum):
+    """How a stop, restart or launch ended. The CLI turns each into its exit code (console/cli.py);
+    the values are those exit codes, so a result still compares equal to the documented number."""
 
-    code: int
+    OK = 0
+    ERROR = 1  # failed otherwise (a launch refused or crashed, the link dropped, ...)
+    USAGE = 2  # asked wrongly (no run dir, --run-dir and --output-dir differ)
+    STILL_RUNNING = 3  # the trainer was still running at the timeout (left running)
+    NO_TRAINER = 4
+    REFUSED = 5  # the PID is no longer that trainer: nothing was signalled
+    NO_CHECKPOINT = 6  # the trainer exited without a checkpoint_saved
+
+
+@dataclass
+class ActionResult:
+    """What a stop, restart or launch came to: ``code`` says how it ended, ``trainer`` is the trainer
+    it acted on (a launch's or restart's: the new one), ``checkpoint`` the path a stop saved."""
+
+    code: Outcome
     message: str
     trainer: TrainerInfo | None = None
     checkpoint: str | None = None

@@ -20,7 +20,16 @@ from collections.abc import Callable
 import asyncssh
 
 from console.core import control
-from console.core.events import ConnState, LogLines, Record, StopPhase, StopResult, TrainerFound, TrainerInfo
+from console.core.events import (
+    ActionPhase,
+    ActionResult,
+    ConnState,
+    LogLines,
+    Outcome,
+    Record,
+    TrainerFound,
+    TrainerInfo,
+)
 from console.core.helper import Helper, HelperError, HelperGone
 from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
@@ -334,8 +343,8 @@ class Session:
             raise ReadOnlyError("this session is read-only")
         return self._need_helper()
 
-    def _phase_fn(self, on_phase: Callable[[StopPhase], None] | None) -> Callable[[StopPhase], None]:
-        def phase(p: StopPhase) -> None:
+    def _phase_fn(self, on_phase: Callable[[ActionPhase], None] | None) -> Callable[[ActionPhase], None]:
+        def phase(p: ActionPhase) -> None:
             self._emit(p)
             if on_phase is not None:
                 on_phase(p)
@@ -346,8 +355,8 @@ class Session:
         """Look again now (run.json of the run dir, else the process table)."""
         return await self._refresh_trainer()
 
-    async def stop_trainer(self, timeout: float = 120.0, on_phase=None, sig: str = "SIGINT") -> StopResult:
-        """Stop cleanly (see control.stop); the result's code is the CLI's exit code."""
+    async def stop_trainer(self, timeout: float = 120.0, on_phase=None, sig: str = "SIGINT") -> ActionResult:
+        """Stop cleanly (see control.stop); the result's code says how it ended."""
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         if trainer is None:
@@ -357,28 +366,28 @@ class Session:
                     f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
                     f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled"
                 )
-                p = StopPhase("refused", msg, None, time.time())
+                p = ActionPhase("refused", msg, None, time.time())
                 self._phase_fn(on_phase)(p)
-                return StopResult(control.REFUSED, msg)
+                return ActionResult(Outcome.REFUSED, msg)
             where = f" for {self.run_dir}" if self.run_dir else ""
-            return StopResult(control.NO_TRAINER, f"no trainer found{where} on {self.where}")
+            return ActionResult(Outcome.NO_TRAINER, f"no trainer found{where} on {self.where}")
         try:
             res = await control.stop(
                 helper, trainer, timeout=timeout, on_phase=self._phase_fn(on_phase), sig=sig
             )
         except HelperGone as e:
-            return StopResult(
-                control.ERROR,
+            return ActionResult(
+                Outcome.ERROR,
                 f"the link dropped during the stop ({e}); the trainer may be saving: check `status`",
                 trainer,
             )
-        if res.code in (control.OK, control.NO_CHECKPOINT, control.NO_TRAINER) and self.trainer is trainer:
+        if res.code in (Outcome.OK, Outcome.NO_CHECKPOINT, Outcome.NO_TRAINER) and self.trainer is trainer:
             self._set_trainer(None)
         return res
 
     async def restart_trainer(
         self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None, wait_s: float = 300.0
-    ) -> StopResult:
+    ) -> ActionResult:
         """Stop cleanly, then launch the same run (run.json) with ``--resume auto``."""
         helper = self._writable()
         phase = self._phase_fn(on_phase)
@@ -395,16 +404,16 @@ class Session:
                 on_phase=phase,
                 code_dir=code_dir,
                 wait_s=wait_s,
-                on_status=lambda s: phase(StopPhase("launching", s, None, time.time())),
+                on_status=lambda s: phase(ActionPhase("launching", s, None, time.time())),
             )
         except control.ControlError as e:
-            return StopResult(e.code, str(e), trainer)
+            return ActionResult(e.outcome, str(e), trainer)
         except HelperGone as e:
-            return StopResult(
-                control.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer
+            return ActionResult(
+                Outcome.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer
             )
-        if res.code == control.OK and res.trainer is not None:
-            phase(StopPhase("started", res.message, None, time.time()))
+        if res.code == Outcome.OK and res.trainer is not None:
+            phase(ActionPhase("started", res.message, None, time.time()))
             await self._adopt(res.trainer)
         return res
 
@@ -416,7 +425,7 @@ class Session:
         env: dict[str, str] | None = None,
         wait_s: float = 300.0,
         on_status: Callable[[str], None] | None = None,
-    ) -> StopResult:
+    ) -> ActionResult:
         """Start the trainer with ``flags`` (see control.launch); never raises for a refusal."""
         helper = self._writable()
         try:
@@ -431,7 +440,7 @@ class Session:
                 on_status=on_status,
             )
         except control.ControlError as e:
-            return StopResult(e.code, str(e))
+            return ActionResult(e.outcome, str(e))
         if res.trainer is not None:
             await self._adopt(res.trainer)
         return res

@@ -170,7 +170,7 @@ class ConsoleState:
             self._event(None, f"trainer PID {getattr(prev, 'pid', '?')} is gone")
         self._touch()
 
-    def _on_StopPhase(self, ev) -> None:
+    def _on_ActionPhase(self, ev) -> None:
         level = "error" if ev.phase in ("timeout", "refused", "error") else "info"
         self._event(getattr(ev, "t", None), f"stop: {ev.phase} {ev.detail}".rstrip(), level)
         self._touch()

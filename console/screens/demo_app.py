@@ -16,7 +16,7 @@ from textual import work
 from textual.binding import Binding
 
 from console.app import ConsoleApp
-from console.core.events import LogLines, StopPhase
+from console.core.events import ActionPhase, LogLines
 from console.screens.help import HelpScreen
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -103,7 +103,7 @@ class DemoApp(ConsoleApp):
                 timeout=30,
             )
 
-            def phase(p: StopPhase) -> None:
+            def phase(p: ActionPhase) -> None:
                 self._ending_say(f"  [{p.phase}] {p.detail}")
 
             try:

@@ -14,6 +14,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from console.core.events import Outcome
+
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
 
 
@@ -130,12 +132,12 @@ class LaunchDialog(ModalScreen[object]):
 
 
 def describe(result: object) -> tuple[bool, str]:
-    """(succeeded, what to say) for a launch's StopResult or the exception it raised."""
+    """(succeeded, what to say) for a launch's ActionResult or the exception it raised."""
     if isinstance(result, Exception):
         return False, f"{type(result).__name__}: {result}"
     code = getattr(result, "code", None)
     msg = getattr(result, "message", "") or ""
     pid = getattr(getattr(result, "trainer", None), "pid", None)
-    if code == 0:
+    if code == Outcome.OK:
         return True, f"launched, PID {pid}" + (f": {msg}" if msg else "")
     return False, msg or f"launch failed (code {code})"

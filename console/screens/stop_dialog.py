@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from console.core.events import Outcome
 from console.core.formatting import fmt_duration
 from console.core.state import ConsoleState
 
@@ -32,7 +33,7 @@ STEPS = [
 ]
 FAILED = {"timeout", "refused", "error"}
 
-Runner = Callable[..., Awaitable[object]]  # (timeout=..., on_phase=...) -> StopResult
+Runner = Callable[..., Awaitable[object]]  # (timeout=..., on_phase=...) -> ActionResult
 
 
 def trainer_summary(state: ConsoleState) -> Text:
@@ -102,7 +103,7 @@ class StopDialog(ModalScreen[object]):
         self.runner = runner
         self.timeout = timeout
         self.clock = clock
-        self.phases: dict[str, object] = {}  # phase name -> StopPhase
+        self.phases: dict[str, object] = {}  # phase name -> ActionPhase
         self.arrived: dict[str, float] = {}  # phase name -> clock() when it arrived
         self.extra: list[object] = []  # phases not in STEPS (restart's launch steps, ...)
         self.started_at: float | None = None
@@ -237,9 +238,9 @@ class StopDialog(ModalScreen[object]):
             return t
         code = getattr(self.result, "code", None)
         msg = getattr(self.result, "message", None) or (str(self.result) if self.result else "")
-        if isinstance(self.result, Exception) or failed is not None or code not in (0, None):
+        if isinstance(self.result, Exception) or failed is not None or code not in (Outcome.OK, None):
             t.append("✖ ", style="bold red")
-            if (failed is not None and failed.phase == "timeout") or code == 3:
+            if (failed is not None and failed.phase == "timeout") or code == Outcome.STILL_RUNNING:
                 tr = self.state.trainer
                 pid = getattr(tr, "pid", "?")
                 t.append(

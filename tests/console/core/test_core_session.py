@@ -12,7 +12,7 @@ import pytest
 
 from console.core import control
 from console.core.devices import join_devices
-from console.core.events import Gpu, StopPhase, TelemetryState
+from console.core.events import ActionPhase, Gpu, Outcome, TelemetryState
 from console.core.options import ConnectOptions
 from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
@@ -37,9 +37,9 @@ async def test_pid_that_became_another_program_is_refused(host):
             os.kill(p.pid, signal.SIGUSR1)  # it execs `sleep 30`: same PID, same start time, other program
             cmdline = Path(f"/proc/{p.pid}/cmdline")
             await asyncio.to_thread(wait_until, lambda: cmdline.read_bytes().startswith(b"sleep"), 10, "exec")
-            phases: list[StopPhase] = []
+            phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=10, on_phase=phases.append)
-        assert res.code == control.REFUSED, res
+        assert res.code == Outcome.REFUSED, res
         assert [ph.phase for ph in phases] == ["verifying", "refused"]
         assert "sleep 30" in res.message
         assert alive(p.pid) and p.poll() is None  # no signal reached it
@@ -53,9 +53,9 @@ async def test_user_script_stop_has_open_ended_saving_and_sees_the_exit(host):
     run_dir = str(host.container_dir(CT) / "runs" / "y")
     try:
         async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
-            phases: list[StopPhase] = []
+            phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=20, on_phase=phases.append)
-            assert res.code == control.OK, res
+            assert res.code == Outcome.OK, res
             names = [ph.phase for ph in phases]
             assert names == ["verifying", "signal_sent", "saving", "exited"], names
             assert phases[2].expected_s is None  # no events to go by: open-ended
@@ -163,9 +163,9 @@ async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host)
     run_dir = str(host.container_dir(CT) / "runs" / "z")
     try:
         async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
-            phases: list[StopPhase] = []
+            phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=0.1, on_phase=phases.append)
-            assert res.code == control.STILL_RUNNING, res
+            assert res.code == Outcome.STILL_RUNNING, res
             assert (
                 phases[-1].phase == "timeout" and "left running" in res.message and "--timeout" in res.message
             )
