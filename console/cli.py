@@ -343,15 +343,13 @@ async def cmd_stop(args, restart: bool = False) -> int:
 
 
 async def cmd_logs(args) -> int:
-    from console.core.streams import FileTail, LineSplitter
+    from console.core.streams import LineSplitter
 
     async with _session(args) as s:
         if not s.run_dir:
             err(f"no run dir: no trainer found on {s.where}; give --run-dir")
             return EXIT_NO_TRAINER
-        path = s.run_dir.rstrip("/") + "/train.log"
-        helper = s._need_helper()
-        lines, end = await control.tail_lines_at(helper, path, args.lines)
+        lines, end = await s.read_log_tail_at(args.lines)
         for ln in lines:
             print(ln)
         sys.stdout.flush()
@@ -370,20 +368,17 @@ async def cmd_logs(args) -> int:
             except BrokenPipeError:
                 done.set()
 
-        tail = FileTail(path, end, on_data)
+        tail = s.follow(s.log_path, end, on_data)  # across reconnects, from the offset received
 
         def on_event(ev) -> None:
-            if isinstance(ev, ConnState):
-                if ev.state == "connected" and s.helper is not None:
-                    tail.attach(s.helper)
-                elif ev.state == "reconnecting":
-                    err(f"{ev.detail} in {ev.retry_in:.1f} s")
+            if isinstance(ev, ConnState) and ev.state == "reconnecting":
+                err(f"{ev.detail} in {ev.retry_in:.1f} s")
 
         s.subscribe(on_event)
         try:
             await done.wait()
         finally:
-            await tail.detach()
+            await s.unfollow(tail)
     return EXIT_OK
 
 

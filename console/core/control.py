@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
-from console.core.helper import Helper, HelperError, HelperGone, b64decode, b64encode
+from console.core.helper import Helper, HelperError, HelperGone, b64encode
 from console.core.metrics import MetricsParser
+from console.core.streams import FileTail
 
 TRAINER_MODULE = "trainer.pipeline"
 USER_SCRIPT = "train_dflash_pipeline.py"
@@ -266,47 +267,17 @@ async def recent_records(helper: Helper, run_dir: str, nbytes: int = 1 << 18) ->
     return MetricsParser().feed(data)
 
 
-class _EventFollower:
-    """Follows metrics.jsonl from an offset and queues its event records."""
+def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
+    """A tail of metrics.jsonl from ``offset`` and the queue its ``event`` records go to."""
+    parser = MetricsParser()
+    queue: asyncio.Queue[dict] = asyncio.Queue()
 
-    def __init__(self, helper: Helper, path: str, offset: int) -> None:
-        self.helper = helper
-        self.path = path
-        self.offset = offset
-        self.parser = MetricsParser()
-        self.queue: asyncio.Queue[dict] = asyncio.Queue()
-        self.stream = None
-
-    def _push(self, push: dict) -> None:
-        if "data" in push:
-            self.offset = int(push["offset"])
-            self.feed(b64decode(push["data"]))
-
-    def feed(self, data: bytes) -> None:
-        for rec in self.parser.feed(data):
+    def on_data(data: bytes) -> None:
+        for rec in parser.feed(data):
             if rec.get("kind") == "event":
-                self.queue.put_nowait(rec)
+                queue.put_nowait(rec)
 
-    def start(self) -> None:
-        self.stream = self.helper.stream(
-            "follow", self._push, path=self.path, offset=self.offset, interval=0.05
-        )
-
-    async def finish(self) -> None:
-        """Stop following and read what is left up to the end of the file."""
-        if self.stream is not None:
-            await self.stream.cancel()
-        while True:
-            try:
-                data, _, size = await self.helper.read(self.path, self.offset)
-            except HelperError:
-                return
-            if not data:
-                return
-            self.offset += len(data)
-            self.feed(data)
-            if self.offset >= size:
-                return
+    return FileTail(path, offset, on_data, interval=0.05), queue
 
 
 # --- stop --------------------------------------------------------------------------------------------
@@ -343,10 +314,10 @@ async def stop(
 
     metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
     has_events = trainer.source == "run.json" or bool(metrics and (await helper.stat(metrics)).get("exists"))
-    follower = None
+    follower = events = None
     if metrics and has_events:
-        follower = _EventFollower(helper, metrics, await file_size(helper, metrics))
-        follower.start()
+        follower, events = _event_tail(metrics, await file_size(helper, metrics))
+        follower.attach(helper)
     waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=trainer.start_time))
     try:
         sent = await helper.call(
@@ -372,7 +343,7 @@ async def stop(
         saved: dict | None = None
         saving_seen = False
         while True:
-            getter = asyncio.ensure_future(follower.queue.get()) if follower else None
+            getter = asyncio.ensure_future(events.get()) if events is not None else None
             wait_for = [waiter] + ([getter] if getter else [])
             left = deadline - time.monotonic()
             done, _ = await asyncio.wait(
@@ -402,9 +373,9 @@ async def stop(
             if waiter in done:
                 exit_info = waiter.result()
                 if follower is not None:
-                    await follower.finish()
-                    while not follower.queue.empty():
-                        ev = follower.queue.get_nowait()
+                    await follower.drain()
+                    while not events.empty():
+                        ev = events.get_nowait()
                         if ev.get("name") == "checkpoint_saved":
                             saved = ev
                             phase("saved", f"checkpoint saved: {ev.get('path')}")
@@ -439,8 +410,8 @@ async def stop(
     finally:
         if not waiter.done():
             waiter.cancel()
-        if follower is not None and follower.stream is not None:
-            await follower.stream.cancel()
+        if follower is not None:
+            await follower.detach()
 
 
 # --- launch / restart ------------------------------------------------------------------------------
@@ -496,17 +467,17 @@ async def launch(
     metrics = posixpath.join(rd, "metrics.jsonl")
     log = posixpath.join(rd, "train.log")
     await helper.call("mkdir", path=rd)
-    follower = _EventFollower(helper, metrics, await file_size(helper, metrics))
+    follower, events = _event_tail(metrics, await file_size(helper, metrics))
     argv = [python, "-m", TRAINER_MODULE, *flags]
     say(f"starting {shlex.join(argv)}")
     sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
     pid = int(sp["pid"])
-    follower.start()
+    follower.attach(helper)
     waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
     deadline = time.monotonic() + wait_s
     try:
         while True:
-            getter = asyncio.ensure_future(follower.queue.get())
+            getter = asyncio.ensure_future(events.get())
             done, _ = await asyncio.wait(
                 [waiter, getter],
                 timeout=max(0.0, deadline - time.monotonic()),
@@ -520,10 +491,10 @@ async def launch(
                     break
                 continue
             if waiter in done:
-                await follower.finish()
+                await follower.drain()
                 started = False
-                while not follower.queue.empty():
-                    started |= follower.queue.get_nowait().get("name") == "started"
+                while not events.empty():
+                    started |= events.get_nowait().get("name") == "started"
                 rc = waiter.result().get("rc")
                 tail = "\n".join(await tail_lines(helper, log, 30))
                 raise ControlError(
@@ -536,8 +507,7 @@ async def launch(
     finally:
         if not waiter.done():
             waiter.cancel()
-        if follower.stream is not None:
-            await follower.stream.cancel()
+        await follower.detach()
     trainer, _ = await find_trainer(helper, rd)
     if trainer is None:
         info = await helper.proc(pid)

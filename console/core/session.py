@@ -88,6 +88,7 @@ class Session:
         self._telemetry = Telemetry(self._emit, ct=ct, interval_ms=gpu_interval_ms) if telemetry else None
         self._metrics_tail: FileTail | None = None
         self._log_tail: FileTail | None = None
+        self._followed: list[FileTail] = []  # tails of callers (Session.follow), re-attached on reconnect
         self._metrics_parser = MetricsParser()
         self._metrics_skip = False
         self._log_lines = LineSplitter()
@@ -174,6 +175,8 @@ class Session:
             await self._refresh_trainer()
             if self.streams:
                 await self._attach_tails()
+            for tail in self._followed:
+                tail.attach(helper)
         except HelperGone:
             pass  # the link died again at once: the supervisor sees the closed helper and retries
         py = ".".join(str(v) for v in helper.hello.get("python_version", []))
@@ -190,7 +193,7 @@ class Session:
             self._watcher = None
         if self._telemetry is not None:
             await self._telemetry.stop()
-        for tail in (self._metrics_tail, self._log_tail):
+        for tail in (self._metrics_tail, self._log_tail, *self._followed):
             if tail is not None:
                 await tail.detach()
         helper, conn = self.helper, self.conn
@@ -245,7 +248,7 @@ class Session:
             self._emit(TrainerFound(trainer))
 
     async def _refresh_trainer(self) -> TrainerInfo | None:
-        helper = self._need_helper()
+        helper = self.need_helper()
         trainer, run = await control.find_trainer(helper, self.run_dir)
         if run is not None:
             self.run = run
@@ -323,6 +326,26 @@ class Session:
     def _log_reset(self) -> None:
         self._log_lines = LineSplitter()
 
+    def follow(self, path: str, offset: int, on_data: Callable[[bytes], None]) -> FileTail:
+        """Follow the remote file ``path`` from byte ``offset``: ``on_data`` gets every new byte once,
+        across reconnects (the tail is attached now when connected, and again after each reconnect).
+        :meth:`unfollow` ends it; :meth:`close` ends them all."""
+        tail = FileTail(path, offset, on_data)
+        self._followed.append(tail)
+        if self.connected:
+            tail.attach(self.helper)
+        return tail
+
+    async def unfollow(self, tail: FileTail) -> None:
+        with contextlib.suppress(ValueError):
+            self._followed.remove(tail)
+        await tail.detach()
+
+    @property
+    def log_path(self) -> str | None:
+        """The run's train.log (None without a run dir)."""
+        return posixpath.join(self.run_dir, "train.log") if self.run_dir else None
+
     @property
     def offsets(self) -> dict[str, int]:
         """Bytes received so far of metrics.jsonl and train.log (for tests and status)."""
@@ -333,7 +356,8 @@ class Session:
 
     # --- actions ------------------------------------------------------------------------------------
 
-    def _need_helper(self) -> Helper:
+    def need_helper(self) -> Helper:
+        """The live helper; :class:`NotConnected` while there is none (the link is being retried)."""
         if self.helper is None or self.helper.closed:
             raise NotConnected(f"not connected to {self.where} ({self._conn_state.detail})")
         return self.helper
@@ -341,7 +365,7 @@ class Session:
     def _writable(self) -> Helper:
         if self.readonly:
             raise ReadOnlyError("this session is read-only")
-        return self._need_helper()
+        return self.need_helper()
 
     def _phase_fn(self, on_phase: Callable[[ActionPhase], None] | None) -> Callable[[ActionPhase], None]:
         def phase(p: ActionPhase) -> None:
@@ -459,7 +483,12 @@ class Session:
 
     async def read_log_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the run's train.log ([] without a run dir)."""
-        helper = self._need_helper()
-        if not self.run_dir:
-            return []
-        return await control.tail_lines(helper, posixpath.join(self.run_dir, "train.log"), n)
+        return (await self.read_log_tail_at(n))[0]
+
+    async def read_log_tail_at(self, n: int) -> tuple[list[str], int]:
+        """(the last ``n`` complete lines of train.log, the byte offset just after them): ``follow``
+        the log from that offset to go on without a gap. ([], 0) without a run dir."""
+        helper = self.need_helper()
+        if not self.log_path:
+            return [], 0
+        return await control.tail_lines_at(helper, self.log_path, n)

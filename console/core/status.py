@@ -20,7 +20,7 @@ from console.core.telemetry import nvidia_smi_argv, parse_output
 
 
 async def collect(session: Session) -> dict:
-    helper = session._need_helper()
+    helper = session.need_helper()
     trainer = await session.find_trainer()
     run_dir = session.run_dir
     out: dict = {

@@ -1,7 +1,10 @@
 """File tails that survive reconnects: each remembers the byte offset it has received up to.
 
-A :class:`FileTail` follows one remote file through the current helper (``attach``); when the link
-drops, the next helper resumes it from the same offset, so nothing is lost or delivered twice.
+:class:`FileTail` is the console's one follower of a remote file: the session's metrics.jsonl and
+train.log, ``logs -f`` (through ``Session.follow``) and the event follow of a stop or launch
+(console/core/control.py). It follows through the current helper (``attach``); when the link drops,
+the next helper resumes it from the same offset, so nothing is lost or delivered twice. ``drain``
+stops following and reads what is left up to the end of the file.
 :class:`LineSplitter` turns the byte chunks into complete lines (a partial last line waits).
 """
 
@@ -81,10 +84,30 @@ class FileTail:
             self._push(push)
 
     async def detach(self) -> None:
+        """Stop following (the offset is kept: ``attach`` resumes from it)."""
         st, self._stream = self._stream, None
         if st is not None:
             with contextlib.suppress(HelperGone, HelperError):
                 await st.cancel()
+
+    async def drain(self) -> None:
+        """Stop following, then read what is left up to the end of the file through the same helper
+        (what a follow's poll had not brought yet when the writer exited)."""
+        st = self._stream
+        await self.detach()
+        if st is None:
+            return
+        while True:
+            try:
+                data, _, size = await st.helper.read(self.path, self.offset)
+            except HelperError:
+                return
+            if not data:
+                return
+            self.offset += len(data)
+            self.on_data(data)
+            if self.offset >= size:
+                return
 
 
 async def start_offset(helper: Helper, path: str, history: int) -> tuple[int, bool]:
