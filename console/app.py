@@ -1,19 +1,25 @@
-"""The operator screen: a Textual app over a headless Session (console.core.session).
+"""The operator screen: a Textual app over a session (console.core.session_protocol.ScreenSession,
+which console.core.session.Session is).
 
 Session events are folded into :class:`console.core.state.ConsoleState` (the view model) and the
 widgets read it. Repaints are coalesced: a change schedules one refresh at most every
 ``min_refresh_s`` (plots every ``plot_refresh_s``), and log lines are batched by the log widget, so
 a flood of events costs a bounded amount of screen work. Quitting closes the connection only; it
 never touches the trainer.
+
+A program built on this screen (the demo, console/demo/) changes it through an :class:`Extension`,
+not a subclass: a title, the quit key's wording, a start-up coroutine whose messages go to the log
+pane, a coroutine the first quit awaits (the demo stops its trainer there) and signal handlers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -21,8 +27,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
+from console.core.events import ConnState, Event, LogLines
+from console.core.session_protocol import ScreenSession
+from console.core.ssh import HostKeyRefused, backoff
 from console.core.state import ConsoleState
-from console.screens.help import HelpScreen
+from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.palette import ConsoleCommands
 from console.screens.stop_dialog import StopDialog
@@ -79,6 +88,30 @@ CHANGING = {a.name for a in ACTIONS if a.changes_remote}
 KEY_NAMES = {"slash": "/", "question_mark": "?"}
 
 
+@dataclass
+class Extension:
+    """What a program built on the operator screen adds to it (the demo: console/demo/screen.py).
+
+    The coroutines get the app: ``app.say(text)`` writes to the log pane (each line after
+    ``log_prefix``), ``app.session``, ``app.notify``, ``app.exit`` are there for them.
+    """
+
+    title: str | None = None  # the app's title
+    quit_label: str | None = None  # the quit key's footer label ...
+    quit_title: str | None = None  # ... its title in help and the palette ...
+    quit_help: str | None = None  # ... and what it does
+    quit_note: str = QUIT_NOTE  # the help screen's last line
+    log_prefix: str = ""
+    # Run once the screen is up (a worker; a quit cancels it).
+    startup: Callable[[ConsoleApp], Awaitable[None]] | None = None
+    # The first quit (q, ctrl+q) awaits this, then the app exits; a second quit leaves at once.
+    before_quit: Callable[[ConsoleApp], Awaitable[None]] | None = None
+    # Signal handlers, installed while the screen is mounted (they run in the app's context).
+    signals: Mapping[signal.Signals, Callable[[ConsoleApp, signal.Signals], None]] = field(
+        default_factory=dict
+    )
+
+
 class ConsoleApp(App):
     """``session`` may be None: the screen then shows only what is fed into ``state``
     (snapshots, benches); the changing actions then say there is no connection."""
@@ -97,8 +130,9 @@ class ConsoleApp(App):
 
     def __init__(
         self,
-        session=None,
+        session: ScreenSession | None = None,
         *,
+        extension: Extension | None = None,
         state: ConsoleState | None = None,
         readonly: bool = False,
         target: str = "",
@@ -110,8 +144,27 @@ class ConsoleApp(App):
         tick_s: float = 1.0,
     ) -> None:
         super().__init__()
+        self.extension = ext = extension or Extension()
+        self.actions = [
+            replace(
+                a,
+                label=ext.quit_label or a.label,
+                title=ext.quit_title or a.title,
+                help=ext.quit_help or a.help,
+            )
+            if a.name == "quit"
+            else a
+            for a in ACTIONS
+        ]
+        if ext.title is not None:
+            self.title = ext.title
+        if ext.quit_label or ext.quit_help:  # this instance's quit key says what it does here
+            q = next(a for a in self.actions if a.name == "quit")
+            self._bindings.key_to_bindings[q.key] = [Binding(q.key, q.name, q.label, tooltip=q.help)]
+        self.quitting = False  # a quit has begun (what is said from then on is kept in ``after``)
+        self.after: list[str] = []  # what was said while quitting: to print again once the screen is gone
         self.session = session
-        self.readonly = readonly or bool(getattr(session, "readonly", False))
+        self.readonly = readonly or (session is not None and session.readonly)
         self.state = state if state is not None else ConsoleState(clock=clock)
         self.target = target
         self.stop_timeout = stop_timeout
@@ -154,6 +207,11 @@ class ConsoleApp(App):
         return self.w_log.view
 
     def on_mount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, handler in self.extension.signals.items():
+            loop.add_signal_handler(sig, handler, self, sig)
+        if self.extension.startup is not None:
+            self._startup()
         self.log_view.focus()
         self.refresh_now(plots=True)
         self.set_interval(self.tick_s, self._tick)
@@ -165,9 +223,6 @@ class ConsoleApp(App):
     async def _start_session(self) -> None:
         """Connect; a first connection that fails is retried with the session's capped backoff
         (after that the session reconnects by itself). A refused host key is not retried."""
-        from console.core.events import ConnState
-        from console.core.ssh import HostKeyRefused, backoff
-
         attempt = 0
         while True:
             try:
@@ -183,14 +238,48 @@ class ConsoleApp(App):
                 await asyncio.sleep(delay)
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.extension.signals:
+            loop.remove_signal_handler(sig)
         if self.session is not None:
             await self.session.close()
 
+    # ---- extension: start-up, saying things, quitting -----------------------------------------
+
+    @work(group="startup", exit_on_error=False)
+    async def _startup(self) -> None:
+        await self.extension.startup(self)
+
+    def cancel_startup(self) -> None:
+        self.workers.cancel_group(self, "startup")
+
+    def say(self, text: str) -> None:
+        """Lines of the screen's own in the log pane (after the extension's ``log_prefix``); while
+        quitting they are kept in ``after`` too."""
+        if self.quitting:
+            self.after.append(text)
+        self.on_session_event(LogLines([f"{self.extension.log_prefix}{line}" for line in text.splitlines()]))
+
+    async def action_quit(self) -> None:
+        if self.extension.before_quit is None or self.quitting:
+            self.exit()  # (asked twice: leave now)
+            return
+        self.quitting = True
+        self._quit()
+
+    @work(group="quit", exit_on_error=False)
+    async def _quit(self) -> None:
+        self.cancel_startup()
+        try:
+            await self.extension.before_quit(self)
+        finally:
+            self.exit()
+
     # ---- events -> state -> widgets -----------------------------------------------------------
 
-    def on_session_event(self, event) -> None:
+    def on_session_event(self, event: Event) -> None:
         """The session's subscriber (called on the event loop)."""
-        if type(event).__name__ == "LogLines":
+        if isinstance(event, LogLines):
             if self.is_running:
                 self.log_view.push(event.lines)
             return
@@ -251,12 +340,12 @@ class ConsoleApp(App):
         return not (self.readonly and action in CHANGING)
 
     def palette_commands(self) -> list[tuple[str, str, str]]:
-        return [(a.name, a.title, a.help) for a in ACTIONS if not (self.readonly and a.changes_remote)]
+        return [(a.name, a.title, a.help) for a in self.actions if not (self.readonly and a.changes_remote)]
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         return [
             (KEY_NAMES.get(a.key, a.key), a.title, a.help)
-            for a in ACTIONS
+            for a in self.actions
             if not (self.readonly and a.changes_remote)
         ]
 
@@ -295,7 +384,7 @@ class ConsoleApp(App):
     def action_launch(self) -> None:
         if self.readonly or not self._need_session():
             return
-        live = getattr(self.state.trainer, "pid", None)
+        live = self.state.trainer.pid if self.state.trainer is not None else None
         self.push_screen(
             LaunchDialog(self.state.run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir)
         )
@@ -325,17 +414,4 @@ class ConsoleApp(App):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.help_rows(), self.readonly))
-
-
-def run(args) -> int:
-    """``dflash-console connect``: build the session from the CLI's connection flags and show it."""
-    from console import cli
-    from console.core.session import Session
-
-    options = cli.connect_options(args)
-    session = Session(options, ct=args.ct, run_dir=args.run_dir, readonly=args.readonly)
-    target = args.host + (f" · CT {args.ct}" if args.ct is not None else "")
-    app = ConsoleApp(session, readonly=args.readonly, target=target)
-    app.run()
-    return 0
+            self.push_screen(HelpScreen(self.help_rows(), self.readonly, quit_note=self.extension.quit_note))

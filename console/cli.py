@@ -21,7 +21,7 @@ import time
 
 from console.core import control
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
-from console.core.options import ConnectOptions
+from console.core.options import options_from_args
 
 # --- exit codes (docs/cli.md) -------------------------------------------------------------------------
 
@@ -154,24 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def connect_options(args: argparse.Namespace) -> ConnectOptions:
-    """ConnectOptions from the connection flags (used by the screen's ``connect`` too)."""
-    return ConnectOptions.from_target(
-        args.host,
-        port=args.port,
-        user=args.user,
-        identity_files=list(args.identity or []),
-        config_files=[args.config] if args.config else None,
-        known_hosts=args.known_hosts,
-        jump=args.jump,
-    )
-
-
 def _session(args: argparse.Namespace, **kw):
     from console.core.session import Session
 
     return Session(
-        connect_options(args),
+        options_from_args(args),
         ct=args.ct,
         run_dir=getattr(args, "run_dir", None),
         streams=False,
@@ -382,6 +369,17 @@ async def cmd_logs(args) -> int:
     return EXIT_OK
 
 
+def cmd_connect(args) -> int:
+    """The operator screen on a session built from the connection flags."""
+    from console.app import ConsoleApp
+    from console.core.session import Session
+
+    session = Session(options_from_args(args), ct=args.ct, run_dir=args.run_dir, readonly=args.readonly)
+    target = args.host + (f" · CT {args.ct}" if args.ct is not None else "")
+    ConsoleApp(session, readonly=args.readonly, target=target).run()
+    return EXIT_OK
+
+
 # --- entry point ------------------------------------------------------------------------------------
 
 
@@ -402,9 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     if trainer_flags is not None and args.command != "launch":
         parser.error(f"`--` and trainer flags only go with launch, not {args.command}")
     if args.command == "connect":
-        from console import app
-
-        return app.run(args) or 0
+        return cmd_connect(args)
     if args.command == "demo":
         from console import demo
 

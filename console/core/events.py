@@ -98,3 +98,7 @@ class ActionResult:
     message: str
     trainer: TrainerInfo | None = None
     checkpoint: str | None = None
+
+
+# Everything a session tells its subscribers.
+Event = ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase

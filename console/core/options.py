@@ -1,12 +1,14 @@
 """Connection options, as ssh takes them: ``user@host``, -p, -l, -i, -F, -J, known_hosts.
 
 :class:`ConnectOptions` is what the CLI, the screen and the demo hand to :class:`Session`;
-``connect_kwargs()`` turns it into asyncssh arguments. Unset fields stay unset so that
+``options_from_args`` builds it from the CLI's connection flags, ``connect_kwargs()`` turns it into
+asyncssh arguments. Unset fields stay unset so that
 ``~/.ssh/config`` (or ``-F FILE``) supplies them, as it would for ssh.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field
 
@@ -59,3 +61,16 @@ class ConnectOptions:
         if self.known_hosts is not None:
             kw["known_hosts"] = os.path.expanduser(self.known_hosts)
         return kw
+
+
+def options_from_args(args: argparse.Namespace) -> ConnectOptions:
+    """ConnectOptions from the CLI's connection flags (HOST, -p, -l, -i, -F, -J, --known-hosts)."""
+    return ConnectOptions.from_target(
+        args.host,
+        port=args.port,
+        user=args.user,
+        identity_files=list(args.identity or []),
+        config_files=[args.config] if args.config else None,
+        known_hosts=args.known_hosts,
+        jump=args.jump,
+    )

@@ -13,6 +13,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from console.core.devices import join_devices
+from console.core.events import (
+    ActionPhase,
+    ConnState,
+    Event,
+    Gpu,
+    GpuSample,
+    Record,
+    TelemetryState,
+    TrainerFound,
+    TrainerInfo,
+)
 from console.core.formatting import fmt_bytes
 from console.core.metrics import headline_tok_s
 
@@ -68,7 +79,7 @@ class ConsoleState:
     conn: Conn = field(default_factory=Conn)
     telemetry_available: bool | None = None
     telemetry_detail: str = ""
-    trainer: object | None = None  # TrainerInfo or None
+    trainer: TrainerInfo | None = None
     trainer_known: bool = False  # a TrainerFound has arrived (None then means: no trainer)
     last_run: dict | None = None  # run.json of the newest trainer seen; kept after it exits
     trainer_exited: bool = False
@@ -90,7 +101,7 @@ class ConsoleState:
     queue_capacity: int | None = None
     last_throughput_t: float | None = None
 
-    gpus: list = field(default_factory=list)  # last GpuSample's Gpu objects
+    gpus: list[Gpu] = field(default_factory=list)  # the last GpuSample's
     gpu_t: float | None = None
 
     ckpt_t: float | None = None
@@ -113,20 +124,30 @@ class ConsoleState:
 
     # ---- folding ------------------------------------------------------------------------------
 
-    def apply(self, event) -> None:
-        """Fold one session event (matched by class name: ConnState, Record, GpuSample, ...)."""
-        handler = getattr(self, "_on_" + type(event).__name__, None)
-        if handler is not None:
-            handler(event)
+    def apply(self, event: Event) -> None:
+        """Fold one session event (LogLines are the log widget's; anything else is ignored)."""
+        match event:
+            case ConnState():
+                self._on_conn_state(event)
+            case Record():
+                self.apply_record(event.record)
+            case GpuSample():
+                self.set_gpus(event.gpus)
+            case TelemetryState():
+                self._on_telemetry_state(event)
+            case TrainerFound():
+                self._on_trainer_found(event)
+            case ActionPhase():
+                self._on_action_phase(event)
 
-    def apply_all(self, events: Iterable) -> None:
+    def apply_all(self, events: Iterable[Event]) -> None:
         for ev in events:
             self.apply(ev)
 
     def _touch(self) -> None:
         self.version += 1
 
-    def _on_ConnState(self, ev) -> None:
+    def _on_conn_state(self, ev: ConnState) -> None:
         if (ev.state == "connected") != (self.conn.state == "connected"):
             self.conn.since = self.clock()  # "for how long" counts from the last up/down change
         if ev.state != self.conn.state:
@@ -142,40 +163,33 @@ class ConsoleState:
         self.conn.retry_at = None if ev.retry_in is None else self.clock() + ev.retry_in
         self._touch()
 
-    def _on_Record(self, ev) -> None:
-        self.apply_record(ev.record)
-
-    def _on_GpuSample(self, ev) -> None:
-        self.set_gpus(ev.gpus)
-
-    def _on_TelemetryState(self, ev) -> None:
+    def _on_telemetry_state(self, ev: TelemetryState) -> None:
         self.telemetry_available = bool(ev.available)
         self.telemetry_detail = ev.detail or ""
         self._touch()
 
-    def _on_TrainerFound(self, ev) -> None:
+    def _on_trainer_found(self, ev: TrainerFound) -> None:
         tr = ev.trainer
         self.trainer_known = True
         prev = self.trainer
         self.trainer = tr
         if tr is not None:
             self.trainer_exited = False
-            run = getattr(tr, "run", None)
-            if isinstance(run, dict):
-                self.last_run = run
-            if prev is None or getattr(prev, "pid", None) != tr.pid:
+            if isinstance(tr.run, dict):
+                self.last_run = tr.run
+            if prev is None or prev.pid != tr.pid:
                 self._event(None, f"trainer found: PID {tr.pid} ({tr.source})")
         elif prev is not None:
             self.trainer_exited = True
-            self._event(None, f"trainer PID {getattr(prev, 'pid', '?')} is gone")
+            self._event(None, f"trainer PID {prev.pid} is gone")
         self._touch()
 
-    def _on_ActionPhase(self, ev) -> None:
+    def _on_action_phase(self, ev: ActionPhase) -> None:
         level = "error" if ev.phase in ("timeout", "refused", "error") else "info"
-        self._event(getattr(ev, "t", None), f"stop: {ev.phase} {ev.detail}".rstrip(), level)
+        self._event(ev.t, f"stop: {ev.phase} {ev.detail}".rstrip(), level)
         self._touch()
 
-    def set_gpus(self, gpus: list) -> None:
+    def set_gpus(self, gpus: list[Gpu]) -> None:
         self.gpus = list(gpus)
         self.gpu_t = self.clock()
         self._touch()
@@ -313,7 +327,7 @@ class ConsoleState:
     @property
     def run(self) -> dict | None:
         """run.json of the current trainer, else of the last one seen."""
-        run = getattr(self.trainer, "run", None)
+        run = self.trainer.run if self.trainer is not None else None
         return run if isinstance(run, dict) else self.last_run
 
     def rows(self) -> list[DeviceRow]:
