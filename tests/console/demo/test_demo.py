@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from console.demo import Demo, marked_processes
-from console.screens.demo_app import DemoApp
+from console.demo.screen import demo_app
 from tests.support.core_util import CLI, alive
 from tests.support.screen_text import until
 from tests.support.trainer_run import ROOT, env
@@ -164,7 +164,7 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
     demo.claim_dir()
     try:
         await demo.start_host()
-        app = DemoApp(demo, demo.session(telemetry=False))
+        app = demo_app(demo, demo.session(telemetry=False))
         async with app.run_test(size=(120, 36)) as pilot:
             st = app.state
             await until(
