@@ -19,6 +19,7 @@ import shlex
 import sys
 import time
 
+from console import __version__
 from console.core import control
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.options import options_from_args
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok; 1 error or declined; 2 usage; 3 still running at timeout; 4 no trainer; "
         "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("status", help="show the trainer, its progress, the GPUs")
