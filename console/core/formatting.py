@@ -53,6 +53,13 @@ def fmt_bytes(n: object) -> str:
     return f"{n:.1f} GB"
 
 
+def fmt_gpu_memory(used_mib: float | None, total_mib: float | None) -> str:
+    """A GPU's memory as nvidia-smi reports it (MiB), shown in GiB: 98.8/140G, 37.5G; '-' for unknown."""
+    if used_mib is None:
+        return "-"
+    return f"{used_mib / 1024:.1f}/{total_mib / 1024:.0f}G" if total_mib else f"{used_mib / 1024:.1f}G"
+
+
 def fmt_number(v: object, spec: str, unit: str = "") -> str:
     """``format(v, spec) + unit`` for a number; '-' for anything else (None, a missing field)."""
     if not isinstance(v, (int, float)):

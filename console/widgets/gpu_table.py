@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from console.core.formatting import fmt_number, fmt_tok_s
+from console.core.formatting import fmt_gpu_memory, fmt_number, fmt_tok_s
 from console.core.state import ConsoleState, DeviceRow
 from console.widgets.text_widget import TextWidget
 
@@ -32,13 +32,6 @@ def _pct_style(v: float | None) -> str:
     return "green" if v >= 80 else "yellow" if v >= 30 else "red"
 
 
-def _mem(used: float | None, total: float | None) -> str:
-    """nvidia-smi reports MiB; shown in GiB."""
-    if used is None:
-        return "-"
-    return f"{used / 1024:.1f}/{total / 1024:.0f}G" if total else f"{used / 1024:.1f}G"
-
-
 def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
     """(text, style) per column."""
     name = r.name.removeprefix("NVIDIA ") if r.name else (r.device or "")
@@ -47,7 +40,7 @@ def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
         (name, ""),
         (r.role or "-", ROLE_STYLE.get(r.role or "", "dim")),
         (fmt_number(r.util, ".0f", "%"), _pct_style(r.util)),
-        (_mem(r.mem_used, r.mem_total), ""),
+        (fmt_gpu_memory(r.mem_used, r.mem_total), ""),
         (fmt_number(r.power, ".0f", "W"), ""),
         (fmt_number(r.temp, ".0f", "°C"), ""),
         (fmt_tok_s(r.tok_s), "bold" if r.role == "drafter" else ""),
