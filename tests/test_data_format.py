@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.data import DataError, Plan, load_dir, pack_epoch
+from trainer.data.dataset import DataError, Plan, load_dir, pack_epoch
 
 
 def _write(tmp_path, name, lines):

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tests.support.model_util import VOCAB, tiny_drafter, tiny_target, tiny_target_config
-from trainer.head import FrozenHead
-from trainer.loss import dflash_loss, metrics_to_floats
-from trainer.masks import sample_anchors
-from trainer.target import capture
+from trainer.drafting.head import FrozenHead
+from trainer.drafting.loss import dflash_loss, metrics_to_floats
+from trainer.drafting.masks import sample_anchors
+from trainer.target.capture import capture
 
 pytestmark = [
     pytest.mark.gpu,
@@ -132,8 +132,8 @@ def test_training_steps_through_flex(mode):
 @pytest.mark.parametrize("attn", ["varlen", "flex"])
 def test_direct_capture_matches_transformers_on_cuda(attn):
     """The compiled direct capture path (per-document varlen / flex attention) == transformers' forward."""
-    from trainer.target import prepare_capture
-    from trainer.target_direct import _varlen_works
+    from trainer.target.capture import prepare_capture
+    from trainer.target.direct import _varlen_works
 
     if attn == "varlen" and not _varlen_works(torch.device(DEV)):
         pytest.skip("this torch has no working varlen_attn")

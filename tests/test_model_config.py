@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.support.model_util import random_embed, tiny_drafter, tiny_target_config
-from trainer.config import DraftConfig, default_target_layer_ids
-from trainer.export import load_drafter, save_drafter
+from trainer.drafting.config import DraftConfig, default_target_layer_ids
+from trainer.model import load_drafter, save_drafter
 
 torch.set_num_threads(1)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.head import FrozenHead
-from trainer.loss import dflash_loss, metrics_to_floats, position_weights
+from trainer.drafting.head import FrozenHead
+from trainer.drafting.loss import dflash_loss, metrics_to_floats, position_weights
 
 torch.set_num_threads(1)
 

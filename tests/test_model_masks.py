@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.masks import anchor_count, dense_mask, doc_positions, flex_block_mask, sample_anchors
+from trainer.drafting.masks import anchor_count, dense_mask, doc_positions, flex_block_mask, sample_anchors
 
 torch.set_num_threads(1)
 
@@ -111,7 +111,7 @@ def test_dense_mask_small_case_and_padding_block():
 def test_flex_block_mask_matches_dense_mask():
     from torch.nn.attention.flex_attention import create_mask
 
-    from trainer.masks import mask_mod
+    from trainer.drafting.masks import mask_mod
 
     g = torch.Generator().manual_seed(3)
     docs, lms = zip(*[_random_row(g, 50) for _ in range(2)], strict=True)
@@ -132,7 +132,7 @@ def test_flex_block_mask_tiles_equal_create_block_mask(window):
     predicate over every pair gives (torch's create_block_mask), for random packed rows."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from trainer.masks import mask_mod
+    from trainer.drafting.masks import mask_mod
 
     g = torch.Generator().manual_seed(7)
     for _ in range(6):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tests.support.model_util import tiny_target
-from trainer.head import FrozenHead
-from trainer.target import capture, load_target
+from trainer.drafting.head import FrozenHead
+from trainer.target.capture import capture, load_target
 
 torch.set_num_threads(1)
 
@@ -107,7 +107,7 @@ def _llama_target(**over):
 @pytest.mark.parametrize("kind", ["qwen3", "llama3_rope", "mistral_window"])
 def test_direct_capture_equals_the_transformers_forward(kind):
     """prepare_capture's own layer loop (dense per-document mask on CPU) == transformers' forward + hooks."""
-    from trainer.target import prepare_capture
+    from trainer.target.capture import prepare_capture
 
     if kind == "qwen3":
         model = tiny_target()
@@ -145,7 +145,7 @@ def test_direct_capture_equals_the_transformers_forward(kind):
 
 
 def test_direct_capture_refuses_what_it_cannot_run():
-    from trainer.target import prepare_capture
+    from trainer.target.capture import prepare_capture
 
     model = tiny_target()
     with pytest.raises(ValueError, match="attn"):

@@ -8,10 +8,10 @@ path: capture -> anchors -> drafter (SDPA dense mask) -> chunked loss -> AdamW.
 import torch
 
 from tests.support.model_util import tiny_drafter, tiny_target
-from trainer.head import FrozenHead
-from trainer.loss import dflash_loss, metrics_to_floats
-from trainer.masks import sample_anchors
-from trainer.target import capture
+from trainer.drafting.head import FrozenHead
+from trainer.drafting.loss import dflash_loss, metrics_to_floats
+from trainer.drafting.masks import sample_anchors
+from trainer.target.capture import capture
 
 torch.set_num_threads(1)
 

@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from tests.support.trainer_run import ROOT, Trainer, env, events, steps, tiny_flags
-from trainer import checkpoint
+from trainer.run import checkpoint
 
 WRITER = """
 import os, sys
-from trainer import checkpoint
+from trainer.run import checkpoint
 def payload(d):
     os.makedirs(os.path.join(d, "drafter"))
     with open(os.path.join(d, "drafter", "model.safetensors"), "wb") as f:

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from tests.support.trainer_run import ROOT, env, events, tiny_flags
-from trainer.flags import FlagError, build_parser, validate
-from trainer.rundir import proc_start_time
+from trainer.run.flags import FlagError, build_parser, validate
+from trainer.run.rundir import proc_start_time
 
 
 def _validate(tiny, tmp_path, *extra):
@@ -121,7 +121,7 @@ def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
     assert p.returncode == 2 and "--output-dir" in p.stderr and "live trainer" in p.stderr
     assert not (out / "metrics.jsonl").exists()
     # same pid but another start time: a recycled pid, not our trainer -> would start (checked in-process)
-    from trainer.rundir import check_not_running
+    from trainer.run.rundir import check_not_running
 
     (out / "run.json").write_text(json.dumps({"pid": os.getpid(), "start_time": 1}))
     check_not_running(str(out))
@@ -130,7 +130,7 @@ def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
 def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
     from types import SimpleNamespace
 
-    from trainer.handoff import hidden_batch_bytes, queue_refusal
+    from trainer.dist.handoff import hidden_batch_bytes, queue_refusal
 
     # the seed's workflow: 49,152 tokens x 5 captured layers x 5120 x bf16 = 2.5 GB a batch
     cfg = SimpleNamespace(num_captured=5, hidden_size=5120)

@@ -21,7 +21,7 @@ from tests.support.trainer_run import (
     tiny_flags,
     wait_for_step,
 )
-from trainer import checkpoint
+from trainer.run import checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +83,7 @@ def test_ddp_replicas_match_one_process_and_sigint_stops_every_rank(tiny_assets,
     assert _gone(pids, multi.proc.pid), session_members(multi.proc.pid)
     # where both stopped at the same step, their checkpoints hold the same weights
     if k == len(s):
-        from trainer.export import load_drafter
+        from trainer.model import load_drafter
 
         wa = dict(
             load_drafter(checkpoint.latest(str(single_dir / "checkpoints")) + "/drafter")[

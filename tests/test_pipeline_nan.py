@@ -24,7 +24,7 @@ def test_nan_steps_are_skipped_then_the_run_stops(tiny_assets, tmp_path):
     # the saved weights are the last good ones (after step 3): finite, and loadable
     import torch
 
-    from trainer.export import load_drafter
+    from trainer.model import load_drafter
 
     drafter, _ = load_drafter(saved["path"] + "/drafter")
     assert all(torch.isfinite(p).all() for p in drafter.parameters())

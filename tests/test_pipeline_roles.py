@@ -4,11 +4,11 @@ import time
 
 import torch
 
-from trainer.data import Plan, load_dir
-from trainer.loop import quiet_transformers
-from trainer.roles import TargetRole, launch_lock
-from trainer.rundir import RoleMeter
-from trainer.target import load_target
+from trainer.data.dataset import Plan, load_dir
+from trainer.dist.loop import quiet_transformers
+from trainer.dist.roles import TargetRole, launch_lock
+from trainer.run.rundir import RoleMeter
+from trainer.target.capture import load_target
 
 
 def test_target_run_on_cpu_hands_each_batch_on_as_soon_as_it_is_computed(tiny_assets):

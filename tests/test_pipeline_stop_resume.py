@@ -63,7 +63,7 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
     assert str(ckpt) == ev["checkpoint_saved"]["path"]
     assert json.loads((ckpt / "manifest.json").read_text())["step"] == k
-    from trainer.export import load_drafter
+    from trainer.model import load_drafter
 
     drafter, cfg = load_drafter(ckpt / "drafter")
     assert cfg.block_size == 8 and sum(p.numel() for p in drafter.parameters()) > 0

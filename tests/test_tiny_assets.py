@@ -72,14 +72,14 @@ def test_prepare_masks_assistant_turns(tiny_assets, tmp_path):
     assert trained[0] == ["1", "2", "1", "2", "<|im_end|>"]
     assert trained[1] == ["5", "6", "7", "8"]
     raw.write_text('{"text": "1 2 3"}\n{"messages": []}\n')
-    from trainer.prepare import PrepareError, prepare
+    from trainer.data.prepare import PrepareError, prepare
 
     with pytest.raises(PrepareError, match=f"{raw}:2: messages must be a non-empty list"):
         prepare(tok, [str(raw)], str(tmp_path / "d2"))
 
 
 def test_tiny_data_is_in_the_trainer_format(tiny_assets):
-    from trainer.data import load_dir
+    from trainer.data.dataset import load_dir
 
     ds = load_dir(str(tiny_assets / "data"), 4096)
     assert len(ds) >= 100 and ds.dropped == 0 and 0 < ds.mask.mean() < 1

@@ -21,7 +21,7 @@ import os
 import torch
 from torch import nn
 
-from trainer.model import RMSNorm
+from trainer.drafting.norm import RMSNorm
 
 _ZERO_CENTRED_NORM = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
 

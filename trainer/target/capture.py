@@ -35,9 +35,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer.config import text_config_of
-from trainer.masks import doc_positions
-from trainer.target_direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
+from trainer.drafting.config import text_config_of
+from trainer.drafting.masks import doc_positions
+from trainer.target.direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
 
 __all__ = ["DIRECT_MODEL_TYPES", "capture", "decoder_of", "load_target", "prepare_capture"]
 

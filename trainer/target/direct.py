@@ -18,10 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.compiling import compile_enabled
-from trainer.config import text_config_of
-from trainer.flex import flex_attention
-from trainer.masks import doc_positions
+from trainer.drafting.compiling import compile_enabled
+from trainer.drafting.config import text_config_of
+from trainer.drafting.flex import flex_attention
+from trainer.drafting.masks import doc_positions
+from trainer.drafting.rope import apply_rope
 
 DIRECT_MODEL_TYPES = frozenset({"qwen3", "qwen2", "llama", "mistral"})
 ATTN_MODES = ("varlen", "flex", "sdpa", "sdpa_causal")
@@ -90,11 +91,6 @@ def _attend(q, k, v, scale: float, window: int | None, attn: str, meta):
     return o.transpose(1, 2)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def layer_step(layer: nn.Module, h, cos, sin, attn: str, meta, window: int | None):
     """One pre-norm decoder layer on ``h`` (B, T, H); cos/sin (B, T, D) from the decoder's rotary_emb."""
     B, T, _ = h.shape
@@ -107,9 +103,8 @@ def layer_step(layer: nn.Module, h, cos, sin, attn: str, meta, window: int | Non
     if getattr(a, "q_norm", None) is not None:
         q = a.q_norm(q)
         k = a.k_norm(k)
-    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
-    q = (q * c + _rotate_half(q) * s).to(v.dtype)
-    k = (k * c + _rotate_half(k) * s).to(v.dtype)
+    q = apply_rope(q, cos, sin, unsqueeze_dim=2).to(v.dtype)
+    k = apply_rope(k, cos, sin, unsqueeze_dim=2).to(v.dtype)
     o = _attend(q, k, v, a.scaling, window, attn, meta)
     h = h + a.o_proj(o.reshape(B, T, -1))
     m = layer.mlp(layer.post_attention_layernorm(h))

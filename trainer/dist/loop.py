@@ -20,10 +20,11 @@ import time
 
 import numpy as np
 
-from trainer import __version__, checkpoint, rundir
-from trainer.data import Plan, load_dir
-from trainer.flags import FlagError, check_devices, flag_for_setting
-from trainer.schedule import lr_at, noise_at
+from trainer import __version__
+from trainer.run import checkpoint, rundir
+from trainer.data.dataset import Plan, load_dir
+from trainer.run.flags import FlagError, check_devices, flag_for_setting
+from trainer.run.schedule import lr_at, noise_at
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN = 0, 1, 2, 3
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
@@ -70,7 +71,7 @@ def total_steps_of(plan: Plan, grad_accum: int, replicas: int, max_steps: int | 
 def draft_config(args):
     from transformers import AutoConfig
 
-    from trainer.config import DraftConfig
+    from trainer.drafting.config import DraftConfig
 
     try:
         tcfg = AutoConfig.from_pretrained(args.target_model)
@@ -136,7 +137,7 @@ class Trainer:
         import torch
 
         quiet_transformers()
-        from trainer.head import FrozenHead
+        from trainer.drafting.head import FrozenHead
         from trainer.model import DFlashDrafter
 
         cfg = draft_config(a)
@@ -168,7 +169,7 @@ class Trainer:
             self._load(self.resume_path)
 
     def make_role(self, meter, ddp=None, lock=None):
-        from trainer.roles import DrafterRole
+        from trainer.dist.roles import DrafterRole
 
         a, cfg = self.args, self.cfg
         self.drafter_meter = meter
@@ -192,10 +193,10 @@ class Trainer:
         """Single process: the model side plus target thread(s) and the in-process queue."""
         import torch
 
-        from trainer.gpu_meter import role_meter
-        from trainer.handoff import check_queue_memory, hidden_batch_bytes
-        from trainer.roles import HiddenStateQueue, TargetRole, launch_lock
-        from trainer.target import load_target
+        from trainer.dist.gpu_meter import role_meter
+        from trainer.dist.handoff import check_queue_memory, hidden_batch_bytes
+        from trainer.dist.roles import HiddenStateQueue, TargetRole, launch_lock
+        from trainer.target.capture import load_target
 
         check_devices(self.devices)
         self.setup_model()
@@ -232,7 +233,7 @@ class Trainer:
         import torch
         from safetensors.torch import load_file
 
-        from trainer.export import config_from_json
+        from trainer.model import config_from_json
 
         with open(os.path.join(path, "drafter", "config.json"), encoding="utf-8") as f:
             saved_cfg = config_from_json(json.load(f)).to_dict()
@@ -283,7 +284,7 @@ class Trainer:
     def _payload(self, tmp: str) -> None:
         import torch
 
-        from trainer.export import save_drafter
+        from trainer.model import save_drafter
 
         save_drafter(self.drafter, self.cfg, os.path.join(tmp, "drafter"))
         state = {
@@ -353,7 +354,7 @@ class Trainer:
         )
 
     def start_workers(self) -> None:
-        from trainer.roles import TargetWorker
+        from trainer.dist.roles import TargetWorker
 
         end = self.data_end()
         n = len(self.target_roles)
@@ -385,7 +386,7 @@ class Trainer:
     def train(self) -> tuple[int, str]:
         import torch
 
-        from trainer.roles import Stopped
+        from trainer.dist.roles import Stopped
 
         a = self.args
         A, D, r = a.grad_accum, self.replicas, self.replica

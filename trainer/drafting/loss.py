@@ -26,8 +26,8 @@ import math
 
 import torch
 
-from trainer.compiling import compile_enabled
-from trainer.head import FrozenHead
+from trainer.drafting.compiling import compile_enabled
+from trainer.drafting.head import FrozenHead
 
 
 def _ce_chunk(logits, labels, w, soft_logits):

@@ -23,10 +23,11 @@ import sys
 import threading
 import time
 
-from trainer import checkpoint, control
-from trainer.data import load_dir
-from trainer.handoff import Layout
-from trainer.loop import EXIT_ERROR, EXIT_OK, log
+from trainer.dist import control_channel
+from trainer.run import checkpoint
+from trainer.data.dataset import load_dir
+from trainer.dist.handoff import Layout
+from trainer.dist.loop import EXIT_ERROR, EXIT_OK, log
 
 ABORT_GRACE_S = 60.0
 
@@ -83,7 +84,7 @@ class Launcher:
         self.exit_seen: dict[int, float] = {}
 
     # -- workers ---------------------------------------------------------------------------------------
-    def spawn(self, server: control.Server) -> None:
+    def spawn(self, server: control_channel.Server) -> None:
         from datetime import timedelta
 
         from torch.distributed import TCPStore
@@ -230,7 +231,7 @@ class Launcher:
         a = self.args
         ds = load_dir(a.data_dir, a.max_seq_len)  # bad data fails here, before any worker starts
         log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
-        self.server = control.Server(
+        self.server = control_channel.Server(
             a.control_host if self.devices.mode == "torchrun" else "127.0.0.1", a.control_port
         )
         self.reporter.queue_stats = self.queue_stats

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.data import MicroBatch, Plan
-from trainer.loss import dflash_loss
-from trainer.masks import anchor_count, sample_anchors
-from trainer.rundir import RoleMeter
-from trainer.target import capture
+from trainer.data.dataset import MicroBatch, Plan
+from trainer.drafting.loss import dflash_loss
+from trainer.drafting.masks import anchor_count, sample_anchors
+from trainer.run.rundir import RoleMeter
+from trainer.target.capture import capture
 
 
 @dataclass

@@ -22,9 +22,9 @@ import threading
 import time
 import traceback
 
-from trainer import loop
-from trainer.data import DataError
-from trainer.flags import FlagError, build_parser, check_devices, validate
+from trainer.dist import loop
+from trainer.data.dataset import DataError
+from trainer.run.flags import FlagError, build_parser, check_devices, validate
 
 PR_SET_PDEATHSIG = 1
 
@@ -155,7 +155,7 @@ class DrafterDist:
         return self.ctl.abort
 
     def start(self, plan, cursor: int, end: int):
-        from trainer.handoff import Receiver
+        from trainer.dist.handoff import Receiver
 
         self.receiver = Receiver(self.layout, self.di, plan, cursor, end, self.depth, self.device)
         self.receiver.start()
@@ -188,11 +188,11 @@ class DrafterDist:
 def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) -> int:
     import torch
 
-    from trainer.data import Plan, load_dir
-    from trainer.gpu_meter import role_meter
-    from trainer.handoff import run_sender
-    from trainer.roles import TargetRole
-    from trainer.target import load_target
+    from trainer.data.dataset import Plan, load_dir
+    from trainer.dist.gpu_meter import role_meter
+    from trainer.dist.handoff import run_sender
+    from trainer.dist.roles import TargetRole
+    from trainer.target.capture import load_target
 
     meter = role_meter(device, "target", loop.gpu_uuid(device))
     meter_thread(ctl.ch, meter, lambda: (0, 0))
@@ -225,8 +225,8 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
 def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
     import torch
 
-    from trainer.gpu_meter import role_meter
-    from trainer.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
+    from trainer.dist.gpu_meter import role_meter
+    from trainer.dist.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
 
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
@@ -291,13 +291,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(s, signal.SIG_IGN)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: every thread's stack to stderr
     die_with_parent()
-    from trainer import control
-    from trainer.handoff import Layout
+    from trainer.dist import control_channel
+    from trainer.dist.handoff import Layout
 
     argv = list(sys.argv[1:] if argv is None else argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args = build_parser().parse_args(argv)
-    ch = control.connect(os.environ["DFLASH_CONTROL"])
+    ch = control_channel.connect(os.environ["DFLASH_CONTROL"])
     role, device = "?", "?"
     try:
         devices = validate(args)

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import random
-import sys
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
 WORDS = ["system", "user", "assistant", "count", "from", "by", "repeat", "please", "ok"]
@@ -102,7 +101,7 @@ def build(out: str, *, n_docs: int = 400, seed: int = 0) -> dict[str, str]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer.prepare import prepare
+    from trainer.data.prepare import prepare
 
     target = os.path.join(out, "target")
     raw = os.path.join(out, "raw")
@@ -137,7 +136,3 @@ def main(argv: list[str] | None = None) -> int:
     paths = build(a.out, n_docs=a.docs, seed=a.seed)
     print(json.dumps(paths), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -185,7 +185,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(json.dumps(stats), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

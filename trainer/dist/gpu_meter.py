@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from trainer.rundir import RoleMeter
+from trainer.run.rundir import RoleMeter
 
 MAX_PENDING = 1024  # spans kept for ``take``; beyond, the finished ones are folded in at ``end``
 

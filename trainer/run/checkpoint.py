@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from trainer.rundir import atomic_write_text, fsync_dir
+from trainer.run.rundir import atomic_write_text, fsync_dir
 
 STAGES = (
     "tmp_created",  # empty temp folder exists
