@@ -153,9 +153,9 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     import torch
 
     from trainer.data.dataset import Plan, load_dir
-    from trainer.dist.gpu_meter import role_meter
-    from trainer.dist.loop import Trainer, draft_config, micro_seed, quiet_transformers
     from trainer.run.flags import build_parser
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.loop import Trainer, draft_config, micro_seed, quiet_transformers
 
     quiet_transformers()
     args = build_parser().parse_args(flags(a, target, data, "/tmp/unused", "0", "0", 10**9))
@@ -172,7 +172,7 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
             torch.cuda.synchronize(device)
 
     if role == "target":
-        from trainer.dist.roles import TargetRole
+        from trainer.runtime.roles import TargetRole
         from trainer.target.capture import load_target
 
         model = load_target(target, device, torch.bfloat16 if cuda else torch.float32, cfg.target_layer_ids)
@@ -188,7 +188,7 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     else:
         from types import SimpleNamespace
 
-        from trainer.dist.roles import HiddenBatch
+        from trainer.runtime.roles import HiddenBatch
 
         class _Stop:
             requested = saving = False

@@ -13,8 +13,8 @@ import torch
 
 from tests.support.trainer_run import ROOT, env, tiny_flags
 from trainer.data.dataset import Plan, load_dir
-from trainer.dist.gpu_meter import GpuMeter, role_meter
-from trainer.dist.roles import TargetRole
+from trainer.runtime.gpu_meter import GpuMeter, role_meter
+from trainer.runtime.roles import TargetRole
 from trainer.target.capture import load_target
 
 pytestmark = [
@@ -66,7 +66,7 @@ def test_gpu_meter_counts_tokens_when_the_gpu_is_done_and_splits_busy_time():
 
 @pytest.fixture(scope="module")
 def tiny_target(tiny_assets):
-    from trainer.dist.loop import quiet_transformers
+    from trainer.runtime.loop import quiet_transformers
 
     quiet_transformers()
     model = load_target(str(tiny_assets / "target"), DEV, torch.bfloat16, [1, 3])
@@ -134,7 +134,7 @@ def test_two_gpu_run_trains_and_meters_both_roles(tiny_assets, tmp_path):
 
 
 def test_gpu_meter_without_a_reporter_keeps_few_events(monkeypatch):
-    from trainer.dist import gpu_meter
+    from trainer.runtime import gpu_meter
 
     monkeypatch.setattr(gpu_meter, "MAX_PENDING", 4)
     m = GpuMeter(DEV, "target")

@@ -5,9 +5,9 @@ import time
 import torch
 
 from trainer.data.dataset import Plan, load_dir
-from trainer.dist.loop import quiet_transformers
-from trainer.dist.roles import TargetRole, launch_lock
 from trainer.run.rundir import RoleMeter
+from trainer.runtime.loop import quiet_transformers
+from trainer.runtime.roles import TargetRole, launch_lock
 from trainer.target.capture import load_target
 
 

@@ -23,10 +23,10 @@ import traceback
 
 from trainer import __version__
 from trainer.data.dataset import DataError
-from trainer.dist.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
 from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, build_parser, validate
 from trainer.run.stopping import StopControl
+from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if devices.mode == "single":
         trainer = Trainer(args, devices, stop, writer, reporter, run_dir, resume_path)
     else:
-        from trainer.dist.launcher import Launcher
+        from trainer.runtime.launcher import Launcher
 
         trainer = Launcher(args, argv, devices, stop, writer, reporter, run_dir, resume_path)
     try:

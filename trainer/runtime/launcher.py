@@ -23,11 +23,11 @@ import sys
 import threading
 import time
 
-from trainer.dist import control_channel
-from trainer.run import checkpoint
 from trainer.data.dataset import load_dir
-from trainer.dist.handoff import Layout
-from trainer.dist.loop import EXIT_ERROR, EXIT_OK, log
+from trainer.run import checkpoint
+from trainer.runtime import control_channel
+from trainer.runtime.handoff import Layout
+from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, log
 
 ABORT_GRACE_S = 60.0
 

@@ -22,9 +22,9 @@ import threading
 import time
 import traceback
 
-from trainer.dist import loop
 from trainer.data.dataset import DataError
 from trainer.run.flags import FlagError, build_parser, check_devices, validate
+from trainer.runtime import loop
 
 PR_SET_PDEATHSIG = 1
 
@@ -155,7 +155,7 @@ class DrafterDist:
         return self.ctl.abort
 
     def start(self, plan, cursor: int, end: int):
-        from trainer.dist.handoff import Receiver
+        from trainer.runtime.handoff import Receiver
 
         self.receiver = Receiver(self.layout, self.di, plan, cursor, end, self.depth, self.device)
         self.receiver.start()
@@ -189,9 +189,9 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     import torch
 
     from trainer.data.dataset import Plan, load_dir
-    from trainer.dist.gpu_meter import role_meter
-    from trainer.dist.handoff import run_sender
-    from trainer.dist.roles import TargetRole
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.handoff import run_sender
+    from trainer.runtime.roles import TargetRole
     from trainer.target.capture import load_target
 
     meter = role_meter(device, "target", loop.gpu_uuid(device))
@@ -225,8 +225,8 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
 def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
     import torch
 
-    from trainer.dist.gpu_meter import role_meter
-    from trainer.dist.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
 
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
@@ -291,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(s, signal.SIG_IGN)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: every thread's stack to stderr
     die_with_parent()
-    from trainer.dist import control_channel
-    from trainer.dist.handoff import Layout
+    from trainer.runtime import control_channel
+    from trainer.runtime.handoff import Layout
 
     argv = list(sys.argv[1:] if argv is None else argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

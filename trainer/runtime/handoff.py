@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from trainer.data.dataset import Plan
 from trainer.run.flags import FlagError
-from trainer.dist.roles import HiddenBatch, Stopped, _Failure
+from trainer.runtime.roles import HiddenBatch, Stopped, _Failure
 
 PEER_GRACE_S = (
     10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own

@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from trainer import __version__
-from trainer.run import checkpoint, rundir
 from trainer.data.dataset import Plan, load_dir
+from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, check_devices, flag_for_setting
 from trainer.run.schedule import lr_at, noise_at
 
@@ -169,7 +169,7 @@ class Trainer:
             self._load(self.resume_path)
 
     def make_role(self, meter, ddp=None, lock=None):
-        from trainer.dist.roles import DrafterRole
+        from trainer.runtime.roles import DrafterRole
 
         a, cfg = self.args, self.cfg
         self.drafter_meter = meter
@@ -193,9 +193,9 @@ class Trainer:
         """Single process: the model side plus target thread(s) and the in-process queue."""
         import torch
 
-        from trainer.dist.gpu_meter import role_meter
-        from trainer.dist.handoff import check_queue_memory, hidden_batch_bytes
-        from trainer.dist.roles import HiddenStateQueue, TargetRole, launch_lock
+        from trainer.runtime.gpu_meter import role_meter
+        from trainer.runtime.handoff import check_queue_memory, hidden_batch_bytes
+        from trainer.runtime.roles import HiddenStateQueue, TargetRole, launch_lock
         from trainer.target.capture import load_target
 
         check_devices(self.devices)
@@ -354,7 +354,7 @@ class Trainer:
         )
 
     def start_workers(self) -> None:
-        from trainer.dist.roles import TargetWorker
+        from trainer.runtime.roles import TargetWorker
 
         end = self.data_end()
         n = len(self.target_roles)
@@ -386,7 +386,7 @@ class Trainer:
     def train(self) -> tuple[int, str]:
         import torch
 
-        from trainer.dist.roles import Stopped
+        from trainer.runtime.roles import Stopped
 
         a = self.args
         A, D, r = a.grad_accum, self.replicas, self.replica
