@@ -1,4 +1,4 @@
-"""Hidden states from target workers to drafter workers over torch.distributed, and the queue's memory.
+"""Hidden states from target workers to drafter workers over torch.distributed.
 
 Ranks (``Layout``): on every node, local ranks ``0 .. T-1`` are target workers (``--target-gpus``), then
 ``T .. T+D-1`` drafter workers (``--drafter-gpus``). Globally target ``ti = node * T + i``, drafter
@@ -7,17 +7,17 @@ Ranks (``Layout``): on every node, local ranks ``0 .. T-1`` are target workers (
 
 Per micro-batch the target sends a header ``[g, T, C, final width or 0, dtype]`` (a CPU tensor: gloo) then the
 packed hidden states ``(1, T, C)`` (and the final hidden state for soft labels) with ``isend`` (NCCL on
-GPU: device to device; gloo on CPU). Each drafter runs a ``Receiver`` thread that takes a slot of its
-bounded queue (``--hs-queue-depth``) before it posts the next receive, so at most that many batches wait
-on the drafter's device (plus the one being trained); a full queue stalls the target's sends, which stalls
-the target: back-pressure without any host round trip. Token ids, loss mask and document ids are not
-sent: every worker packs the same micro-batch ``g`` from its own copy of the data.
+GPU: device to device; gloo on CPU). Each drafter runs a ``Receiver`` thread that reserves a place in its
+``HiddenStateQueue`` (``runtime.hidden_queue``, capacity ``--hs-queue-depth``) before it posts the next
+receive, so at most that many batches wait on the drafter's device (plus the one being trained); a full
+queue stalls the target's sends, which stalls the target: back-pressure without any host round trip.
+Token ids, loss mask and document ids are not sent: every worker packs the same micro-batch ``g`` from its
+own copy of the data.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 import time
 
@@ -25,63 +25,13 @@ import torch
 import torch.distributed as dist
 
 from trainer.data.dataset import Plan
-from trainer.run.flags import FlagError
-from trainer.runtime.roles import HiddenBatch, Stopped, _Failure
+from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
 
 PEER_GRACE_S = (
     10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own
 )
 MAX_PENDING_SENDS = 2  # hidden-state batches a target may have in flight (on its own device)
 _DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-
-
-def fmt_bytes(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
-
-
-def hidden_batch_bytes(args, cfg, elem_size: int) -> int:
-    """Bytes of the largest hidden-state batch: ``--token-budget`` tokens x captured width (+ final)."""
-    per_token = cfg.num_captured * cfg.hidden_size + (cfg.hidden_size if args.use_soft_labels else 0)
-    return int(args.token_budget) * per_token * elem_size
-
-
-def keep_free_bytes(total: int) -> int:
-    """GPU memory the queue leaves for the drafter's (or target's) own work: a quarter, at least 8 GiB."""
-    return max(total // 4, 8 << 30)
-
-
-def queue_refusal(
-    device: str, batches: int, in_use: int, per_batch: int, free: int, total: int
-) -> str | None:
-    """Why ``batches`` (+``in_use``) hidden-state batches cannot wait on a GPU with ``free`` of ``total`` bytes
-    free, naming the depth that fits; None when they fit."""
-    need = (batches + in_use) * per_batch
-    room = free - keep_free_bytes(total)
-    if need <= room:
-        return None
-    fits = max(0, room // per_batch - in_use)
-    return (
-        f"{batches} batches of up to {fmt_bytes(per_batch)} (+{in_use} in use) need {fmt_bytes(need)} on "
-        f"{device}, which has {fmt_bytes(free)} free of {fmt_bytes(total)} and keeps "
-        f"{fmt_bytes(keep_free_bytes(total))} for training: use --hs-queue-depth {fits} or less"
-        + (" (or a smaller --token-budget)" if fits < 2 else "")
-    )
-
-
-def check_queue_memory(device: str, batches: int, in_use: int, per_batch: int, args) -> str:
-    """A start-up log line with the queue's memory on ``device``; FlagError when it cannot fit."""
-    need = (batches + in_use) * per_batch
-    what = (
-        f"hidden-state queue on {device}: {batches} x {fmt_bytes(per_batch)} (+{in_use} in use) = "
-        f"{fmt_bytes(need)} (--token-budget {args.token_budget} tokens per batch)"
-    )
-    if not device.startswith("cuda"):
-        return what
-    free, total = torch.cuda.mem_get_info(torch.device(device))
-    why = queue_refusal(device, batches, in_use, per_batch, free, total)
-    if why:
-        raise FlagError("--hs-queue-depth", why)
-    return f"{what}; {fmt_bytes(free)} free of {fmt_bytes(total)}"
 
 
 class Layout:
@@ -160,18 +110,14 @@ def run_sender(layout: Layout, ti: int, role, plan: Plan, s0: int, end: int, sho
 
 
 class Receiver(threading.Thread):
-    """Drafter replica ``di``: receives its micro-batches in order into a bounded queue on its device."""
+    """Drafter replica ``di``: receives its micro-batches in order into its bounded queue on its device."""
 
-    def __init__(self, layout: Layout, di: int, plan: Plan, s0: int, end: int, depth: int, device: str):
+    def __init__(
+        self, layout: Layout, di: int, plan: Plan, s0: int, end: int, q: HiddenStateQueue, device: str
+    ):
         super().__init__(name=f"dflash-recv-{di}", daemon=True)
         self.layout, self.di, self.plan, self.s0, self.end, self.device = layout, di, plan, s0, end, device
-        self.capacity = depth
-        self._slots = threading.Semaphore(depth)
-        self._q: queue.Queue = queue.Queue()
-        self._closed = threading.Event()
-
-    def depth(self) -> int:
-        return self._q.qsize()
+        self.q = q
 
     def _recv(self, shape, dtype, src):
         buf = torch.empty(shape, dtype=dtype, device=self.device)
@@ -181,17 +127,14 @@ class Receiver(threading.Thread):
     def run(self) -> None:
         cuda = self.device.startswith("cuda")
         stream = None
+        L = self.layout
         if cuda:
             torch.cuda.set_device(self.device)
             stream = torch.cuda.Stream(self.device)
-        L = self.layout
+        g = self.s0 + self.di  # the micro-batch this receiver hands over next
         try:
             for g in range(self.s0 + self.di, self.end, L.ND):
-                while not self._slots.acquire(timeout=0.1):
-                    if self._closed.is_set():
-                        return
-                if self._closed.is_set():
-                    return
+                self.q.reserve(g)  # a place in the queue before the receive allocates on the device
                 src = L.target_rank((g - self.s0) % L.NT)
                 hdr = torch.empty(5, dtype=torch.int64)
                 dist.recv(hdr, src)
@@ -211,33 +154,10 @@ class Receiver(threading.Thread):
                         ready = torch.cuda.Event()
                         ready.record(stream)
                 ids, lm, docs, _pos = mb.to_tensors("cpu")
-                self._q.put(HiddenBatch(g, mb.epoch, T, hidden, final, ids, lm, docs, ready=ready))
+                self.q.put(HiddenBatch(g, mb.epoch, T, hidden, final, ids, lm, docs, ready=ready))
+        except Stopped:
+            return
         except BaseException as e:  # noqa: BLE001 - handed to the training loop, which reports it
-            if not self._closed.is_set():
-                self._q.put(_Failure(e))
-
-    def get(self, g: int, should_stop=lambda: False) -> HiddenBatch:
-        while True:
-            if should_stop():
-                raise Stopped
-            try:
-                item = self._q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if isinstance(item, _Failure):
+            if not self.q.closed:
                 # a target that died shows here first; the launcher's abort, naming it, follows in a moment
-                end = time.monotonic() + PEER_GRACE_S
-                while time.monotonic() < end:
-                    if should_stop():
-                        raise Stopped
-                    time.sleep(0.05)
-                raise RuntimeError(f"receiving hidden states failed: {item.exc!r}") from item.exc
-            self._slots.release()
-            if item.index != g:
-                raise RuntimeError(
-                    f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}"
-                )
-            return item
-
-    def close(self) -> None:
-        self._closed.set()
+                self.q.fail(g, e, "receiving hidden states failed", grace_s=PEER_GRACE_S)

@@ -1,9 +1,9 @@
 """The drafter's training loop and its checkpoints, shared by the single-process pipeline and drafter workers.
 
 ``Trainer`` sets up the drafter (weights, frozen head, AdamW, resume), then runs optimizer steps over
-micro-batches taken from a hidden-state source (``queue.get(g, should_stop)``): the in-process
-``HiddenStateQueue`` (single process) or the point-to-point receiver of a drafter worker
-(``trainer.handoff``). With ``replicas`` drafter replicas (DDP, ``dist`` set) an optimizer step consumes
+micro-batches taken from a ``HiddenStateQueue`` (``queue.get(g, should_stop)``; ``runtime.hidden_queue``),
+filled by target threads in one process or by a drafter worker's point-to-point receiver
+(``runtime.handoff``). With ``replicas`` drafter replicas (DDP, ``dist`` set) an optimizer step consumes
 ``grad_accum * replicas`` consecutive micro-batches: replica ``r`` takes ``c0 + j * replicas + r`` for
 ``j < grad_accum``. Each micro-batch's anchors and noise come from a generator seeded by ``(seed, g)``
 alone, so D replicas with DDP averaging compute what one process with ``--grad-accum D * A`` does over the
@@ -96,7 +96,7 @@ def quiet_transformers() -> None:
 
 
 class Trainer:
-    """The drafter side of a run. ``dist`` (a ``handoff.DrafterDist``) is set in a drafter worker."""
+    """The drafter side of a run. ``dist`` (a ``runtime.worker.DrafterDist``) is set in a drafter worker."""
 
     def __init__(
         self,
@@ -194,8 +194,8 @@ class Trainer:
         import torch
 
         from trainer.runtime.gpu_meter import role_meter
-        from trainer.runtime.handoff import check_queue_memory, hidden_batch_bytes
-        from trainer.runtime.roles import HiddenStateQueue, TargetRole, launch_lock
+        from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
+        from trainer.runtime.roles import TargetRole, launch_lock
         from trainer.target.capture import load_target
 
         check_devices(self.devices)
@@ -213,7 +213,7 @@ class Trainer:
             self.target_roles.append(
                 TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock)
             )
-        self.queue = HiddenStateQueue(len(self.target_roles), a.hs_queue_depth)
+        self.queue = HiddenStateQueue(a.hs_queue_depth, start=self.cursor)
         per = hidden_batch_bytes(a, cfg, 2 if tdtype == torch.bfloat16 else 4)
         for d in self.devices.target:  # the queued batches live on the target's device until taken
             log(check_queue_memory(d, self.queue.capacity, len(self.target_roles), per, a))
@@ -386,7 +386,7 @@ class Trainer:
     def train(self) -> tuple[int, str]:
         import torch
 
-        from trainer.runtime.roles import Stopped
+        from trainer.runtime.hidden_queue import Stopped
 
         a = self.args
         A, D, r = a.grad_accum, self.replicas, self.replica

@@ -1,12 +1,11 @@
-"""The two roles of the pipeline and the bounded hidden-state queue between them.
+"""The two roles of the pipeline, and the thread that runs a target role into the hidden-state queue.
 
 - ``TargetRole``: the frozen target on one device; ``role(micro_batch) -> HiddenBatch`` (captured hidden
   states, plus the final hidden state for soft labels); ``role.run(plan, gs)`` yields them one behind the
   GPU, with no idle gap between micro-batches. ``TargetWorker`` runs one in a thread, producing every
-  ``n``-th micro-batch of the stream into its lane of the ``HiddenStateQueue``.
-- ``HiddenStateQueue``: one bounded lane per target worker (capacities add up to ``--hs-queue-depth``);
-  the drafter takes micro-batch ``g`` from lane ``g % n``, so the order is the data order whatever the
-  threads' timing (what makes resume exact).
+  ``n``-th micro-batch of the stream into the ``HiddenStateQueue`` (``runtime.hidden_queue``: bounded by
+  ``--hs-queue-depth`` over all target workers; the drafter takes the batches in data order whatever the
+  threads' timing, which is what makes resume exact).
 - ``DrafterRole``: anchors, feature noise, drafter forward, DFlash loss and backward per micro-batch;
   clipping and the AdamW step per optimizer step. It owns the generator for anchors and noise (reseeded
   per micro-batch by the caller). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
@@ -18,17 +17,15 @@ compiles fails: "Detected that you are using FX to symbolically trace a dynamo-o
 call may recompile. Launches do not wait for the GPU, so the GPU still runs both roles' queued work back to
 back; nothing inside the lock syncs with the device.
 
-The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline can put them in
-different processes and replace the queue by point-to-point transfers.
+The roles only meet through ``HiddenBatch`` objects, so a multi-process pipeline puts them in different
+processes, with point-to-point transfers (``runtime.handoff``) into the drafter's queue.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
@@ -36,31 +33,8 @@ from trainer.data.dataset import MicroBatch, Plan
 from trainer.drafting.loss import dflash_loss
 from trainer.drafting.masks import anchor_count, sample_anchors
 from trainer.run.rundir import RoleMeter
+from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
 from trainer.target.capture import capture
-
-
-@dataclass
-class HiddenBatch:
-    index: int  # global micro-batch index
-    epoch: int
-    tokens: int
-    hidden: torch.Tensor  # (1, T, n*H) on the target's device
-    final: torch.Tensor | None  # (1, T, H) last_hidden_state, only for soft labels
-    input_ids: torch.Tensor  # (1, T) on the target's device
-    loss_mask: torch.Tensor  # (1, T) bool, on the CPU
-    doc_ids: torch.Tensor  # (1, T), on the CPU
-    ready: object = (
-        None  # a CUDA event the hidden states are complete after (launched, or received point-to-point)
-    )
-
-
-class _Failure:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-class Stopped(Exception):
-    """Raised by queue operations once the pipeline is stopping."""
 
 
 class TargetRole:
@@ -136,54 +110,8 @@ def launch_lock(devices) -> contextlib.AbstractContextManager | None:
     )
 
 
-class HiddenStateQueue:
-    def __init__(self, lanes: int, depth: int):
-        per = max(1, depth // lanes)
-        self.capacity = per * lanes
-        self._lanes = [queue.Queue(maxsize=per) for _ in range(lanes)]
-        self.stop = threading.Event()
-
-    def depth(self) -> int:
-        return sum(q.qsize() for q in self._lanes)
-
-    def put(self, lane: int, item) -> None:
-        q = self._lanes[lane]
-        while True:
-            if self.stop.is_set():
-                raise Stopped
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def get(self, g: int, should_stop=lambda: False) -> HiddenBatch:
-        q = self._lanes[g % len(self._lanes)]
-        while True:
-            if self.stop.is_set() or should_stop():
-                raise Stopped
-            try:
-                item = q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if isinstance(item, _Failure):
-                raise RuntimeError(f"target worker failed: {item.exc!r}") from item.exc
-            if item.index != g:
-                raise RuntimeError(
-                    f"hidden-state queue out of order: expected micro-batch {g}, got {item.index}"
-                )
-            return item
-
-    def close(self) -> None:
-        self.stop.set()
-        for q in self._lanes:
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    q.get_nowait()
-
-
 class TargetWorker(threading.Thread):
-    """Produces micro-batches start+lane, start+lane+lanes, ... < end into its queue lane."""
+    """Produces micro-batches start+lane, start+lane+lanes, ... < end into the queue."""
 
     def __init__(
         self, role: TargetRole, plan: Plan, lane: int, lanes: int, start: int, end: int, q: HiddenStateQueue
@@ -201,16 +129,17 @@ class TargetWorker(threading.Thread):
 
     def run(self) -> None:
         first = self.start_g + (self.lane - self.start_g) % self.lanes
+        owed = first  # the micro-batch this worker hands over next
         try:
             for hb in self.role.run(self.plan, range(first, self.end_g, self.lanes)):
-                if self.q.stop.is_set():
+                if self.q.closed:
                     return
-                self.q.put(self.lane, hb)
+                self.q.put(hb)
+                owed = hb.index + self.lanes
         except Stopped:
             return
         except BaseException as e:  # noqa: BLE001 - handed to the drafter, which reports it
-            with contextlib.suppress(Stopped):
-                self.q.put(self.lane, _Failure(e))
+            self.q.fail(owed, e, "target worker failed")
 
 
 def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generator) -> torch.Tensor:

@@ -148,18 +148,20 @@ class DrafterDist:
         self.layout, self.di, self.device, self.ctl = layout, di, device, ctl
         self.group, self.ctrl_group, self.depth = group, ctrl_group, depth
         self.stopped = False
-        self.receiver = None
+        self.queue = None
 
     @property
     def aborted(self) -> bool:
         return self.ctl.abort
 
     def start(self, plan, cursor: int, end: int):
+        """The receiver thread and the queue it fills: this replica takes cursor + di, + ND, ..."""
         from trainer.runtime.handoff import Receiver
+        from trainer.runtime.hidden_queue import HiddenStateQueue
 
-        self.receiver = Receiver(self.layout, self.di, plan, cursor, end, self.depth, self.device)
-        self.receiver.start()
-        return self.receiver
+        self.queue = HiddenStateQueue(self.depth, start=cursor + self.di, stride=self.layout.ND)
+        Receiver(self.layout, self.di, plan, cursor, end, self.queue, self.device).start()
+        return self.queue
 
     def agree_stop(self) -> bool:
         """At a step boundary: stop if any replica was told to (all replicas get the same answer)."""
@@ -226,7 +228,8 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
     import torch
 
     from trainer.runtime.gpu_meter import role_meter
-    from trainer.runtime.handoff import PEER_GRACE_S, check_queue_memory, hidden_batch_bytes
+    from trainer.runtime.handoff import PEER_GRACE_S
+    from trainer.runtime.hidden_queue import check_queue_memory, hidden_batch_bytes
 
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
@@ -250,7 +253,7 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
 
     ctl.on_abort = on_abort
     meter = role_meter(device, "drafter", loop.gpu_uuid(device))
-    meter_thread(ctl.ch, meter, lambda: (dd.receiver.depth() if dd.receiver else 0, args.hs_queue_depth))
+    meter_thread(ctl.ch, meter, lambda: (dd.queue.depth() if dd.queue else 0, args.hs_queue_depth))
     try:
         trainer.setup_model()
         ddp = None
