@@ -1,4 +1,4 @@
-"""The DFlash loss (trainer/loss.py): labels, position weights, chunking, soft labels, metrics."""
+"""The DFlash loss (trainer/drafting/loss.py): labels, position weights, chunking, soft labels, metrics."""
 
 import math
 

@@ -130,7 +130,7 @@ def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
 def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
     from types import SimpleNamespace
 
-    from trainer.runtime.handoff import hidden_batch_bytes, queue_refusal
+    from trainer.runtime.hidden_queue import hidden_batch_bytes, queue_refusal
 
     # the seed's workflow: 49,152 tokens x 5 captured layers x 5120 x bf16 = 2.5 GB a batch
     cfg = SimpleNamespace(num_captured=5, hidden_size=5120)

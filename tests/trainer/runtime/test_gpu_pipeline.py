@@ -1,6 +1,6 @@
 """The pipeline's GPU side without per-micro-batch host syncs: ``GpuMeter``, ``TargetRole.run``, short real runs.
 
-Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/test_gpu_pipeline.py -q``. Skipped without CUDA.
+Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/trainer/runtime/test_gpu_pipeline.py -q``. Skipped without CUDA.
 """
 
 import json

@@ -1,6 +1,6 @@
 """The drafter on CUDA through FlexAttention (compiled): mask behaviour, SDPA equivalence, training steps.
 
-Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/test_gpu_model.py -q``. Skipped without CUDA.
+Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/trainer/test_gpu_model.py -q``. Skipped without CUDA.
 """
 
 import pytest

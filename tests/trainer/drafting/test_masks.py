@@ -1,4 +1,4 @@
-"""Anchor sampling and mask construction (trainer/masks.py)."""
+"""Anchor sampling and mask construction (trainer/drafting/masks.py)."""
 
 import pytest
 import torch
