@@ -9,6 +9,8 @@ Two ways to run (``--launch``, docs/trainer.md):
 Either way this process is the one to signal: it owns run.json, metrics.jsonl (docs/run-directory.md)
 and the stop protocol; log lines go to stdout.
 
+``python -m trainer.pipeline --version`` prints ``trainer VERSION`` and exits 0.
+
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory, 3 stopped after repeated NaN losses (after saving the
 last good state). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
@@ -46,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopControl()
     stop.install()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
+    parser = build_parser()
+    parser.add_argument("--version", action="version", version=f"trainer {__version__}")
+    args = parser.parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
     try:
         devices = validate(args)
     except FlagError as e:
