@@ -19,6 +19,7 @@ from tests.support.trainer_run import (
     session_members,
     steps,
     tiny_flags,
+    wait_for_record,
     wait_for_step,
 )
 from trainer.run import checkpoint
@@ -45,6 +46,10 @@ def _gone(pids: list[int], sid: int, timeout: float = 30) -> bool:
     return False
 
 
+def _drafter_tok_s(r: dict) -> bool:
+    return r["kind"] == "throughput" and sum(d["tok_s"] for d in r["devices"] if d["role"] == "drafter") > 0
+
+
 def test_ddp_replicas_match_one_process_and_sigint_stops_every_rank(tiny_assets, tmp_path):
     """2 replicas x grad-accum 1 == 1 process x grad-accum 2, step for step; then SIGINT stops every rank at
     one step with one checkpoint and no process left. Both runs get the same flags (same schedules)."""
@@ -54,6 +59,8 @@ def test_ddp_replicas_match_one_process_and_sigint_stops_every_rank(tiny_assets,
     pids = _worker_pids(multi)
     for t, d in ((multi, multi_dir), (single, single_dir)):
         wait_for_step(d, 4, t, timeout=180)
+        if t is multi:  # what the end asserts: a drafter's tokens reached the launcher before the stop
+            wait_for_record(d, "throughput record with drafter tok/s", _drafter_tok_s, t, timeout=180)
         t.signal(signal.SIGINT)
     assert multi.wait(120) == 0, multi.output
     assert single.wait(120) == 0, single.output
