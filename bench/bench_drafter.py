@@ -4,7 +4,7 @@
     PYTHONPATH=. python bench/bench_drafter.py --tiny --out /tmp/bd   # CPU smoke run (SDPA path)
 
 One step = sample_anchors, drafter forward (FlexAttention, compiled layers), chunked DFlash loss, backward,
-grad-norm clip and AdamW: what ``trainer.roles.DrafterRole`` does per micro-batch plus the optimizer step,
+grad-norm clip and AdamW: what ``trainer.runtime.roles.DrafterRole`` does per micro-batch plus the optimizer step,
 in the pipeline's precision (fp32 weights, bf16 autocast; bf16 frozen embedding / lm_head; random
 bf16 target hidden states). Configurations (``--configs``):
 - ``main``: one row of 8192 tokens (one document), 5 layers, block 16, 512 anchors;

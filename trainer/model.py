@@ -3,8 +3,8 @@
 ``DFlashDrafter(cfg)`` has ``fc`` (``num_captured * hidden -> hidden``, no bias), ``hidden_norm``,
 ``layers`` (``cfg.num_draft_layers`` Qwen3 decoder layers: RMSNorm, GQA attention with ``q_norm``/``k_norm``,
 RoPE, SwiGLU) and a final ``norm``; parameter names follow the published checkpoints (z-lab / vLLM /
-SGLang), so ``state_dict()`` is what ``export.save_drafter`` writes. It owns no embedding and no lm_head:
-the caller passes the target's frozen ``embed_tokens`` (``head.FrozenHead``).
+SGLang), so ``state_dict()`` is what ``save_drafter`` (below) writes. It owns no embedding and no lm_head:
+the caller passes the target's frozen ``embed_tokens`` (``drafting.head.FrozenHead``).
 
 ``forward(target_hidden (B,T,n*H), input_ids (B,T), doc_ids (B,T), anchors (B,A), embed_tokens,
 attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (logits = lm_head of them).
@@ -13,10 +13,10 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   own ``k_proj``/``v_proj`` (+ ``k_norm``), at the context positions. Queries come from the blocks only.
 - Blocks: ``[input_ids[a], mask, mask, ...]`` embedded by ``embed_tokens``; a padding block (``a == -1``)
   is all mask tokens at positions 0..block_size-1 and its output is meaningless but finite.
-- Positions restart at 0 at every document of a packed row (``masks.doc_positions``): the same positions
+- Positions restart at 0 at every document of a packed row (``drafting.masks.doc_positions``): the same positions
   the target saw when each document was run alone, and what inference uses (one sequence from 0). Slot k
   of a block is at ``pos[a] + k``.
-- Attention mask: ``trainer.masks`` (the rule is documented there). ``attn_impl='sdpa'`` uses a dense bool
+- Attention mask: ``trainer.drafting.masks`` (the rule is documented there). ``attn_impl='sdpa'`` uses a dense bool
   mask (CPU training; FlexAttention has no CPU backward); ``'flex'`` uses a FlexAttention BlockMask
   (compiled ``flex_attention`` on CUDA, eager elsewhere).
 - ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.

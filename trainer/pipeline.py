@@ -3,8 +3,8 @@
 Two ways to run (``--launch``, docs/trainer.md):
 - single process (CPU, or one device shared by both roles): target worker thread(s), one per
   ``--target-gpus`` device, feed a bounded hidden-state queue; the main thread runs the drafter role
-  (``trainer.loop.Trainer``);
-- multi-process: this process is the launcher (``trainer.launcher``) of one worker process per device on
+  (``trainer.runtime.loop.Trainer``);
+- multi-process: this process is the launcher (``trainer.runtime.launcher``) of one worker process per device on
   torch.distributed (``trainer.worker``); ``--launch torchrun`` lets torchrun start the workers.
 Either way this process is the one to signal: it owns run.json, metrics.jsonl (docs/run-directory.md)
 and the stop protocol; log lines go to stdout.
@@ -14,7 +14,7 @@ and the stop protocol; log lines go to stdout.
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory, 3 stopped after repeated NaN losses (after saving the
 last good state). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
-NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/checkpoint.py).
+NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
 """
 
 from __future__ import annotations

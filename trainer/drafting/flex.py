@@ -2,7 +2,7 @@
 
 Never trace a ``BlockMask`` into a larger compiled graph (a compiled decoder-layer step): on CUDA
 (torch 2.11) dynamo kept the first call's mask in such a graph, so later batches ran with stale anchors
-and documents (the leak that tests/test_gpu_model.py caught). Inside a compiled region
+and documents (the leak that tests/trainer/test_gpu_model.py caught). Inside a compiled region
 :func:`flex_attention` graph-breaks and runs the standalone compiled ``flex_attention``, which takes each
 batch's ``BlockMask`` as an input; outside, it calls that directly (compiled on CUDA, eager elsewhere).
 """

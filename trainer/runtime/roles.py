@@ -222,7 +222,7 @@ class DrafterRole:
             if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()
-        self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (trainer.gpu_meter)
+        self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (runtime.gpu_meter)
         return {"loss": loss.detach(), **metrics}
 
     def clip(self) -> torch.Tensor:

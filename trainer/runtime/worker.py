@@ -1,9 +1,9 @@
 """``python -m trainer.worker FLAGS``: one target or drafter worker of the multi-process pipeline.
 
-Started by the launcher (``trainer.launcher``, one per device) or by ``torchrun`` across nodes, with the
+Started by the launcher (``runtime.launcher``, one per device) or by ``torchrun`` across nodes, with the
 torch.distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and ``DFLASH_CONTROL=host:port`` (the launcher's control socket). Its
-role and device come from its rank (``handoff.Layout``). NCCL for CUDA tensors, gloo for CPU ones.
+role and device come from its rank (``runtime.handoff.Layout``). NCCL for CUDA tensors, gloo for CPU ones.
 
 A worker dies with its launcher: ``PR_SET_PDEATHSIG`` (SIGKILL when the parent dies), a watchdog on the
 parent pid, and the end of the control connection. It ignores SIGINT/SIGTERM (the launcher owns the stop

@@ -1,6 +1,6 @@
 """The direct capture path: our own loop over a pre-norm decoder's layers, per-document attention, compiled.
 
-Used by ``target.capture`` once ``prepare_capture(model)`` has qualified the model (``target.py`` documents
+Used by ``capture.capture`` once ``prepare_capture(model)`` has qualified the model (``capture.py`` documents
 the API). Each layer step is the transformers decoder layer's computation written out for the pre-norm
 Qwen3 / Qwen2 / Llama / Mistral family, on the layer's own modules (norms, projections, MLP):
 ``h + o_proj(attn(rope(q_norm(q_proj(n1(h)))), rope(k_norm(k_proj(n1(h)))), v_proj(n1(h))))`` then
@@ -175,7 +175,7 @@ def _varlen_works(device: torch.device) -> bool:
 
 
 def prepare_capture(model: nn.Module, attn: str = "auto", compile: bool | None = None) -> str | None:
-    """Switch ``capture`` to the direct path (see target.py); returns the attention mode or None."""
+    """Switch ``capture`` to the direct path (see capture.py); returns the attention mode or None."""
     if attn != "auto" and attn not in ATTN_MODES:
         raise ValueError(f"attn must be 'auto' or one of {ATTN_MODES}, got {attn!r}")
     if not _qualifies(model):
