@@ -188,7 +188,7 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     else:
         from types import SimpleNamespace
 
-        from trainer.runtime.roles import HiddenBatch
+        from trainer.runtime.hidden_queue import HiddenBatch
 
         class _Stop:
             requested = saving = False
