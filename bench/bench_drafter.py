@@ -4,7 +4,7 @@
     PYTHONPATH=. python bench/bench_drafter.py --tiny --out /tmp/bd   # CPU smoke run (SDPA path)
 
 One step = sample_anchors, drafter forward (FlexAttention, compiled layers), chunked DFlash loss, backward,
-grad-norm clip and AdamW: what ``trainer.roles.DrafterRole`` does per micro-batch plus the optimizer step,
+grad-norm clip and AdamW: what ``trainer.runtime.roles.DrafterRole`` does per micro-batch plus the optimizer step,
 in the pipeline's precision (fp32 weights, bf16 autocast; bf16 frozen embedding / lm_head; random
 bf16 target hidden states). Configurations (``--configs``):
 - ``main``: one row of 8192 tokens (one document), 5 layers, block 16, 512 anchors;
@@ -31,11 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_target import packed_docs, raise_compile_limits  # noqa: E402
 from bench.flops import QWEN3_8B, Shape, drafter_pairs, drafter_step_flops, measure_matmul_tflops, rates  # noqa: E402
 from bench.prof import profile, timed  # noqa: E402
-from trainer import loss as loss_mod  # noqa: E402
-from trainer.config import DraftConfig  # noqa: E402
-from trainer.head import FrozenHead, _RMSNorm  # noqa: E402
-from trainer.loss import dflash_loss  # noqa: E402
-from trainer.masks import sample_anchors  # noqa: E402
+from trainer.drafting import loss as loss_mod  # noqa: E402
+from trainer.drafting.config import DraftConfig  # noqa: E402
+from trainer.drafting.head import FrozenHead, _frozen_norm  # noqa: E402
+from trainer.drafting.loss import dflash_loss  # noqa: E402
+from trainer.drafting.masks import sample_anchors  # noqa: E402
 from trainer.model import DFlashDrafter  # noqa: E402
 
 CONFIGS = {
@@ -97,7 +97,7 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=hdt)
         torch.nn.init.normal_(embed.weight, std=0.02)
         torch.nn.init.normal_(lm_head.weight, std=0.02)
-        head = FrozenHead(embed, _RMSNorm(torch.ones(cfg.hidden_size, dtype=hdt), 1e-6), lm_head)
+        head = FrozenHead(embed, _frozen_norm(torch.ones(cfg.hidden_size, dtype=hdt), 1e-6), lm_head)
     eager = c.get("eager", False) or tiny
     drafter.compile_layers = not eager
     params = [p for p in drafter.parameters() if p.requires_grad]

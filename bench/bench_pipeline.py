@@ -152,10 +152,10 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     """One stage alone, as the pipeline runs it; writes {tok_s, step_s, ...} to out_json."""
     import torch
 
-    from trainer.data import Plan, load_dir
-    from trainer.flags import build_parser
-    from trainer.gpu_meter import role_meter
-    from trainer.loop import Trainer, draft_config, micro_seed, quiet_transformers
+    from trainer.data.dataset import Plan, load_dir
+    from trainer.run.flags import build_parser
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.loop import Trainer, draft_config, micro_seed, quiet_transformers
 
     quiet_transformers()
     args = build_parser().parse_args(flags(a, target, data, "/tmp/unused", "0", "0", 10**9))
@@ -172,8 +172,8 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
             torch.cuda.synchronize(device)
 
     if role == "target":
-        from trainer.roles import TargetRole
-        from trainer.target import load_target
+        from trainer.runtime.roles import TargetRole
+        from trainer.target.capture import load_target
 
         model = load_target(target, device, torch.bfloat16 if cuda else torch.float32, cfg.target_layer_ids)
         r = TargetRole(model, device, cfg.target_layer_ids, False, role_meter(device, "target"))
@@ -188,7 +188,7 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     else:
         from types import SimpleNamespace
 
-        from trainer.roles import HiddenBatch
+        from trainer.runtime.hidden_queue import HiddenBatch
 
         class _Stop:
             requested = saving = False

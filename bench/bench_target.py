@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.flops import Shape, causal_pairs, measure_matmul_tflops, rates, target_capture_flops  # noqa: E402
 from bench.prof import profile, timed  # noqa: E402
-from trainer.target import capture, prepare_capture  # noqa: E402
+from trainer.target.capture import capture, prepare_capture  # noqa: E402
 
 LAYERS = [1, 9, 17, 25, 33]
 
@@ -147,7 +147,7 @@ def main() -> None:
     }
     res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
     if device == "cuda":
-        from trainer.target_direct import _VARLEN_PARAMS, _varlen_works
+        from trainer.target.direct import _VARLEN_PARAMS, _varlen_works
 
         res["varlen_params"], res["varlen_works"] = (
             sorted(_VARLEN_PARAMS),

@@ -76,7 +76,7 @@ def target_capture_flops(shape: Shape, n_layers: int, tokens: int, pairs: int) -
 def drafter_pairs(
     anchors: torch.Tensor, doc_ids: torch.Tensor, block_size: int, window: int | None = None
 ) -> int:
-    """Allowed (query, key) pairs of the DFlash mask (trainer.masks rule), summed over rows and slots."""
+    """Allowed (query, key) pairs of the DFlash mask (trainer.drafting.masks rule), summed over rows and slots."""
     anchors = anchors.long().cpu()
     doc = doc_ids.long().cpu()
     B, T = doc.shape

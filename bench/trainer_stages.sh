@@ -16,7 +16,7 @@ for b in ${BENCHES:-target drafter tests}; do
   case $b in
     target) timeout "${T_TARGET:-220}" python3 bench/bench_target.py --out "$OUT" ${TARGET_ARGS:-} 2>&1 | tee -a "$LOG" ;;
     drafter) timeout "${T_DRAFTER:-240}" python3 bench/bench_drafter.py --out "$OUT" ${DRAFTER_ARGS:-} 2>&1 | tee -a "$LOG" ;;
-    tests) timeout "${T_TESTS:-120}" python3 -m pytest tests/test_gpu_model.py -q -rs --timeout 110 2>&1 | tee -a "$LOG" ;;
+    tests) timeout "${T_TESTS:-120}" python3 -m pytest tests/trainer/test_gpu_model.py -q -rs --timeout 110 2>&1 | tee -a "$LOG" ;;
   esac
   echo "=== $b rc=$? $(date -u +%T)" | tee -a "$LOG"
 done

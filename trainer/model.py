@@ -3,8 +3,8 @@
 ``DFlashDrafter(cfg)`` has ``fc`` (``num_captured * hidden -> hidden``, no bias), ``hidden_norm``,
 ``layers`` (``cfg.num_draft_layers`` Qwen3 decoder layers: RMSNorm, GQA attention with ``q_norm``/``k_norm``,
 RoPE, SwiGLU) and a final ``norm``; parameter names follow the published checkpoints (z-lab / vLLM /
-SGLang), so ``state_dict()`` is what ``export.save_drafter`` writes. It owns no embedding and no lm_head:
-the caller passes the target's frozen ``embed_tokens`` (``head.FrozenHead``).
+SGLang), so ``state_dict()`` is what ``save_drafter`` (below) writes. It owns no embedding and no lm_head:
+the caller passes the target's frozen ``embed_tokens`` (``drafting.head.FrozenHead``).
 
 ``forward(target_hidden (B,T,n*H), input_ids (B,T), doc_ids (B,T), anchors (B,A), embed_tokens,
 attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (logits = lm_head of them).
@@ -13,10 +13,10 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   own ``k_proj``/``v_proj`` (+ ``k_norm``), at the context positions. Queries come from the blocks only.
 - Blocks: ``[input_ids[a], mask, mask, ...]`` embedded by ``embed_tokens``; a padding block (``a == -1``)
   is all mask tokens at positions 0..block_size-1 and its output is meaningless but finite.
-- Positions restart at 0 at every document of a packed row (``masks.doc_positions``): the same positions
+- Positions restart at 0 at every document of a packed row (``drafting.masks.doc_positions``): the same positions
   the target saw when each document was run alone, and what inference uses (one sequence from 0). Slot k
   of a block is at ``pos[a] + k``.
-- Attention mask: ``trainer.masks`` (the rule is documented there). ``attn_impl='sdpa'`` uses a dense bool
+- Attention mask: ``trainer.drafting.masks`` (the rule is documented there). ``attn_impl='sdpa'`` uses a dense bool
   mask (CPU training; FlexAttention has no CPU backward); ``'flex'`` uses a FlexAttention BlockMask
   (compiled ``flex_attention`` on CUDA, eager elsewhere).
 - ``gradient_checkpointing`` (attribute, default False) recomputes each layer in backward.
@@ -24,67 +24,40 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   through one ``torch.compile``d step shared by all layers (fused norms/RoPE/SwiGLU; flex_attention runs
   outside that graph, compiled on its own, so each batch's BlockMask is an input, never a traced constant);
   ``DFLASH_COMPILE=0`` in the environment turns it off.
+
+The published file format (the layout of the z-lab drafters; loaded by vLLM and SGLang).
+
+``save_drafter(drafter, cfg, out_dir)`` writes
+- ``config.json``: a Qwen3 config (``model_type: qwen3``, ``architectures: ["DFlashDraftModel"]``, the sizes,
+  ``num_hidden_layers`` = draft layers, ``layer_types``, ``sliding_window``/``use_sliding_window``,
+  ``rope_theta``/``rope_scaling`` plus transformers-5 ``rope_parameters``, ``tie_word_embeddings: false``)
+  with the DFlash fields ``block_size``, ``num_target_layers`` and
+  ``dflash_config: {mask_token_id, target_layer_ids}``;
+- ``model.safetensors``: the drafter's ``state_dict()`` (``fc.weight``, ``hidden_norm.weight``,
+  ``layers.N.self_attn.{q,k,v,o}_proj.weight``, ``...q_norm/k_norm``, ``layers.N.mlp.{gate,up,down}_proj``,
+  ``layers.N.{input,post_attention}_layernorm``, ``norm.weight``): no embedding, no lm_head (the server takes
+  them from the target).
+``load_drafter(out_dir, device="cpu") -> (drafter, cfg)`` reads both back bit-exactly (same dtype).
+A DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrapper is unwrapped before saving.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer import masks
-from trainer.compiling import compile_enabled
-from trainer.config import DraftConfig
-from trainer.flex import flex_attention
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
-
-
-def rope_inv_freq(cfg: DraftConfig, device=None) -> tuple[torch.Tensor, float]:
-    """(inv_freq (head_dim/2,), attention scaling) for the config's RoPE variant."""
-    if cfg.rope_scaling is None:
-        exps = torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim
-        return 1.0 / (cfg.rope_theta**exps), 1.0
-    from transformers import Qwen3Config
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    params = dict(cfg.rope_scaling)
-    params["rope_theta"] = cfg.rope_theta
-    hf = Qwen3Config(
-        hidden_size=cfg.hidden_size,
-        num_attention_heads=cfg.num_attention_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.max_position_embeddings,
-        rope_parameters=params,
-    )
-    inv_freq, scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](hf, device)
-    return inv_freq.float(), float(scale)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (B, heads, L, D); cos/sin: (B, L, D)."""
-    cos = cos.unsqueeze(1)
-    sin = sin.unsqueeze(1)
-    return x * cos + rotate_half(x) * sin
+from trainer.drafting import masks
+from trainer.drafting.compiling import compile_enabled
+from trainer.drafting.config import DraftConfig
+from trainer.drafting.flex import flex_attention
+from trainer.drafting.norm import RMSNorm
+from trainer.drafting.rope import apply_rope, rope_cos_sin, rope_inv_freq
 
 
 class Attention(nn.Module):
@@ -198,9 +171,7 @@ class DFlashDrafter(nn.Module):
     def _rope(self, pos: torch.Tensor, dtype: torch.dtype):
         if self._inv_freq.device != pos.device:
             self._inv_freq = self._inv_freq.to(pos.device)
-        freqs = pos.float().unsqueeze(-1) * self._inv_freq
-        emb = torch.cat([freqs, freqs], dim=-1)
-        return (emb.cos() * self.rope_scale).to(dtype), (emb.sin() * self.rope_scale).to(dtype)
+        return rope_cos_sin(pos, self._inv_freq, self.rope_scale, dtype)
 
     def forward(
         self,
@@ -258,3 +229,106 @@ class DFlashDrafter(nn.Module):
             else:
                 x = run(layer, x, ctx, rope_q, rope_ctx, m, attn_impl)
         return self.norm(x).view(B, A, bs, cfg.hidden_size)
+
+
+# -- the published file format ---------------------------------------------------------------------
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
+    rope_parameters = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling:
+        rope_parameters = {**cfg.rope_scaling, "rope_theta": cfg.rope_theta}
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "attention_bias": cfg.attention_bias,
+        "attention_dropout": 0.0,
+        "block_size": cfg.block_size,
+        "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.target_layer_ids)},
+        "dtype": _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")),
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": cfg.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": cfg.intermediate_size,
+        "layer_types": list(cfg.layer_types),
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "max_window_layers": cfg.num_draft_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_hidden_layers": cfg.num_draft_layers,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "num_target_layers": cfg.num_target_layers,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_scaling": dict(cfg.rope_scaling) if cfg.rope_scaling else None,
+        "rope_theta": cfg.rope_theta,
+        "rope_parameters": rope_parameters,
+        "sliding_window": cfg.sliding_window,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "use_sliding_window": "sliding_attention" in cfg.layer_types,
+        "vocab_size": cfg.vocab_size,
+    }
+
+
+def config_from_json(d: dict) -> DraftConfig:
+    dflash = d.get("dflash_config") or {}
+    block_size = d.get("block_size", dflash.get("block_size"))
+    for name, value in (
+        ("block_size", block_size),
+        ("dflash_config.mask_token_id", dflash.get("mask_token_id")),
+        ("dflash_config.target_layer_ids", dflash.get("target_layer_ids")),
+    ):
+        if value is None:
+            raise ValueError(f"drafter config.json has no {name}")
+    n = int(d["num_hidden_layers"])
+    return DraftConfig(
+        hidden_size=int(d["hidden_size"]),
+        intermediate_size=int(d["intermediate_size"]),
+        num_attention_heads=int(d["num_attention_heads"]),
+        num_key_value_heads=int(d.get("num_key_value_heads") or d["num_attention_heads"]),
+        head_dim=int(d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]),
+        vocab_size=int(d["vocab_size"]),
+        num_target_layers=int(d["num_target_layers"]),
+        target_layer_ids=[int(i) for i in dflash["target_layer_ids"]],
+        mask_token_id=int(dflash["mask_token_id"]),
+        num_draft_layers=n,
+        block_size=int(block_size),
+        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+        rope_scaling=d.get("rope_scaling") or None,
+        max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
+        layer_types=list(d.get("layer_types") or ["full_attention"] * n),
+        sliding_window=d.get("sliding_window"),
+        attention_bias=bool(d.get("attention_bias", False)),
+    )
+
+
+def save_drafter(drafter: DFlashDrafter, cfg: DraftConfig, out_dir: str | os.PathLike) -> None:
+    from safetensors.torch import save_file
+
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    for attr in ("module", "_orig_mod"):  # DDP / torch.compile wrappers
+        drafter = getattr(drafter, attr, drafter)
+    state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
+    dtype = drafter.fc.weight.dtype
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config_json(cfg, dtype), f, indent=2)
+        f.write("\n")
+
+
+def load_drafter(
+    out_dir: str | os.PathLike, device: str | torch.device = "cpu"
+) -> tuple[DFlashDrafter, DraftConfig]:
+    from safetensors.torch import load_file
+
+    out_dir = os.fspath(out_dir)
+    with open(os.path.join(out_dir, "config.json")) as f:
+        cfg = config_from_json(json.load(f))
+    state = load_file(os.path.join(out_dir, "model.safetensors"), device=str(device))
+    dtype = state["fc.weight"].dtype
+    drafter = DFlashDrafter(cfg).to(device=device, dtype=dtype)
+    drafter.load_state_dict(state, strict=True)
+    return drafter, cfg

@@ -3,16 +3,18 @@
 Two ways to run (``--launch``, docs/trainer.md):
 - single process (CPU, or one device shared by both roles): target worker thread(s), one per
   ``--target-gpus`` device, feed a bounded hidden-state queue; the main thread runs the drafter role
-  (``trainer.loop.Trainer``);
-- multi-process: this process is the launcher (``trainer.launcher``) of one worker process per device on
+  (``trainer.runtime.loop.Trainer``);
+- multi-process: this process is the launcher (``trainer.runtime.launcher``) of one worker process per device on
   torch.distributed (``trainer.worker``); ``--launch torchrun`` lets torchrun start the workers.
 Either way this process is the one to signal: it owns run.json, metrics.jsonl (docs/run-directory.md)
 and the stop protocol; log lines go to stdout.
 
+``python -m trainer.pipeline --version`` prints ``trainer VERSION`` and exits 0.
+
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory, 3 stopped after repeated NaN losses (after saving the
 last good state). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
-NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/checkpoint.py).
+NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import os
 import sys
 import traceback
 
-from trainer import __version__, checkpoint, rundir
-from trainer.data import DataError
-from trainer.flags import FlagError, build_parser, validate
-from trainer.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
-from trainer.stopping import StopControl
+from trainer import __version__
+from trainer.data.dataset import DataError
+from trainer.run import checkpoint, rundir
+from trainer.run.flags import FlagError, build_parser, validate
+from trainer.run.stopping import StopControl
+from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
 
@@ -45,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopControl()
     stop.install()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
+    parser = build_parser()
+    parser.add_argument("--version", action="version", version=f"trainer {__version__}")
+    args = parser.parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
     try:
         devices = validate(args)
     except FlagError as e:
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if devices.mode == "single":
         trainer = Trainer(args, devices, stop, writer, reporter, run_dir, resume_path)
     else:
-        from trainer.launcher import Launcher
+        from trainer.runtime.launcher import Launcher
 
         trainer = Launcher(args, argv, devices, stop, writer, reporter, run_dir, resume_path)
     try:

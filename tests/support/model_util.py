@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config import DraftConfig
-from trainer.head import FrozenHead
+from trainer.drafting.config import DraftConfig
+from trainer.drafting.head import FrozenHead
 from trainer.model import DFlashDrafter
 
 VOCAB = 300

@@ -154,6 +154,19 @@ def wait_for_step(run_dir: Path, n: int, trainer: Trainer, timeout: float = 60) 
     raise AssertionError(f"step {n} not reached:\n{trainer.output}")
 
 
+def wait_for_record(run_dir: Path, what: str, pred, trainer: Trainer, timeout: float = 120) -> dict:
+    """The first metrics.jsonl record for which ``pred`` holds, waiting for it (``what`` names it)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for r in records(run_dir):
+            if pred(r):
+                return r
+        if trainer.proc.poll() is not None:
+            raise AssertionError(f"trainer exited before {what}:\n{trainer.output}")
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} in {timeout:.0f} s:\n{trainer.output}")
+
+
 def session_members(sid: int) -> list[int]:
     """PIDs whose session id is ``sid`` (a trainer started with start_new_session leads its own)."""
     out = []

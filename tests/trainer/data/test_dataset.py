@@ -1,0 +1,77 @@
+"""The data format: validation naming file and line, truncation, deterministic packing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainer.data.dataset import DataError, Plan, load_dir, pack_epoch
+
+
+def _write(tmp_path, name, lines):
+    (tmp_path / name).write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2, 3]", "expected a JSON object"),
+        ('{"loss_mask": [1, 1]}', 'missing "input_ids"'),
+        ('{"input_ids": [1, 2.5]}', "integers only"),
+        ('{"input_ids": [1, -2]}', "negative"),
+        ('{"input_ids": [1, 2, 3], "loss_mask": [1, 1]}', "has 2 entries"),
+        ('{"input_ids": [1, 2], "loss_mask": [1, 2]}', "only 0 and 1"),
+    ],
+)
+def test_malformed_line_names_file_and_line(tmp_path, line, why):
+    _write(tmp_path, "a.jsonl", ['{"input_ids": [1, 2, 3]}'])
+    _write(tmp_path, "b.jsonl", ['{"input_ids": [4, 5, 6], "loss_mask": [0, 1, 1]}', "", line])
+    with pytest.raises(DataError) as e:
+        load_dir(str(tmp_path), 100)
+    assert str(e.value).startswith(f"{tmp_path / 'b.jsonl'}:3: ")
+    assert why in str(e.value)
+
+
+def test_load_truncates_drops_and_checks_vocab(tmp_path):
+    _write(
+        tmp_path,
+        "a.jsonl",
+        [
+            '{"input_ids": [1, 2, 3, 4, 5, 6], "loss_mask": [0, 0, 1, 1, 1, 1]}',
+            '{"input_ids": [7, 8], "loss_mask": [1, 0]}',  # nothing to predict: dropped
+            '{"input_ids": [9, 10, 11], "extra": "ignored"}',
+        ],
+    )
+    ds = load_dir(str(tmp_path), 4)
+    assert len(ds) == 2 and ds.truncated == 1 and ds.dropped == 1
+    assert ds.tokens.tolist() == [1, 2, 3, 4, 9, 10, 11]
+    assert ds.mask.tolist() == [False, False, True, True, True, True, True]
+    ds.check_vocab(12)
+    with pytest.raises(DataError, match=r"a\.jsonl:3: token id 11"):
+        ds.check_vocab(11)
+
+
+def test_packing_respects_limits_and_is_deterministic():
+    lengths = np.random.default_rng(0).integers(5, 60, size=200)
+    a = pack_epoch(lengths, 1, 0, token_budget=256, max_batch_size=6)
+    assert [b.tolist() for b in a] == [b.tolist() for b in pack_epoch(lengths, 1, 0, 256, 6)]
+    assert [b.tolist() for b in a] != [b.tolist() for b in pack_epoch(lengths, 1, 1, 256, 6)]
+    assert sorted(np.concatenate(a).tolist()) == list(range(200))
+    for b in a:
+        assert len(b) <= 6 and lengths[b].sum() <= 256
+
+
+def test_plan_rows_and_cursor(tmp_path):
+    _write(tmp_path, "a.jsonl", [f'{{"input_ids": {list(range(i, i + 10))}}}' for i in range(30)])
+    ds = load_dir(str(tmp_path), 100)
+    plan = Plan(ds, seed=0, epochs=2, token_budget=35, max_batch_size=8)
+    assert plan.total == 20 and plan.locate(10) == (1, 0) and plan.epoch_progress(15) == 1.5
+    mb = plan.batch(11)
+    assert mb.index == 11 and mb.epoch == 1 and mb.num_tokens == 30
+    assert mb.doc_ids.tolist() == [0] * 10 + [1] * 10 + [2] * 10
+    assert mb.position_ids.tolist() == list(range(10)) * 3
+    assert (
+        Plan(ds, seed=0, epochs=2, token_budget=35, max_batch_size=8).batch(11).input_ids.tolist()
+        == mb.input_ids.tolist()
+    )

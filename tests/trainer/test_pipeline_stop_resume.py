@@ -1,0 +1,92 @@
+"""Stop cleanly and resume exactly: the real trainer on the tiny target, stopped by real signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.support.trainer_run import Trainer, events, run, session_members, steps, tiny_flags, wait_for_step
+
+pytestmark = pytest.mark.slow
+
+N = 10  # optimizer steps of the reference run
+EXTRA = (
+    "--max-steps",
+    str(N),
+    "--grad-accum",
+    "2",
+    "--noise-start",
+    "0.2",
+    "--noise-end",
+    "0.05",
+    "--noise-type",
+    "gaussian",
+    "--seed",
+    "3",
+)
+
+
+def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path):
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))  # runs alongside the interrupted one
+    # the stop's checkpoint write is held until `release` exists, so that a second SIGINT lands during the save
+    release = tmp_path / "release"
+    cut = Trainer(
+        tiny_flags(tiny_assets, cut_dir, *EXTRA),
+        DFLASH_TEST_PAUSE_AT="files_written",
+        DFLASH_TEST_PAUSE_UNTIL=str(release),
+    )
+    wait_for_step(cut_dir, 3, cut)
+    cut.signal(signal.SIGINT)
+    cut.wait_line("DFLASH_TEST_PAUSE files_written")
+    cut.signal(signal.SIGINT)
+    cut.wait_line("SIGINT received while a checkpoint is being written: ignored until the save ends")
+    assert cut.proc.poll() is None  # still saving
+    release.touch()
+    assert cut.wait() == 0, cut.output
+    assert ref.wait() == 0, ref.output
+
+    # events in order, exit 0, nothing left of the process group
+    names = [e["name"] for e in events(cut_dir)]
+    assert names == ["started", "stop_requested", "checkpoint_saving", "checkpoint_saved", "stopped"], names
+    ev = {e["name"]: e for e in events(cut_dir)}
+    assert ev["stop_requested"]["signal"] == "SIGINT"
+    assert ev["checkpoint_saving"]["expected_s"] is None  # first save of the run
+    assert ev["stopped"] == {**ev["stopped"], "reason": "signal", "exit_code": 0}
+    assert session_members(cut.proc.pid) == []
+    k = ev["checkpoint_saved"]["step"]
+    assert 3 <= k < N, k
+
+    # latest names a complete, loadable checkpoint of step k
+    ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
+    assert str(ckpt) == ev["checkpoint_saved"]["path"]
+    assert json.loads((ckpt / "manifest.json").read_text())["step"] == k
+    from trainer.model import load_drafter
+
+    drafter, cfg = load_drafter(ckpt / "drafter")
+    assert cfg.block_size == 8 and sum(p.numel() for p in drafter.parameters()) > 0
+
+    # resumed: the remaining steps equal the uninterrupted run's bit for bit
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--resume", "auto"))
+    assert rc == 0, out
+    ref_steps = {s["step"]: s for s in steps(ref_dir)}
+    assert sorted(ref_steps) == list(range(1, N + 1))
+    after = [s for s in steps(cut_dir) if s["step"] > k]
+    resumed = after[-(N - k) :]
+    assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
+    for s in resumed:
+        r = ref_steps[s["step"]]
+        assert (s["loss"], s["grad_norm"], s["lr"], s["acc"], s["tokens"]) == (
+            r["loss"],
+            r["grad_norm"],
+            r["lr"],
+            r["acc"],
+            r["tokens"],
+        ), s["step"]
+    started = [e for e in events(cut_dir) if e["name"] == "started"]
+    assert started[-1]["step"] == k
+    # the resumed run's first save knows how long the last one took
+    saving = [e for e in events(cut_dir) if e["name"] == "checkpoint_saving"]
+    assert saving[-1]["expected_s"] is not None and saving[-1]["expected_s"] > 0

@@ -1,0 +1,158 @@
+"""DFlash loss: position-weighted cross-entropy over the vocabulary, computed in chunks.
+
+``dflash_loss(draft_hidden (B,A,bs,H), head, input_ids (B,T), anchors (B,A), gamma,
+target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
+
+- Slot ``k >= 1`` of block ``j`` predicts ``input_ids[anchors[j] + k]`` (slot 0 holds the given anchor
+  token and is not scored). Weight ``w_k = exp(-(k - 1) / gamma)``; ``loss = sum w * CE / sum w`` over the
+  slots of real blocks (``anchor >= 0``); no real block -> loss 0 (not NaN). ``gamma`` must be > 0
+  (``float('inf')`` = uniform weights).
+- Logits are ``head.lm_head(draft_hidden)`` (the drafter's output is already normed). They are computed
+  ``chunk_tokens`` rows at a time by a custom autograd function that also computes the gradient w.r.t. the
+  hidden states chunk by chunk in the forward, so neither pass ever holds a ``(N, V)`` tensor for all
+  slots; backward is a scale of the stored ``(N, H)`` gradient.
+- Soft labels: with ``target_final_hidden`` (the target's ``last_hidden_state``, already through its final
+  norm, ``(B,T,H)``), the label distribution of slot k is ``softmax(lm_head(target_final_hidden[a + k - 1]))``
+  (the target's next-token distribution at the position before), also chunkwise; CE = ``-sum p log q``.
+- Metrics (tensors; no host sync here): ``acc`` ``(bs-1,)`` per position k=1..bs-1 (argmax == input_ids
+  token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i``, ``n_blocks`` (real blocks).
+  ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
+  "n_blocks": int}`` with one device sync.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.drafting.compiling import compile_enabled
+from trainer.drafting.head import FrozenHead
+
+
+def _ce_chunk(logits, labels, w, soft_logits):
+    """One chunk: (sum_i w_i CE_i, argmax, dCE/dlogits * w in the logits' dtype). Compiled on CUDA (one
+    fused pass over the chunk's logits instead of a dozen fp32 ones); the same function eagerly elsewhere."""
+    lf = logits.float()
+    lse = torch.logsumexp(lf, dim=-1)
+    pred = lf.argmax(-1)
+    probs = torch.exp(lf - lse.unsqueeze(1))
+    if soft_logits is None:
+        tgt_logit = lf.gather(1, labels.unsqueeze(1)).squeeze(1)
+        ce = lse - tgt_logit
+        onehot = torch.arange(lf.shape[1], device=lf.device).unsqueeze(0) == labels.unsqueeze(1)
+        g = probs - onehot.to(probs.dtype)
+    else:
+        p = torch.softmax(soft_logits.float(), dim=-1)
+        ce = lse - (p * lf).sum(-1)
+        g = probs - p
+    return (ce * w).sum(), pred, (g * w.unsqueeze(1)).to(logits.dtype)
+
+
+_COMPILED_CE = None
+
+
+def _ce_chunk_fn(device: torch.device):
+    global _COMPILED_CE
+    if device.type != "cuda" or not compile_enabled():
+        return _ce_chunk
+    if _COMPILED_CE is None:
+        _COMPILED_CE = torch.compile(_ce_chunk, dynamic=True)
+    return _COMPILED_CE
+
+
+class _ChunkedCE(torch.autograd.Function):
+    """sum_i w_i * CE(lm_head(h_i), label_i) with the gradient computed chunkwise in forward."""
+
+    @staticmethod
+    def forward(ctx, h, weight, labels, w, soft_h, chunk):  # noqa: D401
+        N = h.shape[0]
+        need_grad = ctx.needs_input_grad[0]
+        grad_h = torch.empty_like(h) if need_grad else None
+        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        pred = torch.empty(N, dtype=torch.long, device=h.device)
+        ce_chunk = _ce_chunk_fn(h.device)
+        for s in range(0, N, chunk):
+            e = min(N, s + chunk)
+            logits = h[s:e] @ weight.t()
+            soft = None if soft_h is None else soft_h[s:e] @ weight.t()
+            part, pred[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft)
+            total = total + part
+            if need_grad:
+                grad_h[s:e] = (g.to(weight.dtype) @ weight).to(h.dtype)
+        if need_grad:
+            ctx.save_for_backward(grad_h)
+        ctx.mark_non_differentiable(pred)
+        return total, pred
+
+    @staticmethod
+    def backward(ctx, grad_total, _grad_pred):
+        (grad_h,) = ctx.saved_tensors
+        return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None
+
+
+def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor:
+    """``(block_size,)``: 0 for slot 0, ``exp(-(k-1)/gamma)`` for slot k >= 1."""
+    if not gamma > 0:
+        raise ValueError(f"gamma must be > 0, got {gamma!r}")
+    k = torch.arange(block_size, dtype=torch.float32, device=device)
+    w = torch.exp(-(k - 1) / gamma) if math.isfinite(gamma) else torch.ones_like(k)
+    w[0] = 0.0
+    return w
+
+
+def dflash_loss(
+    draft_hidden: torch.Tensor,
+    head: FrozenHead,
+    input_ids: torch.Tensor,
+    anchors: torch.Tensor,
+    gamma: float,
+    target_final_hidden: torch.Tensor | None = None,
+    chunk_tokens: int = 4096,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    B, A, bs, H = draft_hidden.shape
+    T = input_ids.shape[1]
+    if anchors.shape != (B, A):
+        raise ValueError(f"anchors {tuple(anchors.shape)} must be (B, A) = ({B}, {A})")
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    device = draft_hidden.device
+    anchors = anchors.long()
+    valid = anchors >= 0  # (B, A)
+    k = torch.arange(1, bs, device=device)
+    tpos = anchors.unsqueeze(-1) + k  # (B, A, bs-1): position predicted by slot k
+    slot_ok = valid.unsqueeze(-1) & (tpos < T)
+    tpos_c = tpos.clamp(0, T - 1)
+    labels = torch.gather(input_ids, 1, tpos_c.view(B, -1)).view(B, A, bs - 1)
+    w = position_weights(bs, gamma, device)[1:].expand(B, A, bs - 1) * slot_ok
+
+    h = draft_hidden[:, :, 1:, :].reshape(-1, H)
+    soft_h = None
+    if target_final_hidden is not None:
+        if target_final_hidden.shape[:2] != (B, T):
+            raise ValueError(f"target_final_hidden {tuple(target_final_hidden.shape)} must be (B, T, H)")
+        src = (tpos_c - 1).clamp(min=0).view(B, -1)
+        soft_h = torch.gather(target_final_hidden, 1, src.unsqueeze(-1).expand(-1, -1, H)).reshape(-1, H)
+        soft_h = soft_h.to(head.lm_head.weight.dtype).detach()
+    weight = head.lm_head.weight
+    total, pred = _ChunkedCE.apply(
+        h.to(weight.dtype), weight, labels.reshape(-1), w.reshape(-1).float(), soft_h, chunk_tokens
+    )
+    loss = total / w.sum().clamp(min=1e-12)
+
+    with torch.no_grad():
+        correct = (pred.view(B, A, bs - 1) == labels) & slot_ok
+        n_blocks = valid.sum()
+        acc = correct.sum(dim=(0, 1)).float() / slot_ok.sum(dim=(0, 1)).clamp(min=1).float()
+        accept_len = torch.cumprod(acc, dim=0).sum()
+    return loss, {"acc": acc, "accept_len": accept_len, "n_blocks": n_blocks}
+
+
+def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
+    """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int}``."""
+    acc = metrics["acc"].detach().float()
+    packed = torch.cat(
+        [acc, metrics["accept_len"].detach().float().view(1), metrics["n_blocks"].float().view(1)]
+    )
+    vals = packed.cpu().tolist()
+    return {"acc": vals[: acc.numel()], "accept_len": vals[-2], "n_blocks": int(vals[-1])}

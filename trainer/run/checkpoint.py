@@ -1,0 +1,182 @@
+"""Atomic checkpoints: ``checkpoints/step_NNNNNNNN/`` complete or absent, ``checkpoints/latest`` naming one.
+
+A save writes into ``step_NNNNNNNN.tmp-PID-XXXX/``, fsyncs every file and the folder, renames it to
+``step_NNNNNNNN/``, fsyncs ``checkpoints/``, then replaces ``latest`` atomically. The last file written
+into the temp folder is ``manifest.json`` (every other file's size), so ``is_complete`` can tell a whole
+checkpoint from anything else. A SIGKILL at any point leaves ``latest`` naming the previous complete one.
+
+Test instrumentation: with ``DFLASH_TEST_PAUSE_AT=<stage>`` (one of ``STAGES``) the writer prints
+``DFLASH_TEST_PAUSE <stage> <path>`` and sleeps ``DFLASH_TEST_PAUSE_S`` seconds (default 3600) at that
+stage of save number ``DFLASH_TEST_PAUSE_SAVE`` (1-based, counted in this process, default 1), or until
+the path ``DFLASH_TEST_PAUSE_UNTIL`` exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+
+from trainer.run.rundir import atomic_write_text, fsync_dir
+
+STAGES = (
+    "tmp_created",  # empty temp folder exists
+    "files_written",  # payload written, not yet synced, no manifest
+    "synced",  # payload + manifest written and fsynced, still under the temp name
+    "renamed",  # step_N/ in place, latest still names the previous one
+    "latest_tmp_written",  # the new latest is written and fsynced under a temp name, not yet renamed
+    "latest_written",  # latest names step_N
+)
+STEP_RE = re.compile(r"^step_(\d{8,})$")
+MANIFEST = "manifest.json"
+
+_saves_done = 0
+
+
+def _pause(stage: str, path: str) -> None:
+    if os.environ.get("DFLASH_TEST_PAUSE_AT") != stage:
+        return
+    if int(os.environ.get("DFLASH_TEST_PAUSE_SAVE", "1")) != _saves_done + 1:
+        return
+    print(f"DFLASH_TEST_PAUSE {stage} {path}", flush=True)
+    deadline = time.monotonic() + float(os.environ.get("DFLASH_TEST_PAUSE_S", "3600"))
+    release = os.environ.get("DFLASH_TEST_PAUSE_UNTIL")  # a path: the pause ends once it exists
+    while time.monotonic() < deadline:  # short sleeps: signal handlers run in between
+        if release and os.path.exists(release):
+            return
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:08d}"
+
+
+def _walk_files(root: str) -> list[str]:
+    out = []
+    for d, _dirs, files in os.walk(root):
+        for fn in files:
+            out.append(os.path.relpath(os.path.join(d, fn), root))
+    return sorted(out)
+
+
+def _fsync_tree(root: str) -> None:
+    for d, _dirs, files in os.walk(root):
+        for fn in files:
+            fd = os.open(os.path.join(d, fn), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(d)
+
+
+def is_complete(path: str) -> bool:
+    """True if ``path`` holds a manifest and every file it lists, at the listed size."""
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
+            man = json.load(f)
+        return all(os.path.getsize(os.path.join(path, rel)) == size for rel, size in man["files"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def read_manifest(path: str) -> dict:
+    with open(os.path.join(path, MANIFEST), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def latest(ckpt_root: str) -> str | None:
+    """The newest complete checkpoint: the one ``latest`` names, else the highest complete step_N."""
+    try:
+        with open(os.path.join(ckpt_root, "latest"), encoding="utf-8") as f:
+            name = f.read().strip()
+        p = os.path.join(ckpt_root, name)
+        if name and STEP_RE.match(name) and is_complete(p):
+            return p
+    except OSError:
+        pass
+    for name in sorted(list_steps(ckpt_root), reverse=True):
+        p = os.path.join(ckpt_root, name)
+        if is_complete(p):
+            return p
+    return None
+
+
+def list_steps(ckpt_root: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(ckpt_root) if STEP_RE.match(n))
+    except FileNotFoundError:
+        return []
+
+
+def remove_partial(ckpt_root: str) -> list[str]:
+    """Delete temp folders left by killed saves (only one trainer owns a run dir at a time)."""
+    gone = []
+    try:
+        names = os.listdir(ckpt_root)
+    except FileNotFoundError:
+        return gone
+    for n in names:
+        p = os.path.join(ckpt_root, n)
+        if ".tmp-" in n or n.startswith(".trash-"):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(n)
+        elif n.startswith(".latest.") and n.endswith(".tmp"):
+            os.unlink(p)
+            gone.append(n)
+    return gone
+
+
+def save(
+    ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: dict, keep: int = 2
+) -> tuple[str, int]:
+    """Write a checkpoint atomically; return (final path, bytes). ``write_payload(tmpdir)`` writes the files."""
+    global _saves_done
+    os.makedirs(ckpt_root, exist_ok=True)
+    name = step_dir_name(step)
+    final = os.path.join(ckpt_root, name)
+    tmp = os.path.join(ckpt_root, f"{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    os.mkdir(tmp)
+    try:
+        _pause("tmp_created", tmp)
+        write_payload(tmp)
+        _pause("files_written", tmp)
+        files = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in _walk_files(tmp)}
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump({**meta, "step": step, "files": files}, f, indent=1)
+        _fsync_tree(tmp)
+        _pause("synced", tmp)
+        if os.path.exists(final):  # an earlier save of this step that `latest` does not name: replace it
+            trash = os.path.join(ckpt_root, f".trash-{name}-{uuid.uuid4().hex[:8]}")
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        fsync_dir(ckpt_root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _pause("renamed", final)
+    atomic_write_text(
+        os.path.join(ckpt_root, "latest"),
+        name + "\n",
+        before_rename=lambda: _pause("latest_tmp_written", final),
+    )
+    _pause("latest_written", final)
+    _saves_done += 1
+    nbytes = sum(files.values()) + os.path.getsize(os.path.join(final, MANIFEST))
+    _prune(ckpt_root, keep, newest=name)
+    return final, nbytes
+
+
+def _prune(ckpt_root: str, keep: int, newest: str) -> None:
+    if keep <= 0:
+        return
+    names = [n for n in list_steps(ckpt_root) if n != newest]
+    for n in names[: max(0, len(names) - (keep - 1))]:
+        shutil.rmtree(os.path.join(ckpt_root, n), ignore_errors=True)

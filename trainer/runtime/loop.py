@@ -1,0 +1,507 @@
+"""The drafter's training loop and its checkpoints, shared by the single-process pipeline and drafter workers.
+
+``Trainer`` sets up the drafter (weights, frozen head, AdamW, resume), then runs optimizer steps over
+micro-batches taken from a ``HiddenStateQueue`` (``queue.get(g, should_stop)``; ``runtime.hidden_queue``),
+filled by target threads in one process or by a drafter worker's point-to-point receiver
+(``runtime.handoff``). With ``replicas`` drafter replicas (DDP, ``dist`` set) an optimizer step consumes
+``grad_accum * replicas`` consecutive micro-batches: replica ``r`` takes ``c0 + j * replicas + r`` for
+``j < grad_accum``. Each micro-batch's anchors and noise come from a generator seeded by ``(seed, g)``
+alone, so D replicas with DDP averaging compute what one process with ``--grad-accum D * A`` does over the
+same micro-batches (the same checkpoints, too: a run may resume under the other mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import time
+
+import numpy as np
+
+from trainer import __version__
+from trainer.data.dataset import Plan, load_dir
+from trainer.run import checkpoint, rundir
+from trainer.run.flags import FlagError, check_devices, flag_for_setting
+from trainer.run.schedule import lr_at, noise_at
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN = 0, 1, 2, 3
+NAN_LIMIT = 5  # consecutive NaN steps that stop the run
+KEEP_CHECKPOINTS = 2
+SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
+
+LOG_PREFIX = ""  # a worker's "[drafter0 cuda:1] "
+
+
+def log(msg: str) -> None:
+    print(LOG_PREFIX + msg, flush=True)
+
+
+def micro_seed(seed: int, g: int) -> int:
+    """The anchor/noise generator's seed for micro-batch ``g`` (a function of the seed and ``g`` only)."""
+    return (seed * 1_000_003 + g * 7_919 + 1) % (2**63 - 1)
+
+
+def gpu_uuid(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    try:
+        u = str(torch.cuda.get_device_properties(int(device.split(":")[1])).uuid)
+        return u if u.startswith("GPU-") else f"GPU-{u}"
+    except Exception:  # noqa: BLE001 - older torch: no uuid
+        return None
+
+
+def total_steps_of(plan: Plan, grad_accum: int, replicas: int, max_steps: int | None) -> int:
+    total = plan.total // (grad_accum * replicas)
+    if max_steps:
+        total = min(total, max_steps)
+    if total < 1:
+        raise FlagError(
+            "--grad-accum",
+            f"the data gives {plan.total} micro-batches, fewer than --grad-accum "
+            f"{grad_accum} x {replicas} drafter replica(s): not one optimizer step",
+        )
+    return total
+
+
+def draft_config(args):
+    from transformers import AutoConfig
+
+    from trainer.drafting.config import DraftConfig
+
+    try:
+        tcfg = AutoConfig.from_pretrained(args.target_model)
+        return DraftConfig.from_target_config(
+            tcfg,
+            num_draft_layers=args.num_draft_layers,
+            block_size=args.block_size,
+            mask_token_id=args.mask_token_id,
+            target_layer_ids=args.target_layer_ids,
+            layer_types=args.layer_types,
+            sliding_window=args.sliding_window,
+        )
+    except ValueError as e:
+        raise FlagError(flag_for_setting(str(e)), str(e)) from None
+
+
+def quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # e.g. the load report of the deliberately truncated target
+    hf_logging.disable_progress_bar()
+
+
+class Trainer:
+    """The drafter side of a run. ``dist`` (a ``runtime.worker.DrafterDist``) is set in a drafter worker."""
+
+    def __init__(
+        self,
+        args,
+        devices,
+        stop,
+        writer,
+        reporter,
+        run_dir: str,
+        resume_path: str | None,
+        *,
+        device: str | None = None,
+        replica: int = 0,
+        replicas: int = 1,
+        dist=None,
+    ):
+        self.args, self.devices, self.stop, self.writer, self.reporter = args, devices, stop, writer, reporter
+        self.run_dir, self.resume_path = run_dir, resume_path
+        self.device = device or devices.drafter[0]
+        self.replica, self.replicas, self.dist = replica, replicas, dist
+        self.saver = replica == 0  # writes checkpoints and step records
+        self.ckpt_root = os.path.join(run_dir, "checkpoints")
+        self.save_seconds: list[float] = []
+        self.workers = []
+        self.queue = None
+        self.trained = False  # an optimizer step was applied in this process
+
+    # -- setup -----------------------------------------------------------------------------------------
+    def setup_model(self) -> None:
+        """Data, plan, drafter, head, optimizer, resume (everything but the hidden-state source)."""
+        a = self.args
+        self.t0 = time.monotonic()
+        ds = load_dir(a.data_dir, a.max_seq_len)  # before the heavy imports: bad data fails fast
+        log(
+            f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s) "
+            f"({ds.truncated} truncated to --max-seq-len, {ds.dropped} without trained tokens dropped)"
+        )
+        import torch
+
+        quiet_transformers()
+        from trainer.drafting.head import FrozenHead
+        from trainer.model import DFlashDrafter
+
+        cfg = draft_config(a)
+        ds.check_vocab(cfg.vocab_size)
+        self.cfg, self.ds = cfg, ds
+        self.plan = Plan(
+            ds, seed=a.seed, epochs=a.epochs, token_budget=a.token_budget, max_batch_size=a.max_batch_size
+        )
+        self.total_steps = total_steps_of(self.plan, a.grad_accum, self.replicas, a.max_steps)
+
+        ddev = self.device
+        cuda = ddev.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(ddev)
+        torch.manual_seed(a.seed)
+        random.seed(a.seed)
+        np.random.seed(a.seed % 2**32)
+        self.drafter = DFlashDrafter(cfg).to(ddev)
+        self.drafter.train()
+        self.head = FrozenHead.from_pretrained(
+            a.target_model, dtype=torch.bfloat16 if cuda else torch.float32, device=ddev
+        )
+        self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+        self.generator = torch.Generator(device=ddev)
+        self.generator.manual_seed(a.seed + 1)
+        self.step, self.cursor = 0, 0
+        self.resumed_step = None
+        if self.resume_path:
+            self._load(self.resume_path)
+
+    def make_role(self, meter, ddp=None, lock=None):
+        from trainer.runtime.roles import DrafterRole
+
+        a, cfg = self.args, self.cfg
+        self.drafter_meter = meter
+        self.role = DrafterRole(
+            self.drafter,
+            self.head,
+            self.optimizer,
+            device=self.device,
+            block_size=cfg.block_size,
+            max_anchors=a.max_anchors,
+            gamma=a.gamma,
+            noise_type=a.noise_type,
+            grad_clip=a.grad_clip,
+            generator=self.generator,
+            meter=meter,
+            ddp=ddp,
+            lock=lock,
+        )
+
+    def setup(self) -> None:
+        """Single process: the model side plus target thread(s) and the in-process queue."""
+        import torch
+
+        from trainer.runtime.gpu_meter import role_meter
+        from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
+        from trainer.runtime.roles import TargetRole, launch_lock
+        from trainer.target.capture import load_target
+
+        check_devices(self.devices)
+        self.setup_model()
+        a, cfg = self.args, self.cfg
+        self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
+        lock = launch_lock(self.devices)  # target threads and the drafter in this one process
+        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)), lock=lock)
+        tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
+        self.target_roles = []
+        for d, m in zip(self.devices.target, self.target_meters, strict=True):
+            model = load_target(
+                a.target_model, d, tdtype, cfg.target_layer_ids, need_final_hidden=a.use_soft_labels
+            )
+            self.target_roles.append(
+                TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock)
+            )
+        self.queue = HiddenStateQueue(a.hs_queue_depth, start=self.cursor)
+        per = hidden_batch_bytes(a, cfg, 2 if tdtype == torch.bfloat16 else 4)
+        for d in self.devices.target:  # the queued batches live on the target's device until taken
+            log(check_queue_memory(d, self.queue.capacity, len(self.target_roles), per, a))
+        self.log_setup()
+
+    def log_setup(self) -> None:
+        a, cfg = self.args, self.cfg
+        log(
+            f"drafter: {sum(p.numel() for p in self.drafter.parameters())} parameters, "
+            f"{cfg.num_draft_layers} layer(s), block {cfg.block_size}, target layers {cfg.target_layer_ids}, "
+            f"mask token {cfg.mask_token_id}; {self.plan.total} micro-batches over {a.epochs} epoch(s), "
+            f"{self.total_steps} optimizer steps ({a.grad_accum} x {self.replicas} micro-batches each); "
+            f"setup {time.monotonic() - self.t0:.1f}s"
+        )
+
+    def _load(self, path: str) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        from trainer.model import config_from_json
+
+        with open(os.path.join(path, "drafter", "config.json"), encoding="utf-8") as f:
+            saved_cfg = config_from_json(json.load(f)).to_dict()
+        now = self.cfg.to_dict()
+        diff = sorted(k for k in now if now[k] != saved_cfg.get(k))
+        if diff:
+            raise FlagError(
+                "--resume",
+                f"checkpoint {path} has a different drafter config ({', '.join(diff)}); "
+                "use the flags it was trained with, or --resume none",
+            )
+        state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
+        weights = load_file(os.path.join(path, "drafter", "model.safetensors"), device=str(self.device))
+        self.drafter.load_state_dict(weights, strict=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            with contextlib.suppress(RuntimeError, IndexError):  # saved on a machine with other GPUs
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        self.generator.set_state(rng["generator"])
+        self.step, self.cursor = int(state["step"]), int(state["cursor"])
+        self.resumed_step = self.step
+        self.save_seconds = list(state.get("save_seconds", []))
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(self.ckpt_root, SAVE_TIMES)) as f:
+            self.save_seconds = [float(x) for x in json.load(f)]
+        if state.get("data_fingerprint") != self.ds.fingerprint():
+            log(
+                f"warning: --data-dir content differs from the data checkpoint {path} was trained on; "
+                "the data cursor is applied to the new data as is"
+            )
+        log(f"resumed from {path}: step {self.step}, micro-batch {self.cursor}")
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+    def _rng_state(self) -> dict:
+        import torch
+
+        return {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "generator": self.generator.get_state(),
+        }
+
+    def _payload(self, tmp: str) -> None:
+        import torch
+
+        from trainer.model import save_drafter
+
+        save_drafter(self.drafter, self.cfg, os.path.join(tmp, "drafter"))
+        state = {
+            "step": self.step,
+            "cursor": self.cursor,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self._rng_state(),
+            "save_seconds": self.save_seconds[-10:],
+            "flags": vars(self.args),
+            "data_fingerprint": self.ds.fingerprint(),
+            "version": __version__,
+        }
+        torch.save(state, os.path.join(tmp, "state.pt"))
+
+    def save(self) -> None:
+        self.stop.drain()  # a pending stop_requested goes out before checkpoint_saving
+        recent = self.save_seconds[-3:]
+        expected = sum(recent) / len(recent) if recent else None
+        self.writer.event("checkpoint_saving", step=self.step, expected_s=expected)
+        log(f"saving checkpoint at step {self.step}" + (f" (about {expected:.1f}s)" if expected else ""))
+        self.stop.saving = True
+        t0 = time.monotonic()
+        try:
+            existing = os.path.join(self.ckpt_root, checkpoint.step_dir_name(self.step))
+            reused = False
+            if (
+                self.resumed_step == self.step
+                and self.resume_path == existing
+                and checkpoint.is_complete(existing)
+            ):
+                path, reused = (
+                    existing,
+                    True,
+                )  # nothing trained since this checkpoint was loaded: it is this state
+                nbytes = sum(checkpoint.read_manifest(existing)["files"].values()) + os.path.getsize(
+                    os.path.join(existing, checkpoint.MANIFEST)
+                )
+            else:
+                meta = {
+                    "cursor": self.cursor,
+                    "epoch": self.plan.epoch_progress(self.cursor),
+                    "time": time.time(),
+                    "version": __version__,
+                    "total_steps": self.total_steps,
+                }
+                path, nbytes = checkpoint.save(
+                    self.ckpt_root, self.step, self._payload, meta, keep=KEEP_CHECKPOINTS
+                )
+        finally:
+            self.stop.saving = False
+        seconds = time.monotonic() - t0
+        if not reused:  # a real write: a data point for expected_s
+            self.save_seconds.append(seconds)
+            with contextlib.suppress(OSError):  # kept for the next run in this dir
+                rundir.atomic_write_text(
+                    os.path.join(self.ckpt_root, SAVE_TIMES), json.dumps(self.save_seconds[-10:])
+                )
+        self.stop.drain()
+        self.writer.event("checkpoint_saved", step=self.step, path=path, seconds=seconds, bytes=nbytes)
+        log(f"checkpoint saved: {path} ({nbytes / 1e6:.1f} MB, {seconds:.2f}s)")
+
+    # -- the hidden-state source (single process: target threads) -------------------------------------
+    def data_end(self) -> int:
+        a = self.args
+        return min(
+            self.plan.total, self.cursor + (self.total_steps - self.step) * a.grad_accum * self.replicas
+        )
+
+    def start_workers(self) -> None:
+        from trainer.runtime.roles import TargetWorker
+
+        end = self.data_end()
+        n = len(self.target_roles)
+        self.workers = [
+            TargetWorker(r, self.plan, i, n, self.cursor, end, self.queue)
+            for i, r in enumerate(self.target_roles)
+        ]
+        self.reporter.queue_stats = lambda: (self.queue.depth(), self.queue.capacity)
+        self.reporter.meters.extend([*self.target_meters, self.drafter_meter])
+        for w in self.workers:
+            w.start()
+
+    def stop_workers(self) -> None:
+        if self.queue is not None:
+            self.queue.close()
+        for w in self.workers:
+            w.join(timeout=60)
+
+    # -- training ------------------------------------------------------------------------------------------
+    def _stop_now(self) -> bool:
+        """At a step boundary: stop here? (replicas agree on it)"""
+        if self.dist is None:
+            return self.stop.requested
+        return self.dist.agree_stop()
+
+    def _abort_check(self) -> bool:
+        return self.stop.requested if self.dist is None else self.dist.aborted
+
+    def train(self) -> tuple[int, str]:
+        import torch
+
+        from trainer.runtime.hidden_queue import Stopped
+
+        a = self.args
+        A, D, r = a.grad_accum, self.replicas, self.replica
+        poison = {int(x) for x in os.environ.get("DFLASH_TEST_NAN_STEPS", "").split(",") if x.strip()}
+        nan_streak = 0
+        need = (self.total_steps - self.step) * A * D
+        if self.step < self.total_steps and self.cursor + need > self.plan.total:
+            raise FlagError(
+                "--data-dir",
+                f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
+                f"to go exceeds the {self.plan.total} this data gives",
+            )
+        if self.dist is None:
+            self.start_workers()
+        else:
+            self.queue = self.dist.start(self.plan, self.cursor, self.data_end())
+        while self.step < self.total_steps and not self._stop_now():
+            snap = (self.generator.get_state(), torch.get_rng_state())
+            g0 = self.cursor
+            noise = noise_at(self.step, start=a.noise_start, end=a.noise_end, total_steps=self.total_steps)
+            lr = lr_at(self.step, base_lr=a.lr, total_steps=self.total_steps, warmup_ratio=a.warmup_ratio)
+            micro, tokens, abandoned = [], 0, False
+            try:
+                for k in range(A):
+                    g = g0 + k * D + r
+                    hb = self.queue.get(g, self._abort_check)
+                    micro.append(
+                        self.role.micro_step(
+                            hb,
+                            noise,
+                            1.0 / A,
+                            poison=(self.step + 1) in poison,
+                            seed=micro_seed(a.seed, g),
+                            sync=k == A - 1,
+                        )
+                    )
+                    tokens += hb.tokens
+                    del hb
+                    if self.dist is None and self.stop.requested and k < A - 1:
+                        abandoned = True
+                        break
+            except Stopped:
+                abandoned = True
+            if abandoned:  # stop mid-step: drop the partial gradient, rewind to the step's start
+                self.role.discard()
+                self.generator.set_state(snap[0])
+                torch.set_rng_state(snap[1])
+                self.cursor = g0
+                break
+            self.cursor = g0 + A * D
+            norm = self.role.clip()
+            # one packed vector: loss sum, acc sums, accept_len sum, blocks, tokens (summed over replicas)
+            packed = torch.cat(
+                [
+                    torch.stack([m["loss"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["acc"].double() for m in micro]).sum(0),
+                    torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
+                    torch.tensor([float(tokens)], dtype=torch.float64, device=micro[0]["loss"].device),
+                ]
+            )
+            if self.dist is not None:
+                packed = self.dist.sum_metrics(packed)
+            vals = torch.cat([packed, norm.double().view(1).to(packed.device)]).tolist()
+            n = A * D
+            loss_f, acc = vals[0] / n, [x / n for x in vals[1:-4]]
+            accept, blocks, tokens, norm_f = vals[-4] / n, int(vals[-3]), int(vals[-2]), vals[-1]
+            self.step += 1
+            if not (np.isfinite(loss_f) and np.isfinite(norm_f)):
+                self.role.discard()
+                nan_streak += 1
+                if self.saver:
+                    self.writer.event("nan_skipped", step=self.step)
+                log(
+                    f"step {self.step}: non-finite loss or gradient ({loss_f}, {norm_f}): step skipped "
+                    f"({nan_streak} in a row)"
+                )
+                if nan_streak >= NAN_LIMIT:
+                    log(f"{NAN_LIMIT} non-finite steps in a row: saving the last good weights and stopping")
+                    self.stop_workers()
+                    if self.saver:
+                        self.save()
+                    return EXIT_NAN, "nan"
+            else:
+                nan_streak = 0
+                self.role.apply(lr)
+                self.trained = True
+                epoch = self.plan.epoch_progress(self.cursor)
+                if self.saver:
+                    self.writer.write(
+                        "step",
+                        step=self.step,
+                        total_steps=self.total_steps,
+                        epoch=epoch,
+                        loss=loss_f,
+                        acc=acc,
+                        accept_len=accept,
+                        lr=lr,
+                        grad_norm=norm_f,
+                        tokens=tokens,
+                        blocks=blocks,
+                        noise=noise,
+                    )
+                    if self.step % a.log_every == 0 or self.step == self.total_steps:
+                        log(
+                            f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
+                            f"accept {accept:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
+                        )
+            if a.save_every and self.step % a.save_every == 0 and self.step < self.total_steps and self.saver:
+                self.save()
+        self.stop_workers()
+        if self.saver:
+            self.save()
+        if self.dist is not None and self.dist.aborted:
+            return EXIT_ERROR, "error"
+        if self.stop.requested or (self.dist is not None and self.dist.stopped):
+            return EXIT_OK, "signal"
+        return EXIT_OK, "finished"

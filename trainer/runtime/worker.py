@@ -1,0 +1,364 @@
+"""``python -m trainer.worker FLAGS``: one target or drafter worker of the multi-process pipeline.
+
+Started by the launcher (``runtime.launcher``, one per device) or by ``torchrun`` across nodes, with the
+torch.distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) and ``DFLASH_CONTROL=host:port`` (the launcher's control socket). Its
+role and device come from its rank (``runtime.handoff.Layout``). NCCL for CUDA tensors, gloo for CPU ones.
+
+A worker dies with its launcher: ``PR_SET_PDEATHSIG`` (SIGKILL when the parent dies), a watchdog on the
+parent pid, and the end of the control connection. It ignores SIGINT/SIGTERM (the launcher owns the stop
+protocol). Metrics go to the launcher (``meter`` every 0.25 s; the saving drafter's step records and
+checkpoint events); log lines go to stdout with a ``[role index device]`` prefix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from trainer.data.dataset import DataError
+from trainer.run.flags import FlagError, build_parser, check_devices, validate
+from trainer.runtime import loop
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (and exit now if it already has)."""
+    parent = int(os.environ.get("DFLASH_LAUNCHER_PID", "0")) or os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="dflash-parent-watch", daemon=True).start()
+
+
+def finish(code: int) -> None:
+    """Exit at once (threads may sit in blocking receives): flush first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class WorkerControl:
+    """This worker's end of the control channel: flags set by the launcher's messages."""
+
+    def __init__(self, channel, role: str):
+        self.ch, self.role = channel, role
+        self.stop = self.abort = self.exit = False
+        self.saver = 0
+        self.welcome: dict | None = None
+        self._welcome_evt = threading.Event()
+        self.on_abort = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="dflash-control", daemon=True).start()
+
+    def _read(self) -> None:
+        for msg in self.ch:
+            op = msg.get("op")
+            if op == "welcome":
+                self.welcome = msg
+                self.stop = bool(msg.get("stop"))
+                self._welcome_evt.set()
+            elif op == "stop":
+                self.stop = True
+            elif op == "exit":
+                self.exit = True
+                if self.role == "target":  # nothing to save; it may sit in a send nobody will receive
+                    finish(0)
+            elif op == "abort":
+                self.saver = int(msg.get("saver", 0))
+                self.abort = True
+                if self.role == "target":
+                    finish(1)
+                if self.on_abort is not None:
+                    self.on_abort(self.saver)
+        finish(1)  # the launcher is gone
+
+    def wait_abort(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self.abort and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.abort
+
+    def wait_welcome(self, timeout: float = 600) -> dict:
+        if not self._welcome_evt.wait(timeout):
+            raise RuntimeError("no welcome from the launcher")
+        return self.welcome or {}
+
+
+class ControlWriter:
+    """MetricsWriter stand-in: records go to the launcher, which writes metrics.jsonl."""
+
+    def __init__(self, ch):
+        self.ch = ch
+
+    def write(self, kind: str, **fields):
+        self.ch.send("record", kind=kind, fields=fields)
+
+    def event(self, name: str, **fields):
+        self.write("event", name=name, **fields)
+
+
+class WorkerStop:
+    """StopControl stand-in: the launcher handles signals; a drafter learns of a stop from WorkerControl."""
+
+    requested = False
+    saving = False
+
+    def drain(self) -> None:
+        pass
+
+
+def meter_thread(ch, meter, depth_of) -> None:
+    def run():
+        last = time.monotonic()
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            tokens, busy = meter.take(now)
+            depth, cap = depth_of()
+            ch.send("meter", tokens=tokens, busy=busy, dt=now - last, depth=depth, capacity=cap)
+            last = now
+
+    threading.Thread(target=run, name="dflash-meter", daemon=True).start()
+
+
+class DrafterDist:
+    """A drafter replica's distributed side: its receiver, the stop agreement and the metric sum."""
+
+    def __init__(self, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group, depth: int):
+        self.layout, self.di, self.device, self.ctl = layout, di, device, ctl
+        self.group, self.ctrl_group, self.depth = group, ctrl_group, depth
+        self.stopped = False
+        self.queue = None
+
+    @property
+    def aborted(self) -> bool:
+        return self.ctl.abort
+
+    def start(self, plan, cursor: int, end: int):
+        """The receiver thread and the queue it fills: this replica takes cursor + di, + ND, ..."""
+        from trainer.runtime.handoff import Receiver
+        from trainer.runtime.hidden_queue import HiddenStateQueue
+
+        self.queue = HiddenStateQueue(self.depth, start=cursor + self.di, stride=self.layout.ND)
+        Receiver(self.layout, self.di, plan, cursor, end, self.queue, self.device).start()
+        return self.queue
+
+    def agree_stop(self) -> bool:
+        """At a step boundary: stop if any replica was told to (all replicas get the same answer)."""
+        import torch
+        import torch.distributed as dist
+
+        local = int(self.ctl.stop or self.ctl.abort)
+        if self.layout.ND > 1:
+            t = torch.tensor([local], dtype=torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.ctrl_group)
+            local = int(t.item())
+        if local and not self.stopped:
+            self.stopped = True
+            if self.di == 0:
+                self.ctl.ch.send("stopping")
+        return self.stopped
+
+    def sum_metrics(self, packed):
+        import torch.distributed as dist
+
+        if self.layout.ND > 1:
+            dist.all_reduce(packed, group=self.group)
+        return packed
+
+
+def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) -> int:
+    import torch
+
+    from trainer.data.dataset import Plan, load_dir
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.handoff import run_sender
+    from trainer.runtime.roles import TargetRole
+    from trainer.target.capture import load_target
+
+    meter = role_meter(device, "target", loop.gpu_uuid(device))
+    meter_thread(ctl.ch, meter, lambda: (0, 0))
+    ds = load_dir(args.data_dir, args.max_seq_len)
+    loop.quiet_transformers()
+    cfg = loop.draft_config(args)
+    ds.check_vocab(cfg.vocab_size)
+    plan = Plan(
+        ds,
+        seed=args.seed,
+        epochs=args.epochs,
+        token_budget=args.token_budget,
+        max_batch_size=args.max_batch_size,
+    )
+    total = loop.total_steps_of(plan, args.grad_accum, layout.ND, args.max_steps)
+    welcome = ctl.welcome or {}
+    step, cursor = int(welcome.get("step", 0)), int(welcome.get("cursor", 0))
+    end = min(plan.total, cursor + max(0, total - step) * args.grad_accum * layout.ND)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    model = load_target(
+        args.target_model, device, dtype, cfg.target_layer_ids, need_final_hidden=args.use_soft_labels
+    )
+    role = TargetRole(model, device, cfg.target_layer_ids, args.use_soft_labels, meter)
+    loop.log(f"target ready: micro-batches {cursor + ti}.. every {layout.NT} (to {end})")
+    n = run_sender(layout, ti, role, plan, cursor, end, lambda: ctl.exit or ctl.abort)
+    loop.log(f"target done: {n} micro-batches sent")
+    return 0
+
+
+def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
+    import torch
+
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.handoff import PEER_GRACE_S
+    from trainer.runtime.hidden_queue import check_queue_memory, hidden_batch_bytes
+
+    resume = (ctl.welcome or {}).get("resume")
+    writer = ControlWriter(ctl.ch)
+    dd = DrafterDist(layout, di, device, ctl, group, ctrl_group, args.hs_queue_depth)
+    trainer = loop.Trainer(
+        args,
+        devices,
+        WorkerStop(),
+        writer,
+        None,
+        os.path.abspath(args.output_dir),
+        resume,
+        device=device,
+        replica=di,
+        replicas=layout.ND,
+        dist=dd,
+    )
+
+    def on_abort(saver: int) -> None:
+        trainer.saver = di == saver
+
+    ctl.on_abort = on_abort
+    meter = role_meter(device, "drafter", loop.gpu_uuid(device))
+    meter_thread(ctl.ch, meter, lambda: (dd.queue.depth() if dd.queue else 0, args.hs_queue_depth))
+    try:
+        trainer.setup_model()
+        ddp = None
+        if layout.ND > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ddp = DDP(
+                trainer.drafter,
+                process_group=group,
+                device_ids=[torch.device(device).index] if device.startswith("cuda") else None,
+            )
+        trainer.make_role(meter, ddp)
+        per = hidden_batch_bytes(args, trainer.cfg, 2 if device.startswith("cuda") else 4)
+        loop.log(check_queue_memory(device, args.hs_queue_depth, 1, per, args))
+        trainer.log_setup()
+        code, reason = trainer.train()
+    except Exception as e:
+        # a collective that failed because a peer died: the launcher's abort follows in a moment
+        aborted = ctl.wait_abort(PEER_GRACE_S)
+        if trainer.saver and trainer.trained:  # save what it can: the last complete step's state
+            try:
+                loop.log(
+                    f"{'aborted' if aborted else 'error'} while training ({type(e).__name__}): "
+                    "saving the last complete step"
+                )
+                trainer.save()
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+        if not aborted:
+            raise
+        code, reason = loop.EXIT_ERROR, "error"
+    ctl.ch.send("done", code=code, reason=reason)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: every thread's stack to stderr
+    die_with_parent()
+    from trainer.runtime import control_channel
+    from trainer.runtime.handoff import Layout
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    args = build_parser().parse_args(argv)
+    ch = control_channel.connect(os.environ["DFLASH_CONTROL"])
+    role, device = "?", "?"
+    try:
+        devices = validate(args)
+        T, D = len(devices.target), len(devices.drafter)
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if local_world != T + D or world % (T + D):
+            raise FlagError(
+                "--target-gpus",
+                f"{T} target + {D} drafter devices per node need {T + D} processes a "
+                f"node; this worker runs with {local_world} a node, {world} in all",
+            )
+        layout = Layout(T, D, world // (T + D))
+        role, idx, local_idx = layout.role_of(rank)
+        device = (devices.target if role == "target" else devices.drafter)[local_idx]
+        loop.LOG_PREFIX = f"[{role}{idx} {device}] "
+        ctl = WorkerControl(ch, role)
+        ch.send("hello", rank=rank, role=role, index=idx, device=device, uuid=None, pid=os.getpid())
+        ctl.start()
+        import torch
+        import torch.distributed as dist
+
+        check_devices(devices)
+        cuda = device.startswith("cuda")
+        if cuda:
+            torch.cuda.set_device(device)
+            ch.send("uuid", uuid=loop.gpu_uuid(device))
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
+        ctl.wait_welcome()
+        from datetime import timedelta
+
+        backend, timeout = "cpu:gloo,cuda:nccl" if cuda else "gloo", timedelta(minutes=30)
+        if os.environ.get("DFLASH_EXTERNAL_STORE") == "1":  # the launcher's store (torchrun: env:// as usual)
+            store = dist.TCPStore(
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                is_master=False,
+                timeout=timedelta(minutes=5),
+            )
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
+        group = dist.new_group(layout.drafter_ranks)
+        ctrl_group = dist.new_group(layout.drafter_ranks, backend="gloo")
+        if role == "target":
+            code = run_target(args, devices, layout, idx, device, ctl)
+            ch.send("done", code=code, reason="finished")
+        else:
+            code = run_drafter(args, devices, layout, idx, device, ctl, group, ctrl_group)
+    except (FlagError, DataError) as e:
+        ch.send("fatal", code=loop.EXIT_USAGE, message=str(e))
+        finish(loop.EXIT_USAGE)
+    except BaseException as e:  # noqa: BLE001 - reported to the launcher, then exit 1
+        traceback.print_exc()
+        ch.send("fatal", code=loop.EXIT_ERROR, message=f"{role} {device}: {type(e).__name__}: {e}")
+        finish(loop.EXIT_ERROR)
+    finish(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The frozen target model: loading, and the capture forward that produces the drafter's context features.
+
+- ``load_target(path, device, dtype, target_layer_ids, need_final_hidden=False)``:
+  ``AutoModelForCausalLM.from_pretrained(path)`` (a local directory; nothing is downloaded), frozen, eval.
+  Without ``need_final_hidden`` the config is cut to ``max(target_layer_ids) + 1`` decoder layers before
+  loading, so the later layers are neither loaded nor run (the final norm and lm_head still load; they are
+  unused).
+- ``capture(model, input_ids, doc_ids, target_layer_ids, need_final_hidden=False)
+  -> (hidden_cat (B, T, n*H), final_hidden (B, T, H) or None)``: runs the base decoder (``model.model``,
+  never the LM head) under ``torch.no_grad``, takes the output of decoder layer ``i`` for each ``i`` in
+  ``target_layer_ids`` (= ``hidden_states[i + 1]`` in transformers' numbering, the reference's reading)
+  with forward hooks, and stops right after the last captured layer unless ``need_final_hidden``.
+  ``final_hidden`` is the base model's ``last_hidden_state`` (after the final norm).
+- Packed rows: documents must not see each other. ``capture`` passes per-document ``position_ids``
+  (restarting at 0 where ``doc_ids`` changes, ``masks.doc_positions``) and no ``attention_mask``;
+  transformers then detects the packed format and builds a block-diagonal causal mask (sdpa / eager /
+  flex) or uses varlen kernels (flash-attention). Rows are assumed right-padded with their own doc id
+  (e.g. -1) for the padding. Linear-attention layers (Qwen3.5 / Qwen3-Next) do not reset their state at
+  such boundaries: pack one document per row for those targets.
+- ``prepare_capture(model, attn="auto", compile=None)``: switches ``capture`` to the direct path for
+  pre-norm Qwen3 / Qwen2 / Llama / Mistral decoders (``DIRECT_MODEL_TYPES``): our own loop over
+  ``layers[:last + 1]`` using the layers' weights (no hooks, no transformers mask building), attention
+  per document through ``attn`` = ``"varlen"`` (torch's flash varlen kernel, causal within each
+  document), ``"flex"`` (FlexAttention, document-causal BlockMask), ``"sdpa"`` (dense document-causal
+  mask; CPU) or ``"sdpa_causal"`` (plain causal: ONLY for rows that are one document each, not checked);
+  ``"auto"`` = varlen when torch has it on CUDA, else flex on CUDA, else sdpa. ``compile`` (default: on
+  CUDA) compiles one decoder layer's step (regional compilation, shared by all layers). Returns the
+  chosen mode, or None when the model does not qualify (``capture`` then keeps the hook path).
+  ``load_target`` calls it on CUDA. The varlen path needs the document boundaries on the host: pass
+  ``doc_ids`` on the CPU to avoid the one device sync per ``capture`` call that reading them costs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.drafting.config import text_config_of
+from trainer.drafting.masks import doc_positions
+from trainer.target.direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
+
+__all__ = ["DIRECT_MODEL_TYPES", "capture", "decoder_of", "load_target", "prepare_capture"]
+
+
+class _StopForward(Exception):
+    pass
+
+
+def load_target(
+    path: str,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    target_layer_ids: list[int],
+    need_final_hidden: bool = False,
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    tc = text_config_of(config)
+    n_layers = int(tc.num_hidden_layers)
+    bad = [i for i in target_layer_ids if not 0 <= i < n_layers]
+    if bad:
+        raise ValueError(f"target_layer_ids {bad} out of range for a target with {n_layers} layers")
+    if not need_final_hidden:
+        keep = max(target_layer_ids) + 1
+        if keep < n_layers:
+            tc.num_hidden_layers = keep
+            if isinstance(getattr(tc, "layer_types", None), list):
+                tc.layer_types = tc.layer_types[:keep]
+            if isinstance(getattr(tc, "mlp_only_layers", None), list):
+                tc.mlp_only_layers = [i for i in tc.mlp_only_layers if i < keep]
+    kwargs = {"config": config, "dtype": dtype}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    if str(device).startswith("cuda"):
+        prepare_capture(model)
+    return model
+
+
+def capture(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    doc_ids: torch.Tensor,
+    target_layer_ids: list[int],
+    need_final_hidden: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    base = decoder_of(model)
+    if getattr(model, "_dflash_capture", None) is not None:
+        return capture_direct(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
+    layers = base.layers
+    if any(not 0 <= i < len(layers) for i in target_layer_ids):
+        raise ValueError(f"target_layer_ids {target_layer_ids} out of range for {len(layers)} loaded layers")
+    last = max(target_layer_ids)
+    got: dict[int, torch.Tensor] = {}
+
+    def hook_for(i: int):
+        def hook(_mod, _args, out):
+            got[i] = out[0] if isinstance(out, (tuple, list)) else out
+            if i == last and not need_final_hidden:
+                raise _StopForward
+
+        return hook
+
+    handles = [layers[i].register_forward_hook(hook_for(i)) for i in sorted(set(target_layer_ids))]
+    position_ids = doc_positions(doc_ids.to(input_ids.device))
+    final = None
+    try:
+        with torch.no_grad():
+            out = base(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+            final = out.last_hidden_state
+    except _StopForward:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    hidden_cat = torch.cat([got[i] for i in target_layer_ids], dim=-1)
+    return hidden_cat, (final if need_final_hidden else None)
