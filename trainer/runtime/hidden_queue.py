@@ -42,9 +42,8 @@ class HiddenBatch:
     input_ids: torch.Tensor  # (1, T) on the target's device
     loss_mask: torch.Tensor  # (1, T) bool, on the CPU
     doc_ids: torch.Tensor  # (1, T), on the CPU
-    ready: object = (
-        None  # a CUDA event the hidden states are complete after (launched, or received point-to-point)
-    )
+    # a CUDA event the hidden states are complete after (launched, or received point-to-point)
+    ready: object = None
 
 
 class Stopped(Exception):

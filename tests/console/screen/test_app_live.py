@@ -52,7 +52,7 @@ def trainer(host, tiny_assets):
     """A tiny trainer in container 200, launched through Session.launch; killed at the end if alive.
 
     Its first checkpoint save (the stop's: no periodic saves) pauses after writing its files until
-    ``run_dir/../release`` exists (trainer/checkpoint.py's test instrumentation), so that the last
+    ``run_dir/../release`` exists (trainer/run/checkpoint.py's test instrumentation), so that the last
     test can run a stop into its timeout first."""
     run_dir = host.container_dir(CT) / "run"
     release = host.container_dir(CT) / "release"
