@@ -439,6 +439,55 @@ def op_listdir(req):
         return None
 
 
+def op_checkpoints(req):
+    """The run directory's filesystem (statvfs) and its checkpoints/: each step_* entry's size, mtime,
+    whether it is complete (its manifest is there), what ``latest`` names, and an ``export/`` inside."""
+    run_dir = req["path"]
+    out = {"free": None, "total": None, "latest": None, "entries": [], "error": None}
+    try:
+        st = os.statvfs(run_dir)
+        out["free"] = st.f_bavail * st.f_frsize
+        out["total"] = st.f_blocks * st.f_frsize
+    except OSError as e:
+        out["error"] = str(e)
+        return out
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        with open(os.path.join(root, "latest"), encoding="utf-8") as f:
+            out["latest"] = f.read().strip() or None
+    except OSError:
+        pass
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        p = os.path.join(root, name)
+        if not name.startswith("step_") or not os.path.isdir(p):
+            continue
+        size, mtime = 0, 0.0
+        for dirpath, _dirs, files in os.walk(p):
+            for fn in files:
+                try:
+                    s = os.stat(os.path.join(dirpath, fn))
+                except OSError:
+                    continue
+                size += s.st_size
+                mtime = max(mtime, s.st_mtime)
+        export = os.path.join(p, "export")
+        out["entries"].append(
+            {
+                "name": name,
+                "path": p,
+                "bytes": size,
+                "mtime": mtime or None,
+                "complete": ".tmp-" not in name and os.path.exists(os.path.join(p, "manifest.json")),
+                "export": export if os.path.isdir(export) else None,
+            }
+        )
+    return out
+
+
 def op_cancel(req):
     with _cancels_lock:
         ev = _cancels.get(int(req["target"]))
@@ -459,7 +508,14 @@ QUICK = {
     "listdir": op_listdir,
     "write": op_write,
 }
-SLOW = {"run": op_run, "spawn": op_spawn, "find": op_find, "write_files": op_write_files, "rmtree": op_rmtree}
+SLOW = {
+    "checkpoints": op_checkpoints,
+    "run": op_run,
+    "spawn": op_spawn,
+    "find": op_find,
+    "write_files": op_write_files,
+    "rmtree": op_rmtree,
+}
 CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
 
 
