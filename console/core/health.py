@@ -318,7 +318,7 @@ class Health:
                 if f.stopped is not None:
                     what = f"trainer stopped: {reason} (exit {f.stopped.get('exit_code')})"
                 else:
-                    what = "trainer exited without a stop request (no `stopped` record: killed or crashed)"
+                    what = "trainer exited without a stop request (killed or crashed)"
                 out.append(("trainer_exit", "trainer_exit", CRITICAL, what, f.exit_seen_at))
 
         # NaN / inf loss

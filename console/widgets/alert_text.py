@@ -28,8 +28,8 @@ def summary(health: Health | None, now: float, ok_text: str = "") -> Text:
         return t
     a = loud[0]
     t.append(f" {MARK[a.level]} {a.level.upper()} ", style=STYLE[a.level])
-    t.append(f" {a.message}", style="bold red" if a.level == CRITICAL else "bold yellow")
-    t.append(f" (for {fmt_duration(max(0.0, now - a.since))})", style="dim")
+    t.append(f" {fmt_duration(max(0.0, now - a.since))}", style="bold")
     if len(loud) > 1:
-        t.append(f" +{len(loud) - 1} more (a)", style="bold")
+        t.append(f" +{len(loud) - 1} (a)", style="bold")
+    t.append(f" {a.message}", style="bold red" if a.level == CRITICAL else "bold yellow")
     return t
