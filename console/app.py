@@ -32,6 +32,7 @@ from console.core.session_protocol import ScreenSession
 from console.core.ssh import HostKeyRefused, backoff
 from console.core.state import ConsoleState
 from console.screens.alerts import AlertsScreen
+from console.screens.checkpoints import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
 from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
@@ -88,6 +89,14 @@ ACTIONS = [
         "Alerts",
         "Show alerts",
         "active and past alerts; Enter acknowledges one (silent until it clears)",
+        False,
+    ),
+    Action(
+        "checkpoints",
+        "c",
+        "Checkpoints",
+        "Checkpoints and disk",
+        "the run's checkpoints, free space, keep-count; y copies a drafter to this machine",
         False,
     ),
     Action("search", "slash", "Search", "Search the log", "highlight and jump to matches", False),
@@ -191,6 +200,7 @@ class ConsoleApp(App):
         self._drawn_version = -1
         self.refreshes = 0
         self.health_hooks = health or HealthHooks()
+        self.copy_jobs = CopyJobs()
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -426,6 +436,12 @@ class ConsoleApp(App):
     def action_alerts(self) -> None:
         if not isinstance(self.screen, AlertsScreen):
             self.push_screen(AlertsScreen(self.state.health, self.state.clock))
+
+    def action_checkpoints(self) -> None:
+        if not isinstance(self.screen, CheckpointsScreen):
+            if self.health_hooks.watch is not None:
+                self.health_hooks.watch.poke()  # look again now
+            self.push_screen(CheckpointsScreen(self.state, self.copy_jobs, self.state.clock))
 
     def action_search(self) -> None:
         self.w_log.open_search()

@@ -441,7 +441,8 @@ def op_listdir(req):
 
 def op_checkpoints(req):
     """The run directory's filesystem (statvfs) and its checkpoints/: each step_* entry's size, mtime,
-    whether it is complete (its manifest is there), what ``latest`` names, and an ``export/`` inside."""
+    whether it is complete (its manifest is there), what ``latest`` names, and where its drafter for
+    serving is (``export/``, else ``drafter/``)."""
     run_dir = req["path"]
     out = {"free": None, "total": None, "latest": None, "entries": [], "error": None}
     try:
@@ -474,7 +475,10 @@ def op_checkpoints(req):
                     continue
                 size += s.st_size
                 mtime = max(mtime, s.st_mtime)
-        export = os.path.join(p, "export")
+        # the serving export (issue 15's bf16 export/), else the drafter the checkpoint exports
+        export = next(
+            (e for e in (os.path.join(p, "export"), os.path.join(p, "drafter")) if os.path.isdir(e)), None
+        )
         out["entries"].append(
             {
                 "name": name,
@@ -482,10 +486,41 @@ def op_checkpoints(req):
                 "bytes": size,
                 "mtime": mtime or None,
                 "complete": ".tmp-" not in name and os.path.exists(os.path.join(p, "manifest.json")),
-                "export": export if os.path.isdir(export) else None,
+                "export": export,
             }
         )
     return out
+
+
+def op_tree(req):
+    """Every regular file under a directory: relative path, size, mtime (sorted; links not followed)."""
+    import stat as _stat
+
+    root = req["path"]
+    if not os.path.isdir(root):
+        raise NotADirectoryError(root)
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        for fn in sorted(files):
+            p = os.path.join(dirpath, fn)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if _stat.S_ISREG(st.st_mode):
+                out.append({"rel": os.path.relpath(p, root), "size": st.st_size, "mtime": st.st_mtime})
+    return out
+
+
+def op_sha256(req):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(req["path"], "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def op_cancel(req):
@@ -510,6 +545,8 @@ QUICK = {
 }
 SLOW = {
     "checkpoints": op_checkpoints,
+    "tree": op_tree,
+    "sha256": op_sha256,
     "run": op_run,
     "spawn": op_spawn,
     "find": op_find,

@@ -12,12 +12,14 @@ import signal
 import time
 
 import pytest
+from textual.widgets import DataTable, Input
 
 from console.app import ConsoleApp
 from console.core.checkpoints import scan
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.alerts import AlertsScreen
+from console.screens.checkpoints import CheckpointsScreen
 from console.screens.health_hooks import HealthHooks
 from tests.support.core_util import cli, conn_args, options_for
 from tests.support.screen_text import screen_text, until
@@ -35,7 +37,7 @@ def host(tmp_path, monkeypatch):
         yield h
 
 
-async def test_sigkill_raises_a_critical_alert_within_a_second_and_check_exits_2(host, tiny_assets):
+async def test_sigkill_raises_a_critical_alert_within_a_second_and_check_exits_2(host, tiny_assets, tmp_path):
     run_dir = host.container_dir(CT) / "run"
     session = Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False)
     hooks = HealthHooks(disk_interval_s=0.5)
@@ -77,6 +79,7 @@ async def test_sigkill_raises_a_critical_alert_within_a_second_and_check_exits_2
             await until(pilot, lambda: "trainer_exit" in st.health.active, 10, "the alert")
             took = time.monotonic() - t_kill
             assert took < 1.0, f"alert {took:.2f} s after the exit"
+            print(f"alert {took:.3f} s after SIGKILL")
             a = st.health.active["trainer_exit"]
             assert a.level == "critical" and "without a stop request" in a.message
             await pilot.pause(0.1)
@@ -95,6 +98,30 @@ async def test_sigkill_raises_a_critical_alert_within_a_second_and_check_exits_2
             app.refresh_now()
             await pilot.pause()
             assert "CRITICAL" not in screen_text(app).splitlines()[0]
+
+            # `c`: the checkpoints of the real run dir; `y` copies the latest one's drafter here
+            await pilot.press("c")
+            assert isinstance(app.screen, CheckpointsScreen)
+            table = app.screen.query_one(DataTable)
+            await until(pilot, lambda: table.row_count >= 1, 40, "checkpoint rows")
+            text = screen_text(app)
+            assert "latest" in text and "free" in text and "keeps the newest 2" in text
+            latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+            assert str(int(latest.split("_")[1])) in text
+            await pilot.press("y")
+            dest = tmp_path / "mine" / "drafter"
+            app.screen.query_one(Input).value = str(dest)
+            await pilot.press("enter")
+            await until(
+                pilot, lambda: app.copy_jobs.jobs and not app.copy_jobs.jobs[-1].running, 60, "the copy"
+            )
+            job = app.copy_jobs.jobs[-1]
+            assert job.ok, job.text
+            src = run_dir / "checkpoints" / latest / "drafter"
+            want = {p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()}
+            got = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+            assert want and got == want
+            await pilot.press("escape")
 
         r = await asyncio.to_thread(cli, "status", *conn_args(host), "--run-dir", str(run_dir), "--check")
         assert r.returncode == 2, r.stdout + r.stderr
