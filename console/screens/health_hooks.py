@@ -21,7 +21,7 @@ class HealthHooks:
         self,
         config: HealthConfig | None = None,
         bundled_key: str | None = None,
-        interval_s: float = 0.25,
+        interval_s: float = 0.1,
         disk_interval_s: float = 30.0,
     ) -> None:
         self.config = config
