@@ -31,6 +31,9 @@ from console.core.events import ConnState, Event, LogLines
 from console.core.session_protocol import ScreenSession
 from console.core.ssh import HostKeyRefused, backoff
 from console.core.state import ConsoleState
+from console.screens.alerts import AlertsScreen
+from console.screens.checkpoints import CheckpointsScreen, CopyJobs
+from console.screens.health_hooks import HealthHooks
 from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.palette import ConsoleCommands
@@ -79,6 +82,22 @@ ACTIONS = [
         "Deploy the bundled trainer",
         "into a new versioned code directory; a running trainer is not touched",
         True,
+    ),
+    Action(
+        "alerts",
+        "a",
+        "Alerts",
+        "Show alerts",
+        "active and past alerts; Enter acknowledges one (silent until it clears)",
+        False,
+    ),
+    Action(
+        "checkpoints",
+        "c",
+        "Checkpoints",
+        "Checkpoints and disk",
+        "the run's checkpoints, free space, keep-count; y copies a drafter to this machine",
+        False,
     ),
     Action("search", "slash", "Search", "Search the log", "highlight and jump to matches", False),
     Action("help", "question_mark", "Help", "Help", "every key", False),
@@ -142,6 +161,7 @@ class ConsoleApp(App):
         min_refresh_s: float = 0.05,
         plot_refresh_s: float = 1.0,
         tick_s: float = 1.0,
+        health: HealthHooks | None = None,
     ) -> None:
         super().__init__()
         self.extension = ext = extension or Extension()
@@ -179,6 +199,8 @@ class ConsoleApp(App):
         self._last_plot = 0.0
         self._drawn_version = -1
         self.refreshes = 0
+        self.health_hooks = health or HealthHooks()
+        self.copy_jobs = CopyJobs()
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -215,6 +237,7 @@ class ConsoleApp(App):
         self.log_view.focus()
         self.refresh_now(plots=True)
         self.set_interval(self.tick_s, self._tick)
+        self.health_hooks.mount(self)
         if self.session is not None:
             self.session.subscribe(self.on_session_event)
             self._start_session()
@@ -241,6 +264,7 @@ class ConsoleApp(App):
         loop = asyncio.get_running_loop()
         for sig in self.extension.signals:
             loop.remove_signal_handler(sig)
+        await self.health_hooks.unmount()
         if self.session is not None:
             await self.session.close()
 
@@ -408,6 +432,16 @@ class ConsoleApp(App):
         self.state.note(f"deployed to {where}")
         self.schedule_refresh()
         self.notify(f"deployed to {where}; a launch or restart uses it", timeout=10)
+
+    def action_alerts(self) -> None:
+        if not isinstance(self.screen, AlertsScreen):
+            self.push_screen(AlertsScreen(self.state.health, self.state.clock))
+
+    def action_checkpoints(self) -> None:
+        if not isinstance(self.screen, CheckpointsScreen):
+            if self.health_hooks.watch is not None:
+                self.health_hooks.watch.poke()  # look again now
+            self.push_screen(CheckpointsScreen(self.state, self.copy_jobs, self.state.clock))
 
     def action_search(self) -> None:
         self.w_log.open_search()

@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="show the trainer, its progress, the GPUs")
     _conn_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="health check for monitoring: one line; exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN",
+    )
 
     p = sub.add_parser(
         "launch",
@@ -190,6 +195,9 @@ def err(msg: str) -> None:
 async def cmd_status(args) -> int:
     from console.core.status import collect, format_text
 
+    if getattr(args, "check", False):
+        return await cmd_check(args)
+
     async with _session(args) as s:
         st = await collect(s)
     if args.json:
@@ -197,6 +205,23 @@ async def cmd_status(args) -> int:
     else:
         print(format_text(st))
     return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
+
+
+async def cmd_check(args) -> int:
+    """``status --check``: the monitoring-plugin convention (console/core/check.py); anything that keeps
+    the check from looking (connection, host key, config file) is UNKNOWN (3)."""
+    from console.core.check import UNKNOWN, check, line
+    from console.core.config import health_config
+
+    try:
+        cfg = health_config()
+        key = control.bundled_trainer_files()[0]
+        async with _session(args) as s:
+            code, text = await check(s, cfg, key)
+    except Exception as e:  # noqa: BLE001 - every failure to look is UNKNOWN (ConfigError, connection...)
+        code, text = UNKNOWN, line("unknown", f"cannot check: {e}")
+    print(text)
+    return code
 
 
 async def cmd_deploy(args) -> int:
@@ -374,11 +399,18 @@ async def cmd_logs(args) -> int:
 def cmd_connect(args) -> int:
     """The operator screen on a session built from the connection flags."""
     from console.app import ConsoleApp
+    from console.core.config import ConfigError, health_config
     from console.core.session import Session
+    from console.screens.health_hooks import HealthHooks
 
+    try:
+        hooks = HealthHooks(health_config(), control.bundled_trainer_files()[0])
+    except ConfigError as e:
+        err(str(e))
+        return EXIT_USAGE
     session = Session(options_from_args(args), ct=args.ct, run_dir=args.run_dir, readonly=args.readonly)
     target = args.host + (f" · CT {args.ct}" if args.ct is not None else "")
-    ConsoleApp(session, readonly=args.readonly, target=target).run()
+    ConsoleApp(session, readonly=args.readonly, target=target, health=hooks).run()
     return EXIT_OK
 
 

@@ -76,6 +76,48 @@ class ActionPhase:
     t: float = 0.0  # unix time of the phase
 
 
+@dataclass
+class CheckpointEntry:
+    """One ``checkpoints/step_*`` directory of the run (console/core/checkpoints.py)."""
+
+    name: str
+    path: str
+    step: int | None
+    bytes: int
+    mtime: float | None
+    complete: bool
+    latest: bool = False
+    export: str | None = None  # a serving export inside it
+
+
+@dataclass
+class DiskInfo:
+    """The run directory's filesystem and checkpoints, polled through the helper at a modest rate."""
+
+    run_dir: str
+    free_bytes: int | None
+    total_bytes: int | None
+    checkpoints: list[CheckpointEntry] = field(default_factory=list)
+    latest: str | None = None  # what checkpoints/latest names
+    keep: int | None = None  # the trainer's --keep-checkpoints, when its flags say
+    error: str | None = None
+    t: float = 0.0
+
+    @property
+    def latest_entry(self) -> CheckpointEntry | None:
+        return next((c for c in self.checkpoints if c.latest), None)
+
+    @property
+    def latest_step(self) -> int | None:
+        e = self.latest_entry
+        return e.step if e is not None else None
+
+    @property
+    def last_checkpoint_bytes(self) -> int | None:
+        done = [c for c in self.checkpoints if c.complete and c.bytes > 0]
+        return max(done, key=lambda c: c.step or 0).bytes if done else None
+
+
 class Outcome(IntEnum):
     """How a stop, restart or launch ended. The CLI turns each into its exit code (console/cli.py);
     the values are those exit codes, so a result still compares equal to the documented number."""
@@ -101,4 +143,4 @@ class ActionResult:
 
 
 # Everything a session tells its subscribers.
-Event = ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase
+Event = ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase | DiskInfo

@@ -439,6 +439,90 @@ def op_listdir(req):
         return None
 
 
+def op_checkpoints(req):
+    """The run directory's filesystem (statvfs) and its checkpoints/: each step_* entry's size, mtime,
+    whether it is complete (its manifest is there), what ``latest`` names, and where its drafter for
+    serving is (``export/``, else ``drafter/``)."""
+    run_dir = req["path"]
+    out = {"free": None, "total": None, "latest": None, "entries": [], "error": None}
+    try:
+        st = os.statvfs(run_dir)
+        out["free"] = st.f_bavail * st.f_frsize
+        out["total"] = st.f_blocks * st.f_frsize
+    except OSError as e:
+        out["error"] = str(e)
+        return out
+    root = os.path.join(run_dir, "checkpoints")
+    try:
+        with open(os.path.join(root, "latest"), encoding="utf-8") as f:
+            out["latest"] = f.read().strip() or None
+    except OSError:
+        pass
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return out
+    for name in names:
+        p = os.path.join(root, name)
+        if not name.startswith("step_") or not os.path.isdir(p):
+            continue
+        size, mtime = 0, 0.0
+        for dirpath, _dirs, files in os.walk(p):
+            for fn in files:
+                try:
+                    s = os.stat(os.path.join(dirpath, fn))
+                except OSError:
+                    continue
+                size += s.st_size
+                mtime = max(mtime, s.st_mtime)
+        # the serving export (issue 15's bf16 export/), else the drafter the checkpoint exports
+        export = next(
+            (e for e in (os.path.join(p, "export"), os.path.join(p, "drafter")) if os.path.isdir(e)), None
+        )
+        out["entries"].append(
+            {
+                "name": name,
+                "path": p,
+                "bytes": size,
+                "mtime": mtime or None,
+                "complete": ".tmp-" not in name and os.path.exists(os.path.join(p, "manifest.json")),
+                "export": export,
+            }
+        )
+    return out
+
+
+def op_tree(req):
+    """Every regular file under a directory: relative path, size, mtime (sorted; links not followed)."""
+    import stat as _stat
+
+    root = req["path"]
+    if not os.path.isdir(root):
+        raise NotADirectoryError(root)
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        for fn in sorted(files):
+            p = os.path.join(dirpath, fn)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if _stat.S_ISREG(st.st_mode):
+                out.append({"rel": os.path.relpath(p, root), "size": st.st_size, "mtime": st.st_mtime})
+    return out
+
+
+def op_sha256(req):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(req["path"], "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def op_cancel(req):
     with _cancels_lock:
         ev = _cancels.get(int(req["target"]))
@@ -459,7 +543,16 @@ QUICK = {
     "listdir": op_listdir,
     "write": op_write,
 }
-SLOW = {"run": op_run, "spawn": op_spawn, "find": op_find, "write_files": op_write_files, "rmtree": op_rmtree}
+SLOW = {
+    "checkpoints": op_checkpoints,
+    "tree": op_tree,
+    "sha256": op_sha256,
+    "run": op_run,
+    "spawn": op_spawn,
+    "find": op_find,
+    "write_files": op_write_files,
+    "rmtree": op_rmtree,
+}
 CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
 
 

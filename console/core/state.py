@@ -16,6 +16,7 @@ from console.core.devices import join_devices
 from console.core.events import (
     ActionPhase,
     ConnState,
+    DiskInfo,
     Event,
     Gpu,
     GpuSample,
@@ -25,6 +26,7 @@ from console.core.events import (
     TrainerInfo,
 )
 from console.core.formatting import fmt_bytes
+from console.core.health import Health
 from console.core.metrics import headline_tok_s
 
 
@@ -111,6 +113,8 @@ class ConsoleState:
     saving_since: float | None = None  # a checkpoint_saving without its checkpoint_saved yet
     saving_expected_s: float | None = None
     stopped: dict | None = None  # the last "stopped" event
+    health: Health | None = None  # the health rules over the same events (console/core/health.py)
+    disk: DiskInfo | None = None  # the run dir's checkpoints and free space (console/core/checkpoints.py)
 
     def __post_init__(self) -> None:
         self.tok_hist: deque[tuple[float, float, dict[str, float]]] = deque(maxlen=self.history)
@@ -121,12 +125,18 @@ class ConsoleState:
         self.records = 0
         self._ever_connected = False
         self.conn.since = self.clock()
+        if self.health is None:
+            self.health = Health(clock=self.clock)
 
     # ---- folding ------------------------------------------------------------------------------
 
     def apply(self, event: Event) -> None:
         """Fold one session event (LogLines are the log widget's; anything else is ignored)."""
+        self.health.apply(event)
         match event:
+            case DiskInfo():
+                self.disk = event
+                self._touch()
             case ConnState():
                 self._on_conn_state(event)
             case Record():

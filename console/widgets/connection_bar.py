@@ -7,6 +7,7 @@ from rich.text import Text
 
 from console.core.formatting import fmt_duration
 from console.core.state import ConsoleState
+from console.widgets.alert_text import summary
 from console.widgets.text_widget import TextWidget
 
 STYLE = {
@@ -40,6 +41,10 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
         t.append("  no trainer running", style="yellow")
     if state.telemetry_available is False:
         t.append("  no GPU telemetry", style="dim")
+    alerts = summary(state.health, state.clock())
+    if alerts:
+        t.append(" ")
+        t.append(alerts)
     if c.state != "connected" and c.detail:
         t.append(f"  {c.detail}", style="yellow")
     return t

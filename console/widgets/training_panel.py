@@ -8,6 +8,7 @@ from rich.text import Text
 
 from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
 from console.core.state import ConsoleState
+from console.widgets.alert_text import summary
 from console.widgets.text_widget import TextWidget
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -55,6 +56,7 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
         ck = Text(f"{fmt_duration(age)} ago (step {state.ckpt_step})", style="red" if age > 3600 else "")
     rows.append(("checkpoint", ck))
     rows.append(("ETA", fmt_duration(state.eta_s())))
+    rows.append(("health", summary(state.health, state.clock(), ok_text="ok")))
     t = Text(no_wrap=True, overflow="ellipsis")
     for i, (label, value) in enumerate(rows):
         if i:
@@ -81,5 +83,5 @@ class TrainingPanel(TextWidget):
 
     def update_from(self, state: ConsoleState) -> None:
         self._state = state
-        # nine lines of figures and a blank one; the newest events fill what is left
-        self.set_content(panel_text(state, n_events=max(0, self.size.height - 10)))
+        # ten lines of figures and a blank one; the newest events fill what is left
+        self.set_content(panel_text(state, n_events=max(0, self.size.height - 11)))

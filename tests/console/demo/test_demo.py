@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from console.core.events import TrainerFound
 from console.demo import Demo, marked_processes
 from console.demo.screen import demo_app
 from tests.support.core_util import CLI, alive
@@ -179,11 +180,17 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
             shown = [ln for ln in lines if not ln.startswith("[demo] ")]  # train.log's lines, each once
             log = (run_dir / "train.log").read_text().splitlines()
             assert shown and any(log[k : k + len(shown)] == shown for k in range(len(log))), lines
+            assert st.health.alerts() == [] and list(st.health.past) == []  # the demo raises nothing
             await pilot.press("q")
             end = time.monotonic() + 60
             while app.is_running and time.monotonic() < end:
                 await asyncio.sleep(0.1)
         assert not alive(pid)
+        st.health.apply(TrainerFound(None))  # (the screen is gone: the clean stop is all it saw)
+        app.state.clock = lambda: time.time() + 5
+        st.health.clock = app.state.clock
+        st.health.evaluate()
+        assert st.health.alerts() == [] and list(st.health.past) == [], st.health.alerts()
         assert any("[saved] checkpoint saved" in ln for ln in app.after), app.after
     finally:
         clean = await demo.shutdown(None, said.append)

@@ -126,7 +126,7 @@ async def test_readonly_removes_every_changing_action():
         keys = {b.binding.action for b in app.active_bindings.values() if b.enabled}
         assert not keys & {"stop", "restart", "launch", "deploy"}
         assert {"quit", "help", "search"} <= keys
-        assert [c[0] for c in app.palette_commands()] == ["search", "help", "quit"]
+        assert [c[0] for c in app.palette_commands()] == ["alerts", "checkpoints", "search", "help", "quit"]
         for key in "srld":
             await pilot.press(key)
         assert not isinstance(app.screen, StopDialog) and len(app.screen_stack) == 1
@@ -144,6 +144,8 @@ async def test_palette_lists_the_actions():
             "restart",
             "launch",
             "deploy",
+            "alerts",
+            "checkpoints",
             "search",
             "help",
             "quit",

@@ -3,6 +3,7 @@ from a recorded tiny-trainer run with a frozen clock (tests/support/replay.py). 
 change with ``pytest tests/console/screen/test_app_snapshots.py --snapshot-update`` and look at the SVGs."""
 
 from console.app import ConsoleApp
+from console.core.events import TrainerFound
 from console.core.state import ConsoleState
 from tests.support.replay import recorded
 
@@ -44,3 +45,30 @@ def test_stop_dialog(snap_compare):
 
 def test_help_screen(snap_compare):
     assert snap_compare(replay_app(), press=["question_mark"], terminal_size=SIZE, run_before=_settle)
+
+
+def test_main_screen_with_an_active_alert(snap_compare):
+    """The recorded trainer vanishes without a stop: a critical alert in the bar, the panel and a toast."""
+    events, last_t = recorded()
+    now = [last_t + 5.0]
+
+    def clock() -> float:
+        return now[0]
+
+    app = ConsoleApp(
+        None,
+        state=ConsoleState(clock=clock),
+        target="127.0.0.1 · CT 200 (recorded)",
+        clock=clock,
+        tick_s=3600,
+    )
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        app.feed([TrainerFound(None)])
+        now[0] += 12.0
+        app.health_hooks.tick()
+        app.refresh_now(plots=True)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

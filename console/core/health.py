@@ -1,0 +1,535 @@
+"""Health rules: "is this run all right?" from what a session already receives.
+
+:class:`Health` folds the session's events (console/core/events.py) into the few facts the rules
+need, plus the run directory's disk facts (:class:`DiskInfo`, from console/core/checkpoints.py), and
+:meth:`Health.evaluate` turns them into :class:`Alert`\\ s at the injected clock's time. Nothing here
+sleeps or reads the wall clock by itself, so every rule is tested with a frozen clock; the screen calls
+``evaluate`` on a timer and after events, ``status --check`` once.
+
+Levels: ``ok`` < ``note`` < ``warning`` < ``critical``. A note (the running trainer's code is not
+the bundled one) is listed but rings nothing. Durations compare record times with record times (the
+trainer host's clock) or local receive times with the local clock, never one with the other, so a
+skewed remote clock cannot raise anything.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from console.core.events import ActionPhase, DiskInfo, Event, GpuSample, Record, TrainerFound
+from console.core.formatting import fmt_bytes, fmt_duration
+
+OK, NOTE, WARNING, CRITICAL = "ok", "note", "warning", "critical"
+RANK = {OK: 0, NOTE: 1, WARNING: 2, CRITICAL: 3}
+
+
+@dataclass
+class HealthConfig:
+    """Thresholds: the ``[health]`` section of the config file (console/core/config.py)."""
+
+    exit_grace_s: float = 0.3  # a trainer's exit waits this long for its `stopped` record
+    stale_metrics_s: float = 120.0  # no metrics record for this long while the trainer lives
+    startup_grace_s: float = 600.0  # ... before the first record of a run (a big target loads slowly)
+    tok_s_ratio: float = 0.5  # tok/s under this share of its median ...
+    tok_s_window_s: float = 600.0  # ... over this window ...
+    tok_s_low_s: float = 60.0  # ... for this long
+    tok_s_min_history_s: float = 300.0  # no median before this much history
+    tok_s_smooth_s: float = 10.0  # tok/s is the mean over this much record time (as on screen)
+    checkpoint_factor: float = 2.0  # newest checkpoint older than this many save intervals
+    disk_factor: float = 2.0  # free space under this many times the last checkpoint's size
+    gpu_mem_pct: float = 97.0
+    gpu_temp_c: float = 87.0  # the slowdown threshold (nvidia-smi -q -d TEMPERATURE: "GPU Slowdown Temp")
+    accept_drop: float = 0.2  # real acceptance this share below its best
+    code_note: bool = True
+    bell: bool = True  # ring the terminal bell when an alert starts
+    desktop: bool = False  # a desktop notification (OSC 777 / OSC 9) when an alert starts
+
+
+@dataclass
+class Alert:
+    key: str  # the rule, plus what it is about: "gpu_mem:0"
+    rule: str
+    level: str
+    message: str
+    since: float  # local clock: when it started
+    level_since: float  # ... when it reached its current level
+    acked: bool = False
+    cleared: float | None = None
+
+
+@dataclass
+class Change:
+    kind: str  # started | escalated | cleared
+    alert: Alert
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1 :]
+    return None
+
+
+def save_interval(run: dict | None) -> tuple[int | None, float | None]:
+    """(steps, seconds) of the trainer's periodic save, from run.json's argv (``--save-every N``,
+    ``--save-every-minutes M``); None where not set or 0."""
+    argv = run.get("argv") if isinstance(run, dict) else None
+    if not isinstance(argv, list):
+        return None, None
+    argv = [str(a) for a in argv]
+    steps = minutes = None
+    try:
+        v = _flag(argv, "--save-every")
+        steps = int(v) if v is not None and int(v) > 0 else None
+    except ValueError:
+        pass
+    try:
+        v = _flag(argv, "--save-every-minutes")
+        minutes = float(v) * 60 if v is not None and float(v) > 0 else None
+    except ValueError:
+        pass
+    return steps, minutes
+
+
+_KEY = re.compile(r"^[0-9a-f]{16}$")
+
+
+def deploy_key(run: dict | None) -> str | None:
+    """The deploy key (the code dir's name under .dflash-console/code/) of a run, if it ran deployed code."""
+    code = run.get("code_dir") if isinstance(run, dict) else None
+    if not isinstance(code, str):
+        return None
+    name = posixpath.basename(code.rstrip("/"))
+    return name if _KEY.match(name) and "/.dflash-console/code/" in code + "/" else None
+
+
+@dataclass
+class _Facts:
+    """What the rules read, folded from events."""
+
+    trainer_alive: bool | None = None  # None: not known yet
+    trainer_pid: int | None = None
+    run: dict | None = None
+    exit_seen_at: float | None = None  # local clock: the live trainer went away
+    started: bool = False  # a `started` record of the current run was seen
+    start_rec_t: float | None = None
+    start_step: int | None = None
+    stop_requested: bool = False  # stop_requested record, or this console's signal
+    stopped: dict | None = None  # the `stopped` record after the last `started`
+    last_rec_t: float | None = None  # record time of the newest record
+    last_recv: float | None = None  # local clock when the newest step/throughput arrived
+    got_data: bool = False  # a step or throughput since the last `started`
+    found_at: float | None = None  # local clock: the trainer was found
+    step: int | None = None
+    loss_bad: float | None = None  # the non-finite loss of the newest step (None: fine)
+    nan_skipped_step: int | None = None  # a nan_skipped with no finite step after it
+    saving: bool = False
+    ckpt_step: int | None = None
+    ckpt_rec_t: float | None = None
+    ckpt_bytes: int | None = None
+    gpus: list = field(default_factory=list)
+    disk: DiskInfo | None = None
+    accept_best: float | None = None
+    accept_last: float | None = None
+    accept_step: int | None = None
+
+
+class Health:
+    """Folds events, evaluates rules, keeps the alerts (active and past) and acknowledgements."""
+
+    def __init__(
+        self,
+        config: HealthConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        bundled_key: str | None = None,
+        history: int = 200,
+    ) -> None:
+        self.config = config or HealthConfig()
+        self.clock = clock
+        self.bundled_key = bundled_key
+        self.f = _Facts()
+        self.active: dict[str, Alert] = {}
+        self.past: deque[Alert] = deque(maxlen=history)
+        self.version = 0
+        self._tp: deque[tuple[float, float]] = deque()  # (record t, drafters' tok/s) in the smoothing window
+        self._tok: deque[tuple[float, float]] = deque()  # (record t, smoothed tok/s) over the median window
+        self._median: float | None = None
+        self._low_since: float | None = None  # record time the smoothed tok/s went low
+        self._low_since_local: float | None = None
+        self._quiet_until: float | None = None  # record time: no tok/s judgement until then (after a save)
+        self._recv: float | None = None
+
+    # ---- folding ------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        match event:
+            case Record():
+                self.apply_record(event.record)
+            case TrainerFound():
+                self._on_trainer(event)
+            case GpuSample():
+                self.f.gpus = list(event.gpus)
+            case DiskInfo():
+                self.f.disk = event
+            case ActionPhase():
+                if event.phase in ("signal_sent", "saving", "saved", "exited"):
+                    self.f.stop_requested = True
+
+    def apply_all(self, events: Iterable[Event]) -> None:
+        for ev in events:
+            self.apply(ev)
+
+    def _on_trainer(self, ev: TrainerFound) -> None:
+        f, tr, now = self.f, ev.trainer, self.clock()
+        if tr is not None:
+            if f.trainer_pid != tr.pid or not f.trainer_alive:
+                f.found_at = now
+            f.trainer_alive, f.trainer_pid, f.exit_seen_at = True, tr.pid, None
+            if isinstance(tr.run, dict):
+                f.run = tr.run
+        else:
+            if f.trainer_alive:
+                f.exit_seen_at = now
+            f.trainer_alive = False
+
+    def apply_record(self, rec: dict, recv: float | None = None) -> None:
+        """Fold one metrics.jsonl record; ``recv`` is when it arrived (default: now; a one-shot check
+        that reads history passes the record's own time)."""
+        self._recv = recv
+        f, kind, t = self.f, rec.get("kind"), _num(rec.get("t"))
+        if t is not None:
+            f.last_rec_t = t if f.last_rec_t is None else max(f.last_rec_t, t)
+        if kind == "step":
+            self._on_step(rec)
+        elif kind == "throughput":
+            self._on_throughput(rec, t)
+        elif kind == "event":
+            self._on_event(rec, t)
+        elif kind == "eval":
+            v = _num(rec.get("mean_accept_len"))
+            if v is not None and math.isfinite(v):
+                f.accept_last = v
+                f.accept_best = v if f.accept_best is None else max(f.accept_best, v)
+                f.accept_step = rec.get("step") if isinstance(rec.get("step"), int) else None
+
+    def _data(self) -> None:
+        self.f.got_data = True
+        self.f.last_recv = self.clock() if self._recv is None else self._recv
+
+    def _on_step(self, rec: dict) -> None:
+        f = self.f
+        self._data()
+        step = rec.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            f.step = step
+        if "loss" in rec:
+            loss = rec.get("loss")
+            bad = loss is None or (_num(loss) is not None and not math.isfinite(loss))
+            f.loss_bad = (loss if loss is not None else float("nan")) if bad else None
+            if not bad:
+                f.nan_skipped_step = None
+
+    def _on_throughput(self, rec: dict, t: float | None) -> None:
+        self._data()
+        if t is None:
+            return
+        c = self.config
+        tok = sum(
+            _num(d.get("tok_s")) or 0.0
+            for d in rec.get("devices") or []
+            if isinstance(d, dict) and d.get("role") == "drafter"
+        )
+        self._tp.append((t, tok))
+        while self._tp and t - self._tp[0][0] > c.tok_s_smooth_s:
+            self._tp.popleft()
+        smooth = sum(v for _, v in self._tp) / len(self._tp)
+        f = self.f
+        if f.saving or f.stop_requested or (self._quiet_until is not None and t < self._quiet_until):
+            self._low_since = self._low_since_local = None
+            return
+        self._tok.append((t, smooth))
+        while self._tok and t - self._tok[0][0] > c.tok_s_window_s:
+            self._tok.popleft()
+        span = self._tok[-1][0] - self._tok[0][0]
+        self._median = statistics.median(v for _, v in self._tok) if span >= c.tok_s_min_history_s else None
+        if self._median and smooth < c.tok_s_ratio * self._median:
+            if self._low_since is None:
+                self._low_since, self._low_since_local = t, self.clock()
+        else:
+            self._low_since = self._low_since_local = None
+
+    def _on_event(self, rec: dict, t: float | None) -> None:
+        f, name = self.f, rec.get("name")
+        if name == "started":
+            f.started, f.start_rec_t, f.stopped, f.stop_requested = True, t, None, False
+            f.got_data, f.saving, f.loss_bad, f.nan_skipped_step = False, False, None, None
+            f.start_step = rec.get("step") if isinstance(rec.get("step"), int) else None
+            f.ckpt_step = f.ckpt_rec_t = None
+            self._tp.clear()
+            self._tok.clear()
+            self._median = self._low_since = self._low_since_local = self._quiet_until = None
+        elif name == "stop_requested":
+            f.stop_requested = True
+        elif name == "stopped":
+            f.stopped = rec
+        elif name == "checkpoint_saving":
+            f.saving = True
+        elif name == "checkpoint_saved":
+            f.saving = False
+            if t is not None:  # tok/s is a window mean: the save's idle time leaves it for a while
+                self._quiet_until = t + self.config.tok_s_smooth_s
+            step = rec.get("step")
+            f.ckpt_step = step if isinstance(step, int) else f.ckpt_step
+            f.ckpt_rec_t = t
+            b = rec.get("bytes")
+            if isinstance(b, int) and b > 0:
+                f.ckpt_bytes = b
+        elif name == "nan_skipped":
+            step = rec.get("step")
+            f.nan_skipped_step = step if isinstance(step, int) else -1
+
+    # ---- rules ---------------------------------------------------------------------------------
+
+    def _rules(self, now: float) -> list[tuple[str, str, str, str, float | None]]:
+        """(key, rule, level, message, since or None) of each condition that holds now."""
+        c, f = self.config, self.f
+        out: list[tuple[str, str, str, str, float | None]] = []
+        alive = f.trainer_alive is True
+
+        # the trainer exited without a stop request
+        if f.trainer_alive is False and f.started and not f.stop_requested:
+            reason = (f.stopped or {}).get("reason")
+            clean = reason in ("finished", "signal")
+            grace_over = f.exit_seen_at is None or now - f.exit_seen_at >= c.exit_grace_s - 1e-6
+            if not clean and (f.stopped is not None or grace_over):
+                if f.stopped is not None:
+                    what = f"trainer stopped: {reason} (exit {f.stopped.get('exit_code')})"
+                else:
+                    what = "trainer exited without a stop request (killed or crashed)"
+                out.append(("trainer_exit", "trainer_exit", CRITICAL, what, f.exit_seen_at))
+
+        # NaN / inf loss
+        if f.loss_bad is not None:
+            out.append(("nan_loss", "nan_loss", CRITICAL, f"loss is {f.loss_bad} at step {f.step}", None))
+        elif f.nan_skipped_step is not None:
+            out.append(
+                (
+                    "nan_loss",
+                    "nan_loss",
+                    CRITICAL,
+                    f"non-finite loss: step {f.nan_skipped_step} skipped",
+                    None,
+                )
+            )
+
+        if alive:
+            # no metrics while the process lives
+            if f.got_data and f.last_recv is not None and not f.saving:
+                quiet = now - f.last_recv
+                if quiet >= c.stale_metrics_s:
+                    out.append(
+                        (
+                            "stale_metrics",
+                            "stale_metrics",
+                            WARNING,
+                            f"no metrics for {fmt_duration(quiet)} while the trainer (PID {f.trainer_pid}) runs",
+                            f.last_recv + c.stale_metrics_s,
+                        )
+                    )
+            elif not f.got_data and f.found_at is not None and now - f.found_at >= c.startup_grace_s:
+                out.append(
+                    (
+                        "stale_metrics",
+                        "stale_metrics",
+                        WARNING,
+                        f"no metrics for {fmt_duration(now - f.found_at)} since the trainer was found",
+                        f.found_at + c.startup_grace_s,
+                    )
+                )
+
+            # tok/s well under its median
+            if self._low_since is not None and self._median and f.last_rec_t is not None:
+                low_for = f.last_rec_t - self._low_since
+                if low_for >= c.tok_s_low_s:
+                    cur = self._tok[-1][1] if self._tok else 0.0
+                    out.append(
+                        (
+                            "tok_s_drop",
+                            "tok_s_drop",
+                            WARNING,
+                            f"tok/s {cur:,.0f} under {c.tok_s_ratio:.0%} of its "
+                            f"{fmt_duration(c.tok_s_window_s)} median {self._median:,.0f} "
+                            f"for {fmt_duration(low_for)}",
+                            self._low_since_local,
+                        )
+                    )
+
+            # newest checkpoint too old
+            out.extend(self._checkpoint_rule())
+
+        # disk: free space under 2x the last checkpoint
+        d = f.disk
+        size = f.ckpt_bytes or (d.last_checkpoint_bytes if d is not None else None)
+        if d is not None and d.free_bytes is not None and size and d.free_bytes < c.disk_factor * size:
+            level = CRITICAL if d.free_bytes < size else WARNING
+            out.append(
+                (
+                    "disk_free",
+                    "disk_free",
+                    level,
+                    f"{fmt_bytes(d.free_bytes)} free on the run directory's filesystem, "
+                    f"a checkpoint takes {fmt_bytes(size)}",
+                    None,
+                )
+            )
+
+        # GPUs
+        for g in f.gpus:
+            if g.mem_used is not None and g.mem_total:
+                pct = 100.0 * g.mem_used / g.mem_total
+                if pct > c.gpu_mem_pct:
+                    out.append(
+                        (f"gpu_mem:{g.index}", "gpu_mem", WARNING, f"GPU {g.index} memory {pct:.1f}%", None)
+                    )
+            if g.temp is not None and g.temp >= c.gpu_temp_c:
+                out.append(
+                    (
+                        f"gpu_temp:{g.index}",
+                        "gpu_temp",
+                        WARNING,
+                        f"GPU {g.index} at {g.temp:.0f} C (slowdown at {c.gpu_temp_c:.0f} C)",
+                        None,
+                    )
+                )
+
+        # real acceptance
+        if (
+            f.accept_best
+            and f.accept_last is not None
+            and f.accept_last < (1 - c.accept_drop) * f.accept_best
+        ):
+            out.append(
+                (
+                    "accept_drop",
+                    "accept_drop",
+                    WARNING,
+                    f"real acceptance {f.accept_last:.2f} (step {f.accept_step}) is "
+                    f"{1 - f.accept_last / f.accept_best:.0%} below its best {f.accept_best:.2f}",
+                    None,
+                )
+            )
+
+        # code differs from the bundled trainer
+        key = deploy_key(f.run)
+        if c.code_note and alive and self.bundled_key and key and key != self.bundled_key:
+            out.append(
+                (
+                    "code_differs",
+                    "code_differs",
+                    NOTE,
+                    f"the trainer runs code {key}; the bundled trainer is {self.bundled_key} (deploy to update)",
+                    None,
+                )
+            )
+        return out
+
+    def _checkpoint_rule(self) -> list[tuple[str, str, str, str, float | None]]:
+        c, f = self.config, self.f
+        if f.saving or f.stop_requested:
+            return []
+        steps, secs = save_interval(f.run)
+        d = f.disk
+        ck_step = f.ckpt_step
+        if d is not None and d.latest_step is not None and (ck_step is None or d.latest_step > ck_step):
+            ck_step = d.latest_step
+        base_step = ck_step if ck_step is not None else f.start_step
+        if steps and base_step is not None and f.step is not None:
+            behind = f.step - base_step
+            if behind > c.checkpoint_factor * steps:
+                what = f"newest checkpoint is step {ck_step}" if ck_step is not None else "no checkpoint yet"
+                return [
+                    (
+                        "checkpoint_age",
+                        "checkpoint_age",
+                        WARNING,
+                        f"{what}, {behind} steps ago (saves every {steps} steps)",
+                        None,
+                    )
+                ]
+        if secs and f.last_rec_t is not None:
+            base_t = f.ckpt_rec_t if f.ckpt_rec_t is not None else f.start_rec_t
+            if base_t is not None and f.last_rec_t - base_t > c.checkpoint_factor * secs:
+                return [
+                    (
+                        "checkpoint_age",
+                        "checkpoint_age",
+                        WARNING,
+                        f"newest checkpoint is {fmt_duration(f.last_rec_t - base_t)} old "
+                        f"(saves every {fmt_duration(secs)})",
+                        None,
+                    )
+                ]
+        return []
+
+    # ---- alerts ----------------------------------------------------------------------------------
+
+    def evaluate(self) -> list[Change]:
+        """Run every rule now; start, escalate, update and clear alerts; return what changed."""
+        now = self.clock()
+        changes: list[Change] = []
+        seen: set[str] = set()
+        for key, rule, level, message, since in self._rules(now):
+            seen.add(key)
+            a = self.active.get(key)
+            if a is None:
+                start = min(now, since) if since is not None else now
+                a = Alert(key, rule, level, message, start, start)
+                self.active[key] = a
+                changes.append(Change("started", a))
+            else:
+                if RANK[level] > RANK[a.level]:
+                    a.level_since = now
+                    a.acked = False  # worse than what was acknowledged
+                    changes.append(Change("escalated", a))
+                elif level != a.level:
+                    a.level_since = now
+                a.level, a.message = level, message
+        for key in [k for k in self.active if k not in seen]:
+            a = self.active.pop(key)
+            a.cleared = now
+            self.past.append(a)
+            changes.append(Change("cleared", a))
+        if changes:
+            self.version += 1
+        return changes
+
+    def acknowledge(self, key: str) -> bool:
+        """Silence an active alert until it clears (or gets worse); False if it is not active."""
+        a = self.active.get(key)
+        if a is None or a.acked:
+            return False
+        a.acked = True
+        self.version += 1
+        return True
+
+    def alerts(self) -> list[Alert]:
+        """Active alerts, worst and oldest first."""
+        return sorted(self.active.values(), key=lambda a: (-RANK[a.level], a.since, a.key))
+
+    def level(self, include_acked: bool = True) -> str:
+        """The worst active level (``ok`` when none)."""
+        levels = [a.level for a in self.active.values() if include_acked or not a.acked]
+        return max(levels, key=RANK.__getitem__, default=OK)
