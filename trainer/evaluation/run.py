@@ -38,7 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at the target's end-of-sequence tokens")
     p.add_argument("--no-baseline", action="store_true", help="skip target-only decoding (no speed-up, no match)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it is gone
     return p
+
+
+def watch_parent(pid: int) -> None:
+    """Exit (status 1) once the process that started this one is gone (the trainer's evaluations)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def check_args(a) -> None:
@@ -173,6 +186,8 @@ def evaluate(a, show_progress: bool = False) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    if a.parent_pid is not None:
+        watch_parent(a.parent_pid)
     try:
         check_args(a)
         report = evaluate(a, show_progress=sys.stderr.isatty())
