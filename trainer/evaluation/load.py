@@ -72,7 +72,10 @@ def load_drafter_any(drafter_dir: str, target_dir: str, device, dtype: torch.dty
     if missing:
         raise EvalError(f"--drafter: {drafter_dir}/model.safetensors lacks {sorted(missing)[:4]}")
     if unexpected:
-        print(f"note: ignored {len(unexpected)} tensor(s) of the drafter file: {sorted(unexpected)[:4]}", flush=True)
+        print(
+            f"note: ignored {len(unexpected)} tensor(s) of the drafter file: {sorted(unexpected)[:4]}",
+            flush=True,
+        )
     return drafter.to(device=device, dtype=dtype).eval(), cfg
 
 

@@ -103,7 +103,9 @@ def read_prompts(
                 if not ids:
                     raise EvalError(f"{fn}:{lineno}: empty prompt")
                 if vocab_size is not None and any(not 0 <= x < vocab_size for x in ids):
-                    raise EvalError(f"{fn}:{lineno}: a token id outside the target's vocabulary ({vocab_size})")
+                    raise EvalError(
+                        f"{fn}:{lineno}: a token id outside the target's vocabulary ({vocab_size})"
+                    )
                 out.append(ids)
     if not out:
         raise EvalError(f"--prompts: no prompt in {path!r}")

@@ -16,7 +16,9 @@ def summarize(accept_lens: list[int], block_size: int) -> dict:
     hist = [0] * block_size
     for n in accept_lens:
         hist[min(max(n, 1), block_size) - 1] += 1
-    per_pos = [sum(1 for n in accept_lens if n - 1 >= k) / steps if steps else 0.0 for k in range(1, block_size)]
+    per_pos = [
+        sum(1 for n in accept_lens if n - 1 >= k) / steps if steps else 0.0 for k in range(1, block_size)
+    ]
     return {
         "mean_accept_len": sum(accept_lens) / steps if steps else None,
         "per_position": per_pos,
@@ -40,7 +42,11 @@ def format_report(r: dict) -> str:
     if r.get("greedy_match") is not None:
         lines.append(
             "greedy output equals the target's alone: "
-            + ("yes, every prompt" if r["greedy_match"] else f"NO ({r['greedy_mismatches']} prompt(s) differ)")
+            + (
+                "yes, every prompt"
+                if r["greedy_match"]
+                else f"NO ({r['greedy_mismatches']} prompt(s) differ)"
+            )
         )
     lines.append(f"took {r['seconds']:.1f} s")
     return "\n".join(lines)

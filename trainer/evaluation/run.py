@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--target-model", required=True, help="the target's transformers directory")
     p.add_argument(
-        "--drafter", required=True, help="drafter directory (trainer's or published), checkpoint or run directory"
+        "--drafter",
+        required=True,
+        help="drafter directory (trainer's or published), checkpoint or run directory",
     )
     p.add_argument("--prompts", required=True, help="JSONL file or directory of *.jsonl (docs/evaluate.md)")
     p.add_argument("--num-prompts", type=int, default=None, help="at most N prompts (default: all)")
@@ -33,10 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--device", default=None, help="cpu or cuda:N (default: cuda:0 if there is one, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
-    p.add_argument("--prompt-len", type=int, default=64, help="tokens of a plain-text line used as its prompt")
+    p.add_argument(
+        "--prompt-len", type=int, default=64, help="tokens of a plain-text line used as its prompt"
+    )
     p.add_argument("--max-prompt-len", type=int, default=2048, help="longer prompts keep their last N tokens")
-    p.add_argument("--ignore-eos", action="store_true", help="do not stop at the target's end-of-sequence tokens")
-    p.add_argument("--no-baseline", action="store_true", help="skip target-only decoding (no speed-up, no match)")
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="do not stop at the target's end-of-sequence tokens"
+    )
+    p.add_argument(
+        "--no-baseline", action="store_true", help="skip target-only decoding (no speed-up, no match)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it is gone
     return p
@@ -55,8 +63,11 @@ def watch_parent(pid: int) -> None:
 
 
 def check_args(a) -> None:
-    for flag, v in (("--max-new-tokens", a.max_new_tokens), ("--prompt-len", a.prompt_len),
-                    ("--max-prompt-len", a.max_prompt_len)):
+    for flag, v in (
+        ("--max-new-tokens", a.max_new_tokens),
+        ("--prompt-len", a.prompt_len),
+        ("--max-prompt-len", a.max_prompt_len),
+    ):
         if v < 1:
             raise EvalError(f"{flag}: must be >= 1, got {v}")
     if a.num_prompts is not None and a.num_prompts < 1:
@@ -65,8 +76,10 @@ def check_args(a) -> None:
         raise EvalError(f"--temperature: must be >= 0, got {a.temperature}")
     if not os.path.isfile(os.path.join(a.target_model, "config.json")):
         raise EvalError(f"--target-model: {a.target_model!r} has no config.json")
-    if a.device is not None and a.device != "cpu" and not (
-        a.device.startswith("cuda:") and a.device[5:].isdigit()
+    if (
+        a.device is not None
+        and a.device != "cpu"
+        and not (a.device.startswith("cuda:") and a.device[5:].isdigit())
     ):
         raise EvalError(f"--device: expected cpu or cuda:N, got {a.device!r}")
 
@@ -199,7 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from trainer.evaluation.report import format_report
 
-        print(format_report({**report, "speedup": report["speedup"] or 0.0,
-                             "spec_tok_s": report["spec_tok_s"] or 0.0,
-                             "target_tok_s": report["target_tok_s"] or 0.0}), flush=True)
+        print(
+            format_report(
+                {
+                    **report,
+                    "speedup": report["speedup"] or 0.0,
+                    "spec_tok_s": report["spec_tok_s"] or 0.0,
+                    "target_tok_s": report["target_tok_s"] or 0.0,
+                }
+            ),
+            flush=True,
+        )
     return 0

@@ -57,7 +57,9 @@ class EvalScheduler:
         try:
             linked = self._link(step, path)
         except OSError as e:
-            self.writer.event("eval_failed", step=step, checkpoint=path, message=f"cannot link the drafter: {e}")
+            self.writer.event(
+                "eval_failed", step=step, checkpoint=path, message=f"cannot link the drafter: {e}"
+            )
             return
         with self._lock:
             if self.pending is not None:
@@ -99,9 +101,10 @@ class EvalScheduler:
         ]  # fmt: skip
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir(), env.get("PYTHONPATH")) if p)
-        with open(os.path.join(out_dir, "result.json"), "wb") as out, open(
-            os.path.join(out_dir, "eval.log"), "wb"
-        ) as err:
+        with (
+            open(os.path.join(out_dir, "result.json"), "wb") as out,
+            open(os.path.join(out_dir, "eval.log"), "wb") as err,
+        ):
             self.proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
         self.running = (step, path, out_dir, time.monotonic())
         self.log(f"eval: step {step} started on {a.eval_device} (pid {self.proc.pid})")

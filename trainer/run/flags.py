@@ -158,7 +158,9 @@ def validate_eval(args: argparse.Namespace) -> None:
     if not getattr(args, "eval_every", 0):
         return
     if not args.eval_data:
-        raise FlagError("--eval-data", "--eval-every needs --eval-data (a JSONL file or directory of prompts)")
+        raise FlagError(
+            "--eval-data", "--eval-every needs --eval-data (a JSONL file or directory of prompts)"
+        )
     if not os.path.exists(args.eval_data):
         raise FlagError("--eval-data", f"{args.eval_data!r} does not exist")
     d = args.eval_device
