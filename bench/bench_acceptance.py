@@ -34,7 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EOS, MASK, VOCAB = 256, 257, 260
-FULL = dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, steps=1400, batch=64,
+FULL = dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, steps=1200, batch=64,
             chunks=24000, drafter_steps=400, budget=16384, prompts=32, new=128, device="cuda:0")  # fmt: skip
 TINY = dict(hidden=64, layers=4, heads=4, kv=2, head_dim=16, inter=128, steps=60, batch=8,
             chunks=400, drafter_steps=20, budget=2048, prompts=4, new=16, device="cpu")  # fmt: skip
@@ -91,7 +91,7 @@ def train_target(cfg, train: bytes, held: bytes, out_dir: str, seed: int) -> dic
         for gr in opt.param_groups:
             gr["lr"] = lr
         idx = torch.randint(0, len(data) - SEQ - 1, (B,), generator=g)
-        x = torch.stack([data[i : i + SEQ] for i in idx.tolist()]).to(dev)
+        x = data[idx.unsqueeze(1) + torch.arange(SEQ)].to(dev)
         if amp is not None:
             with amp:
                 loss = model(input_ids=x, labels=x).loss
@@ -149,7 +149,8 @@ def train_drafter(cfg, work, out, block, layers, seed) -> dict:
     t0 = time.monotonic()
     with open(os.path.join(out, f"train_b{block}.log"), "w") as log:
         rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT).returncode
-    recs = [json.loads(x) for x in open(os.path.join(run, "metrics.jsonl")) if x.strip()]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        recs = [json.loads(x) for x in f if x.strip()]
     st = [r for r in recs if r["kind"] == "step"]
     return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "run_dir": run,
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
