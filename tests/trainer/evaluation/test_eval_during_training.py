@@ -48,3 +48,17 @@ def test_eval_records_and_exact_resume(tiny_assets, tmp_path):
         assert 1.0 <= e["accept_len"] <= 8 and len(e["per_position"]) == 7
         assert (e["prompts"], e["new_tokens"], e["temperature"]) == (2, 8, 0.0) and e["seconds"] > 0
     assert (cut_dir / "evals" / f"step_{N:08d}" / "drafter" / "model.safetensors").exists()
+
+    # the checkpoint: drafter/ in the training dtype (exact resume), export/ in bf16 for serving, both 0644
+    import os
+    import stat
+
+    from safetensors import safe_open
+
+    ckpt = cut_dir / "checkpoints" / f"step_{N:08d}"
+    for sub, dtype in (("drafter", "torch.float32"), ("export", "torch.bfloat16")):
+        with safe_open(str(ckpt / sub / "model.safetensors"), "pt") as f:
+            assert str(f.get_tensor("fc.weight").dtype) == dtype
+        for fn in ("config.json", "model.safetensors"):
+            assert stat.S_IMODE(os.stat(ckpt / sub / fn).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(cut_dir / "run.json").st_mode) == 0o644
