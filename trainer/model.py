@@ -245,7 +245,11 @@ def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
         "attention_bias": cfg.attention_bias,
         "attention_dropout": 0.0,
         "block_size": cfg.block_size,
-        "dflash_config": {"mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.target_layer_ids)},
+        "dflash_config": {
+            "block_size": cfg.block_size,  # also here: newer published configs carry it here, some loaders read only this
+            "mask_token_id": cfg.mask_token_id,
+            "target_layer_ids": list(cfg.target_layer_ids),
+        },
         "dtype": _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")),
         "head_dim": cfg.head_dim,
         "hidden_act": "silu",
@@ -304,19 +308,26 @@ def config_from_json(d: dict) -> DraftConfig:
     )
 
 
-def save_drafter(drafter: DFlashDrafter, cfg: DraftConfig, out_dir: str | os.PathLike) -> None:
+def save_drafter(
+    drafter: DFlashDrafter, cfg: DraftConfig, out_dir: str | os.PathLike, dtype: torch.dtype | None = None
+) -> None:
+    """Write the published layout; ``dtype`` casts the weights (None: the drafter's own). Files are 0644: a
+    server running as another user reads them."""
     from safetensors.torch import save_file
 
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     for attr in ("module", "_orig_mod"):  # DDP / torch.compile wrappers
         drafter = getattr(drafter, attr, drafter)
-    state = {k: v.detach().contiguous().cpu() for k, v in drafter.state_dict().items()}
-    dtype = drafter.fc.weight.dtype
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
+    dtype = dtype or drafter.fc.weight.dtype
+    state = {k: v.detach().to(dtype).contiguous().cpu() for k, v in drafter.state_dict().items()}
+    weights, config = os.path.join(out_dir, "model.safetensors"), os.path.join(out_dir, "config.json")
+    save_file(state, weights, metadata={"format": "pt"})
+    with open(config, "w") as f:
         json.dump(config_json(cfg, dtype), f, indent=2)
         f.write("\n")
+    for p in (weights, config):
+        os.chmod(p, 0o644)
 
 
 def load_drafter(

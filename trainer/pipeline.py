@@ -25,6 +25,7 @@ import traceback
 
 from trainer import __version__
 from trainer.data.dataset import DataError
+from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, build_parser, validate
 from trainer.run.stopping import StopControl
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     stop.writer = writer
     reporter = rundir.Reporter(writer, [], queue_stats=lambda: (0, args.hs_queue_depth))
     reporter.on_tick.append(stop.drain)
+    evals = make_scheduler(args, run_dir, writer, log)  # --eval-every: separate processes (docs/evaluate.md)
+    if evals is not None:
+        reporter.on_tick.append(evals.poll)
     reporter.start()
     if devices.mode == "single":
         trainer = Trainer(args, devices, stop, writer, reporter, run_dir, resume_path)
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if devices.mode == "single":
             trainer.stop_workers()
         reporter.stop()
+    if evals is not None:
+        evals.finish(reason, lambda: stop.requested)
     stop.drain()
     writer.event("stopped", reason=reason, exit_code=code)
     log(f"stopped: {reason} (exit {code})")

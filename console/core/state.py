@@ -91,7 +91,10 @@ class ConsoleState:
     epoch: float | None = None
     loss: float | None = None
     acc: list[float] = field(default_factory=list)
-    accept_len: float | None = None
+    accept_len: float | None = None  # the old product estimate (runs from before accept_len_est)
+    accept_len_est: float | None = None  # the trainer's running estimate (step records)
+    eval_accept_len: float | None = None  # the newest real value (an `eval` record)
+    eval_step: int | None = None
     lr: float | None = None
     grad_norm: float | None = None
     last_step_t: float | None = None
@@ -215,6 +218,8 @@ class ConsoleState:
             self._on_throughput(rec, t)
         elif kind == "event":
             self._on_event(rec, t)
+        elif kind == "eval":
+            self._on_eval(rec, t)
         else:
             return
         self._touch()
@@ -230,7 +235,7 @@ class ConsoleState:
         total = rec.get("total_steps")
         if isinstance(total, int) and not isinstance(total, bool):
             self.total_steps = total
-        for name in ("epoch", "loss", "accept_len", "lr", "grad_norm"):
+        for name in ("epoch", "loss", "accept_len", "accept_len_est", "lr", "grad_norm"):
             if name in rec:
                 setattr(self, name, _num(rec.get(name)))
         acc = rec.get("acc")
@@ -239,6 +244,23 @@ class ConsoleState:
         self.last_step_t = t
         if self.step is not None and self.loss is not None:
             self.loss_hist.append((self.step, self.loss))
+
+    def _on_eval(self, rec: dict, t: float | None) -> None:
+        value, step = _num(rec.get("accept_len")), rec.get("step")
+        if value is None:
+            return
+        self.eval_accept_len = value
+        self.eval_step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        self._event(t, f"eval: acceptance length {value:.2f} at step {step}")
+
+    def acceptance(self) -> tuple[float | None, str]:
+        """(value, source) of the acceptance length to show: the newest ``eval`` record's (``"eval"``), else
+        the trainer's running estimate (``"estimate"``), else an old run's product estimate (``"old"``)."""
+        if self.eval_accept_len is not None:
+            return self.eval_accept_len, "eval"
+        if self.accept_len_est is not None:
+            return self.accept_len_est, "estimate"
+        return self.accept_len, "old"
 
     def _smooth(self, devs: list[dict], t: float | None) -> list[dict]:
         """Each device's tok_s as its mean over the last ``avg_window_s`` of records (a trainer's

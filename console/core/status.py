@@ -34,6 +34,8 @@ async def collect(session: Session) -> dict:
         "throughput": None,
         "tok_s": None,
         "last_checkpoint": None,
+        "last_eval": None,
+        "accept_len": None,
         "last_event": None,
         "gpus": None,
         "gpu_detail": "",
@@ -55,10 +57,13 @@ async def collect(session: Session) -> dict:
             elif kind == "throughput":
                 out["throughput"] = rec
                 out["tok_s"] = headline_tok_s(rec)
+            elif kind == "eval":
+                out["last_eval"] = rec
             elif kind == "event":
                 out["last_event"] = rec
                 if rec.get("name") == "checkpoint_saved":
                     out["last_checkpoint"] = rec
+    out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
         if r["rc"] == 0:
@@ -68,6 +73,21 @@ async def collect(session: Session) -> dict:
     except HelperError as e:
         out["gpu_detail"] = f"nvidia-smi is not available ({e})"
     return out
+
+
+def acceptance(last_eval: dict | None, last_step: dict | None) -> dict | None:
+    """``{"value", "source", "step"}``: the newest ``eval`` record's measured acceptance length (source
+    ``eval``), else the last step's running estimate (``estimate``), else an old run's product formula (``old``)."""
+
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if last_eval and num(last_eval.get("accept_len")):
+        return {"value": last_eval["accept_len"], "source": "eval", "step": last_eval.get("step")}
+    for key, source in (("accept_len_est", "estimate"), ("accept_len", "old")):
+        if last_step and num(last_step.get(key)):
+            return {"value": last_step[key], "source": source, "step": last_step.get("step")}
+    return None
 
 
 def gpu_entries(gpus: list[Gpu], throughput: dict | None, run: dict | None) -> list[dict]:
@@ -83,6 +103,16 @@ def gpu_entries(gpus: list[Gpu], throughput: dict | None, run: dict | None) -> l
         for g, d in join_devices(gpus, throughput, run)
         if g is not None
     ]
+
+
+def accept_part(acc: dict | None) -> str | None:
+    if not acc:
+        return None
+    if acc["source"] == "eval":
+        return f"accept_len {acc['value']:.2f} (measured, step {acc['step']})"
+    if acc["source"] == "estimate":
+        return f"accept_len {acc['value']:.2f} (estimate)"
+    return f"accept_len {acc['value']:.2f}"
 
 
 def format_text(st: dict) -> str:
@@ -107,9 +137,7 @@ def format_text(st: dict) -> str:
             f"step {step.get('step')}/{step.get('total_steps')}",
             f"epoch {step.get('epoch', 0):.2f}" if isinstance(step.get("epoch"), (int, float)) else None,
             f"loss {step['loss']:.4f}" if isinstance(step.get("loss"), (int, float)) else None,
-            f"accept_len {step['accept_len']:.2f}"
-            if isinstance(step.get("accept_len"), (int, float))
-            else None,
+            accept_part(st.get("accept_len")),
             f"acc@1 {acc[0]:.3f}" if acc and isinstance(acc[0], (int, float)) else None,
             f"lr {step['lr']:.2e}" if isinstance(step.get("lr"), (int, float)) else None,
             f"({fmt_age(step.get('t'), now)})",

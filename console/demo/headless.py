@@ -17,7 +17,8 @@ from console.demo.demo import CT, Demo, DemoError, off_signals, on_signals, prin
 
 
 class StatusLine:
-    """Folds session events into ``step, loss, accept_len, tok/s, queue`` (one line)."""
+    """Folds session events into ``step, loss, accept_len, tok/s, queue`` (one line; accept_len: the
+    trainer's estimate ``accept_len_est``, or an old run's ``accept_len``)."""
 
     def __init__(self) -> None:
         self.step: dict | None = None
@@ -55,7 +56,7 @@ class StatusLine:
         tok = fmt_number(self.tok_s, ".0f")
         q = self.queue or {}
         queue = f"{q.get('depth', '?')}/{q.get('capacity', '?')}" if q else "-"
-        return f"step {step}  loss {fmt_number(s.get('loss'), '.3f')}  accept_len {fmt_number(s.get('accept_len'), '.2f')}  tok/s {tok}  queue {queue}"
+        return f"step {step}  loss {fmt_number(s.get('loss'), '.3f')}  accept_len {fmt_number(s.get('accept_len_est', s.get('accept_len')), '.2f')}  tok/s {tok}  queue {queue}"
 
 
 async def run_headless(demo: Demo) -> int:

@@ -27,6 +27,19 @@ def acc_text(acc: list[float], limit: int = 8) -> Text:
     return t
 
 
+def accept_text(state: ConsoleState) -> Text:
+    """The newest measured acceptance length (an ``eval`` record), else the trainer's estimate, marked."""
+    value, source = state.acceptance()
+    t = Text(fmt_number(value, ".2f"), style="bold")
+    if source == "eval":
+        t.append(f" measured at step {state.eval_step}", style="dim")
+        if state.accept_len_est is not None:
+            t.append(f", est. now {state.accept_len_est:.2f}", style="dim")
+    elif source == "estimate":
+        t.append(" (estimate)", style="dim")
+    return t
+
+
 def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows: list[tuple[str, Text | str]] = []
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
@@ -39,7 +52,7 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows.append(("step", step))
     rows.append(("epoch", fmt_number(state.epoch, ".2f")))
     rows.append(("loss", Text(fmt_number(state.loss, ".4f"), style="bold yellow")))
-    rows.append(("accept len", Text(fmt_number(state.accept_len, ".2f"), style="bold")))
+    rows.append(("accept len", accept_text(state)))
     rows.append(("acc k=1..", acc_text(state.acc)))
     rows.append(("lr", fmt_number(state.lr, ".2e")))
     age = state.checkpoint_age_s()

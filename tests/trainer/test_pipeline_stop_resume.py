@@ -78,12 +78,13 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
     for s in resumed:
         r = ref_steps[s["step"]]
-        assert (s["loss"], s["grad_norm"], s["lr"], s["acc"], s["tokens"]) == (
+        assert (s["loss"], s["grad_norm"], s["lr"], s["acc"], s["tokens"], s["accept_len_est"]) == (
             r["loss"],
             r["grad_norm"],
             r["lr"],
             r["acc"],
             r["tokens"],
+            r["accept_len_est"],  # its running mean's window travels in the checkpoint
         ), s["step"]
     started = [e for e in events(cut_dir) if e["name"] == "started"]
     assert started[-1]["step"] == k

@@ -9,12 +9,17 @@ Input lines (one JSON object each), first matching form wins:
 - ``{"prompt": str, "completion": str}``: text = prompt + completion; the loss mask covers the completion.
 - ``{"text": str}``: every token is trained.
 Output: ``DATA_DIR/part-00000.jsonl`` ... with ``{"input_ids": [...], "loss_mask": [...]}`` (docs/trainer.md).
+``--heldout-fraction F`` sends about that fraction of the sequences to ``DATA_DIR/heldout/part-*.jsonl``
+instead (the choice is a hash of the input line: the same lines whatever the order or the run), prompts for
+``python -m trainer.evaluate`` and ``--eval-data`` that the drafter never trained on (the trainer reads only
+``DATA_DIR/*.jsonl``, not the subdirectory).
 A malformed input line stops the run with a message naming the file and line.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -134,11 +139,28 @@ class ShardWriter:
             self._f = None
 
 
+def is_heldout(line: str, fraction: float) -> bool:
+    """Deterministic by content: a line's hash below ``fraction`` of the range."""
+    if fraction <= 0:
+        return False
+    h = int.from_bytes(hashlib.sha256(line.strip().encode("utf-8")).digest()[:8], "big")
+    return h < fraction * 2**64
+
+
 def prepare(
-    tok, inputs: list[str], out_dir: str, *, max_seq_len: int | None = None, shard_size: int = 100_000
+    tok,
+    inputs: list[str],
+    out_dir: str,
+    *,
+    max_seq_len: int | None = None,
+    shard_size: int = 100_000,
+    heldout_fraction: float = 0.0,
 ) -> dict:
     w = ShardWriter(out_dir, shard_size)
+    held = ShardWriter(os.path.join(out_dir, "heldout"), shard_size) if heldout_fraction > 0 else None
     stats = {"sequences": 0, "tokens": 0, "trained_tokens": 0, "skipped_empty": 0}
+    if held is not None:
+        stats["heldout_sequences"] = 0
     try:
         for path in inputs:
             with open(path, encoding="utf-8") as f:
@@ -156,12 +178,18 @@ def prepare(
                     if not any(mask[1:]):
                         stats["skipped_empty"] += 1
                         continue
+                    if held is not None and is_heldout(line, heldout_fraction):
+                        held.add(ids, mask)
+                        stats["heldout_sequences"] += 1
+                        continue
                     w.add(ids, mask)
                     stats["sequences"] += 1
                     stats["tokens"] += len(ids)
                     stats["trained_tokens"] += sum(mask)
     finally:
         w.close()
+        if held is not None:
+            held.close()
     return stats
 
 
@@ -174,12 +202,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", required=True)
     p.add_argument("--max-seq-len", type=int, default=None, help="truncate longer sequences")
     p.add_argument("--shard-size", type=int, default=100_000, help="sequences per output file")
+    p.add_argument(
+        "--heldout-fraction",
+        type=float,
+        default=0.0,
+        help="this fraction of the sequences goes to DATA_DIR/heldout/ (evaluation prompts), not to training",
+    )
     a = p.parse_args(argv)
+    if not 0.0 <= a.heldout_fraction < 1.0:
+        print(f"error: --heldout-fraction: must be in [0, 1), got {a.heldout_fraction}", file=sys.stderr)
+        return 2
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.tokenizer, local_files_only=True)
     try:
-        stats = prepare(tok, a.input, a.output_dir, max_seq_len=a.max_seq_len, shard_size=a.shard_size)
+        stats = prepare(
+            tok,
+            a.input,
+            a.output_dir,
+            max_seq_len=a.max_seq_len,
+            shard_size=a.shard_size,
+            heldout_fraction=a.heldout_fraction,
+        )
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2

@@ -4,7 +4,14 @@ compile off (drafter layers, loss chunks, target layer steps), e.g. to rule comp
 from __future__ import annotations
 
 import os
+import warnings
 
 
 def compile_enabled() -> bool:
     return os.environ.get("DFLASH_COMPILE", "1") != "0"
+
+
+# inductor warns on every compile that splits a softmax reduction ("Online softmax is disabled on the fly
+# since Inductor decides to split the reduction ..."): nothing a user of the trainer can act on, and it filled
+# train.log. Only that exact message is silenced.
+warnings.filterwarnings("ignore", message="Online softmax is disabled")

@@ -15,9 +15,13 @@ target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
   norm, ``(B,T,H)``), the label distribution of slot k is ``softmax(lm_head(target_final_hidden[a + k - 1]))``
   (the target's next-token distribution at the position before), also chunkwise; CE = ``-sum p log q``.
 - Metrics (tensors; no host sync here): ``acc`` ``(bs-1,)`` per position k=1..bs-1 (argmax == input_ids
-  token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i``, ``n_blocks`` (real blocks).
+  token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i`` (the old estimate: it treats
+  positions as independent and leaves out the bonus token), ``n_blocks`` (real blocks), ``chain_sum``: the sum
+  over real blocks of the consecutive correct positions after the anchor (``1 + chain_sum / n_blocks`` is the
+  step's honest estimate of the acceptance length, ``accept_len_est``: what a verify step would accept,
+  counted per block, plus the bonus token).
   ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
-  "n_blocks": int}`` with one device sync.
+  "n_blocks": int, "accept_len_est": float}`` with one device sync.
 """
 
 from __future__ import annotations
@@ -145,14 +149,27 @@ def dflash_loss(
         n_blocks = valid.sum()
         acc = correct.sum(dim=(0, 1)).float() / slot_ok.sum(dim=(0, 1)).clamp(min=1).float()
         accept_len = torch.cumprod(acc, dim=0).sum()
-    return loss, {"acc": acc, "accept_len": accept_len, "n_blocks": n_blocks}
+        # per block: the consecutive correct positions after the anchor (what a verify step would accept)
+        chain_sum = (correct.long().cumprod(dim=2).sum(dim=2) * valid).sum()
+    return loss, {"acc": acc, "accept_len": accept_len, "n_blocks": n_blocks, "chain_sum": chain_sum}
 
 
 def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
-    """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int}``."""
+    """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int, "accept_len_est": float}``."""
     acc = metrics["acc"].detach().float()
     packed = torch.cat(
-        [acc, metrics["accept_len"].detach().float().view(1), metrics["n_blocks"].float().view(1)]
+        [
+            acc,
+            metrics["accept_len"].detach().float().view(1),
+            metrics["n_blocks"].float().view(1),
+            metrics["chain_sum"].float().view(1),
+        ]
     )
     vals = packed.cpu().tolist()
-    return {"acc": vals[: acc.numel()], "accept_len": vals[-2], "n_blocks": int(vals[-1])}
+    blocks = int(vals[-2])
+    return {
+        "acc": vals[: acc.numel()],
+        "accept_len": vals[-3],
+        "n_blocks": blocks,
+        "accept_len_est": 1.0 + vals[-1] / blocks if blocks else None,
+    }

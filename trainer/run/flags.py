@@ -136,7 +136,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--resume", default="auto", help="auto | none | PATH of a checkpoint directory")
     g.add_argument("--log-every", type=_positive_int, default=1, help="print a log line every N steps")
+    g.add_argument(
+        "--export-fp32", action="store_true", help="write the checkpoint's export/ in fp32 (default bf16)"
+    )
+    g = p.add_argument_group("evaluation during training (docs/evaluate.md)")
+    g.add_argument(
+        "--eval-every",
+        type=_nonneg_int,
+        default=0,
+        help="evaluate every N-th saved checkpoint in a separate process (0: never)",
+    )
+    g.add_argument("--eval-data", default=None, help="prompts: a JSONL file or directory (held-out data)")
+    g.add_argument("--eval-device", default="cpu", help="cpu or cuda:N for the evaluation process")
+    g.add_argument("--eval-prompts", type=_positive_int, default=32, help="prompts per evaluation")
+    g.add_argument("--eval-new-tokens", type=_positive_int, default=128, help="new tokens per prompt")
     return p
+
+
+def validate_eval(args: argparse.Namespace) -> None:
+    """The --eval-* flags (cheap checks; the evaluation process checks the rest)."""
+    if not getattr(args, "eval_every", 0):
+        return
+    if not args.eval_data:
+        raise FlagError(
+            "--eval-data", "--eval-every needs --eval-data (a JSONL file or directory of prompts)"
+        )
+    if not os.path.exists(args.eval_data):
+        raise FlagError("--eval-data", f"{args.eval_data!r} does not exist")
+    d = args.eval_device
+    if d != "cpu" and not (d.startswith("cuda:") and d[5:].isdigit()):
+        raise FlagError("--eval-device", f"expected cpu or cuda:N, got {d!r}")
 
 
 @dataclass(frozen=True)
@@ -223,6 +252,7 @@ def validate(args: argparse.Namespace) -> Devices:
         raise FlagError(
             "--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory"
         )
+    validate_eval(args)
     return Devices(target=target, drafter=drafter, mode=mode)
 
 

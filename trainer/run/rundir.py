@@ -48,6 +48,7 @@ def atomic_write_text(path: str, text: str, *, before_rename: Callable[[], None]
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; run.json and latest are read by other users (a server)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -147,6 +148,7 @@ class MetricsWriter:
         self.path = path
         self._lock = threading.Lock()
         self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each record once written
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"t": time.time(), "kind": kind, **fields}
@@ -155,6 +157,8 @@ class MetricsWriter:
             if self._f is not None:
                 self._f.write(line)
                 self._f.flush()
+        for cb in self.listeners:
+            cb(rec)
         return rec
 
     def event(self, name: str, **fields: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from trainer.run.schedule import lr_at, noise_at
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN = 0, 1, 2, 3
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
 KEEP_CHECKPOINTS = 2
+EST_WINDOW = 50  # steps in the running mean of accept_len_est
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
 
 LOG_PREFIX = ""  # a worker's "[drafter0 cuda:1] "
@@ -123,6 +124,7 @@ class Trainer:
         self.workers = []
         self.queue = None
         self.trained = False  # an optimizer step was applied in this process
+        self.est_window: list[tuple[float, float]] = []  # (chain sum, blocks) of the last EST_WINDOW steps
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup_model(self) -> None:
@@ -260,6 +262,7 @@ class Trainer:
         self.step, self.cursor = int(state["step"]), int(state["cursor"])
         self.resumed_step = self.step
         self.save_seconds = list(state.get("save_seconds", []))
+        self.est_window = [tuple(x) for x in state.get("accept_est_window", [])]
         with contextlib.suppress(OSError, ValueError), open(os.path.join(self.ckpt_root, SAVE_TIMES)) as f:
             self.save_seconds = [float(x) for x in json.load(f)]
         if state.get("data_fingerprint") != self.ds.fingerprint():
@@ -286,13 +289,16 @@ class Trainer:
 
         from trainer.model import save_drafter
 
-        save_drafter(self.drafter, self.cfg, os.path.join(tmp, "drafter"))
+        save_drafter(self.drafter, self.cfg, os.path.join(tmp, "drafter"))  # training dtype: exact resume
+        export_dtype = torch.float32 if getattr(self.args, "export_fp32", False) else torch.bfloat16
+        save_drafter(self.drafter, self.cfg, os.path.join(tmp, "export"), dtype=export_dtype)  # for serving
         state = {
             "step": self.step,
             "cursor": self.cursor,
             "optimizer": self.optimizer.state_dict(),
             "rng": self._rng_state(),
             "save_seconds": self.save_seconds[-10:],
+            "accept_est_window": list(self.est_window),
             "flags": vars(self.args),
             "data_fingerprint": self.ds.fingerprint(),
             "version": __version__,
@@ -438,10 +444,11 @@ class Trainer:
                 break
             self.cursor = g0 + A * D
             norm = self.role.clip()
-            # one packed vector: loss sum, acc sums, accept_len sum, blocks, tokens (summed over replicas)
+            # one packed vector: loss sum, chain sum, acc sums, accept_len sum, blocks, tokens (summed over replicas)
             packed = torch.cat(
                 [
                     torch.stack([m["loss"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["chain_sum"].double() for m in micro]).sum().view(1),
                     torch.stack([m["acc"].double() for m in micro]).sum(0),
                     torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
                     torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
@@ -452,7 +459,7 @@ class Trainer:
                 packed = self.dist.sum_metrics(packed)
             vals = torch.cat([packed, norm.double().view(1).to(packed.device)]).tolist()
             n = A * D
-            loss_f, acc = vals[0] / n, [x / n for x in vals[1:-4]]
+            loss_f, chain, acc = vals[0] / n, vals[1], [x / n for x in vals[2:-4]]
             accept, blocks, tokens, norm_f = vals[-4] / n, int(vals[-3]), int(vals[-2]), vals[-1]
             self.step += 1
             if not (np.isfinite(loss_f) and np.isfinite(norm_f)):
@@ -473,6 +480,9 @@ class Trainer:
             else:
                 nan_streak = 0
                 self.role.apply(lr)
+                self.est_window = [*self.est_window, (chain, float(blocks))][-EST_WINDOW:]
+                est_blocks = sum(b for _, b in self.est_window)
+                est = 1.0 + sum(c for c, _ in self.est_window) / est_blocks if est_blocks else None
                 self.trained = True
                 epoch = self.plan.epoch_progress(self.cursor)
                 if self.saver:
@@ -484,6 +494,8 @@ class Trainer:
                         loss=loss_f,
                         acc=acc,
                         accept_len=accept,
+                        accept_len_est=est,
+                        accept_len_est_step=1.0 + chain / blocks if blocks else None,
                         lr=lr,
                         grad_norm=norm_f,
                         tokens=tokens,
@@ -493,7 +505,7 @@ class Trainer:
                     if self.step % a.log_every == 0 or self.step == self.total_steps:
                         log(
                             f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
-                            f"accept {accept:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
+                            f"accept_est {est or 0:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
                         )
             if a.save_every and self.step % a.save_every == 0 and self.step < self.total_steps and self.saver:
                 self.save()

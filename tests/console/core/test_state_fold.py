@@ -173,3 +173,27 @@ def test_tok_s_is_a_window_mean_per_device():
     assert st.tok_s == 240.0
     assert st.role_tok_s == {"target": 1000.0, "drafter": 240.0}
     assert [h[1] for h in st.tok_hist][:2] == [0.0, 300.0]
+
+
+def test_acceptance_shows_the_newest_eval_else_the_estimate_marked():
+    from console.core.status import acceptance
+    from console.widgets.training_panel import accept_text
+
+    st = ConsoleState(clock=lambda: T0)
+    old = step(T0, 1)  # an old run: only the product formula
+    st.apply_record(old)
+    assert st.acceptance() == (old["accept_len"], "old")
+    st.apply_record({**step(T0 + 1, 2), "accept_len_est": 2.75})
+    assert st.acceptance() == (2.75, "estimate")
+    assert accept_text(st).plain == "2.75 (estimate)"
+    ev = {"t": T0 + 2, "kind": "eval", "step": 2, "accept_len": 3.125, "per_position": [0.9, 0.7]}
+    st.apply_record(ev)
+    st.apply_record({**step(T0 + 3, 3), "accept_len_est": 2.9})
+    assert st.acceptance() == (3.125, "eval")  # a newer estimate does not hide the measured value
+    assert accept_text(st).plain == "3.12 measured at step 2, est. now 2.90"
+    assert "eval: acceptance length 3.12 at step 2" in [e.text for e in st.events]
+    # status (text and --json) follow the same rule
+    assert acceptance(ev, {"accept_len_est": 2.9, "step": 3}) == {"value": 3.125, "source": "eval", "step": 2}
+    assert acceptance(None, {"accept_len_est": 2.9, "accept_len": 0.5, "step": 3})["source"] == "estimate"
+    assert acceptance(None, {"accept_len": 0.5, "step": 3}) == {"value": 0.5, "source": "old", "step": 3}
+    assert acceptance(None, None) is None

@@ -83,3 +83,20 @@ def test_tiny_data_is_in_the_trainer_format(tiny_assets):
 
     ds = load_dir(str(tiny_assets / "data"), 4096)
     assert len(ds) >= 100 and ds.dropped == 0 and 0 < ds.mask.mean() < 1
+
+
+def test_prepare_heldout_split_is_disjoint_and_deterministic(tiny_assets, tmp_path):
+    from transformers import AutoTokenizer
+
+    from trainer.data.prepare import prepare
+
+    tok = AutoTokenizer.from_pretrained(tiny_assets / "target", local_files_only=True)
+    raw = tiny_assets / "raw" / "chat.jsonl"
+    stats = prepare(tok, [str(raw)], str(tmp_path / "d"), heldout_fraction=0.1)
+    lines = lambda p: [ln for f in sorted(p.glob("*.jsonl")) for ln in f.read_text().splitlines()]  # noqa: E731
+    train, held = lines(tmp_path / "d"), lines(tmp_path / "d" / "heldout")
+    assert stats["heldout_sequences"] == len(held) and stats["sequences"] == len(train)
+    assert 10 < len(held) < 80 and len(train) + len(held) == 400  # ~10% of the 400 chats
+    assert not set(train) & set(held)
+    prepare(tok, [str(raw)], str(tmp_path / "e"), heldout_fraction=0.1)
+    assert lines(tmp_path / "e" / "heldout") == held

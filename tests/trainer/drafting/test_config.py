@@ -175,7 +175,11 @@ def test_export_layout_is_the_reference_one(tmp_path):
     conf = json.loads((tmp_path / "config.json").read_text())
     assert conf["architectures"] == ["DFlashDraftModel"]
     assert conf["block_size"] == 8
-    assert conf["dflash_config"] == {"mask_token_id": 5, "target_layer_ids": cfg.target_layer_ids}
+    assert conf["dflash_config"] == {
+        "block_size": 8,
+        "mask_token_id": 5,
+        "target_layer_ids": cfg.target_layer_ids,
+    }
     assert conf["num_hidden_layers"] == 2 and conf["num_target_layers"] == 4
     assert conf["layer_types"] == ["full_attention"] * 2
     assert conf["hidden_size"] == 64 and conf["head_dim"] == 16 and conf["num_key_value_heads"] == 2
@@ -183,5 +187,10 @@ def test_export_layout_is_the_reference_one(tmp_path):
         keys = set(f.keys())  # noqa: SIM118
     assert keys == set(drafter.state_dict())
     assert not any("embed" in k or "lm_head" in k for k in keys)
+    import os
+    import stat
+
+    for fn in ("config.json", "model.safetensors"):  # readable by a server running as another user
+        assert stat.S_IMODE(os.stat(tmp_path / fn).st_mode) == 0o644
     hf = Qwen3Config.from_pretrained(tmp_path)  # a plain Qwen3 config to transformers
     assert hf.num_hidden_layers == 2 and hf.hidden_size == 64

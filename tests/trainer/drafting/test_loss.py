@@ -111,6 +111,25 @@ def test_accept_len_is_sum_of_cumulative_products():
     f = metrics_to_floats(m)
     assert f["acc"] == [1.0, 0.5, 0.0]
     assert f["accept_len"] == pytest.approx(1.0 + 0.5 + 0.0)
+    assert f["accept_len_est"] == pytest.approx(1.0 + (2 + 1) / 2)  # chains 2 and 1, plus the bonus token
+
+
+def test_accept_len_est_counts_chains_per_block_where_errors_correlate():
+    """One block all right, one all wrong: per-position accuracy is 0.5 everywhere, so the product formula
+    says 0.875; a server would accept 3 + 1 and 0 + 1 tokens: 2.5 on average."""
+    head = FrozenHead(torch.nn.Embedding(V, V), torch.nn.Identity(), torch.nn.Linear(V, V, bias=False))
+    with torch.no_grad():
+        head.lm_head.weight.copy_(torch.eye(V) * 20)
+    ids = torch.arange(30).remainder(V).unsqueeze(0)
+    anchors = torch.tensor([[0, 10]])
+    d = torch.zeros(1, 2, BS, V)
+    for k in range(1, BS):
+        d[0, 0, k, ids[0, k]] = 1.0
+        d[0, 1, k, (ids[0, 10 + k] + 5) % V] = 1.0
+    _, m = dflash_loss(d, head, ids, anchors, gamma=7.0)
+    f = metrics_to_floats(m)
+    assert f["acc"] == [0.5, 0.5, 0.5] and f["accept_len"] == pytest.approx(0.875)
+    assert f["accept_len_est"] == pytest.approx(2.5)
 
 
 def test_soft_labels_match_the_definition_and_use_the_previous_position():

@@ -1,0 +1,220 @@
+"""Real acceptance against the trainer's estimate, on a small real target trained here (issue 15).
+
+    PYTHONPATH=. python bench/bench_acceptance.py --out $OUT              # one H200 (~7 min)
+    PYTHONPATH=. python bench/bench_acceptance.py --tiny --out /tmp/ba    # CPU smoke run (~1 min)
+
+Seeded, offline, on text every machine has: the Python standard library's own ``*.py`` sources.
+1. corpus: the stdlib's ``.py`` files in name order, as bytes (byte-level vocabulary: 256 bytes, then
+   ``<eos>`` 256 and the drafter's mask token 257; vocab 260); a file goes to the held-out split when the
+   SHA-256 of its relative path falls below 5%; 512-byte chunks;
+2. target: a Qwen3-shaped byte LM (8 layers, hidden 512, 8/4 heads x 64, intermediate 1536) trained from
+   scratch (AdamW 1e-3 cosine, bf16 autocast, 64 x 512 bytes a step); reports its next-byte accuracy on
+   held-out chunks; saved as a transformers directory;
+3. drafters: ``python -m trainer.pipeline`` on the training chunks, block 8 / 2 layers and block 16 / 3
+   layers, both roles on GPU 0; the last step record's ``accept_len_est`` (running mean of the last 50
+   steps) and ``accept_len`` (the old formula);
+4. real acceptance: ``python -m trainer.evaluate`` of each final export on 32 held-out prompts (the first
+   128 bytes of held-out chunks) x 128 new tokens, greedy; acceptance, per position, speed-up over the target
+   alone in the same run, greedy match, the wall time of the evaluation (its cost).
+``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EOS, MASK, VOCAB = 256, 257, 260
+FULL = dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, steps=1200, batch=64,
+            chunks=24000, drafter_steps=400, budget=16384, prompts=32, new=128, device="cuda:0")  # fmt: skip
+TINY = dict(hidden=64, layers=4, heads=4, kv=2, head_dim=16, inter=128, steps=60, batch=8,
+            chunks=400, drafter_steps=20, budget=2048, prompts=4, new=16, device="cpu")  # fmt: skip
+SEQ, PROMPT = 512, 128
+
+
+def corpus(limit_files: int | None):
+    root = sysconfig.get_paths()["stdlib"]
+    files = sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True))
+    files = [f for f in files if "site-packages" not in f]
+    if limit_files:
+        files = files[:limit_files]
+    train, held = bytearray(), bytearray()
+    for f in files:
+        rel = os.path.relpath(f, root)
+        with open(f, "rb") as fh:
+            data = fh.read() + b"\n"
+        h = int.from_bytes(hashlib.sha256(rel.encode()).digest()[:8], "big")
+        (held if h < 0.05 * 2**64 else train).extend(data)
+    return bytes(train), bytes(held), len(files)
+
+
+def chunks(data: bytes, n: int, seed: int) -> list[list[int]]:
+    import random
+
+    starts = list(range(0, len(data) - SEQ, SEQ))
+    random.Random(seed).shuffle(starts)
+    return [list(data[s : s + SEQ]) for s in starts[:n]]
+
+
+def train_target(cfg, train: bytes, held: bytes, out_dir: str, seed: int) -> dict:
+    import numpy as np
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    dev = cfg["device"]
+    qc = Qwen3Config(vocab_size=VOCAB, hidden_size=cfg["hidden"], intermediate_size=cfg["inter"],
+                     num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+                     num_key_value_heads=cfg["kv"], head_dim=cfg["head_dim"], max_position_embeddings=4096,
+                     rope_theta=10000.0, tie_word_embeddings=False, eos_token_id=EOS, bos_token_id=None,
+                     pad_token_id=None)  # fmt: skip
+    qc._attn_implementation = "sdpa"
+    model = Qwen3ForCausalLM(qc).to(dev)
+    data = torch.from_numpy(np.frombuffer(train, dtype=np.uint8).astype(np.int64))
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95))
+    steps, B = cfg["steps"], cfg["batch"]
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if dev.startswith("cuda") else None
+    t0 = time.monotonic()
+    losses = []
+    for step in range(steps):
+        lr = 1e-3 * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        for gr in opt.param_groups:
+            gr["lr"] = lr
+        idx = torch.randint(0, len(data) - SEQ - 1, (B,), generator=g)
+        x = data[idx.unsqueeze(1) + torch.arange(SEQ)].to(dev)
+        if amp is not None:
+            with amp:
+                loss = model(input_ids=x, labels=x).loss
+        else:
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 100 == 0 or step == steps - 1:
+            losses.append((step, float(loss)))
+            print(
+                f"target step {step}/{steps} loss {float(loss):.3f} ({time.monotonic() - t0:.0f}s)",
+                flush=True,
+            )
+    train_s = time.monotonic() - t0
+    model.eval()
+    hx = chunks(held, 64, seed + 1)
+    correct = total = 0
+    with torch.no_grad():
+        for i in range(0, len(hx), 16):
+            x = torch.tensor(hx[i : i + 16], device=dev)
+            pred = model(input_ids=x).logits.argmax(-1)
+            correct += int((pred[:, :-1] == x[:, 1:]).sum())
+            total += x[:, 1:].numel()
+    model.to(torch.bfloat16 if dev.startswith("cuda") else torch.float32)
+    model.save_pretrained(out_dir)
+    return {"train_seconds": train_s, "loss_curve": losses, "heldout_next_byte_accuracy": correct / total,
+            "params": sum(p.numel() for p in model.parameters())}  # fmt: skip
+
+
+def write_jsonl(path: str, seqs: list[list[int]]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for s in seqs:
+            f.write(json.dumps({"input_ids": s}, separators=(",", ":")) + "\n")
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, e.get("PYTHONPATH")) if p)
+    return e
+
+
+def train_drafter(cfg, work, out, block, layers, seed) -> dict:
+    run = os.path.join(work, f"run_b{block}")
+    dev = "0" if cfg["device"].startswith("cuda") else "cpu"
+    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
+            "--data-dir", os.path.join(work, "data"), "--output-dir", run, "--target-gpus", dev,
+            "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
+            "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
+            "--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
+            "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed), "--log-every", "50",
+            "--resume", "none"]  # fmt: skip
+    t0 = time.monotonic()
+    with open(os.path.join(out, f"train_b{block}.log"), "w") as log:
+        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT).returncode
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        recs = [json.loads(x) for x in f if x.strip()]
+    st = [r for r in recs if r["kind"] == "step"]
+    return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "run_dir": run,
+            "accept_len_est": st[-1].get("accept_len_est") if st else None,
+            "accept_len_est_step_last": st[-1].get("accept_len_est_step") if st else None,
+            "accept_len_old": st[-1].get("accept_len") if st else None,
+            "loss": st[-1].get("loss") if st else None}  # fmt: skip
+
+
+def evaluate(cfg, work, out, block) -> dict:
+    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
+            "--drafter", os.path.join(work, f"run_b{block}"), "--prompts", os.path.join(work, "heldout"),
+            "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
+            str(PROMPT), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=ROOT)
+    with open(os.path.join(out, f"eval_b{block}.log"), "w") as f:
+        f.write(r.stderr)
+    if r.returncode != 0:
+        return {"rc": r.returncode, "stderr": r.stderr[-2000:]}
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    rep["wall_seconds_with_load"] = time.monotonic() - t0
+    return rep
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--blocks", default="8:2,16:3", help="block:layers,...")
+    a = ap.parse_args()
+    cfg = TINY if a.tiny else FULL
+    work = a.work or ("/tmp/dflash_accept" if a.tiny else "/dev/shm/dflash_accept")
+    os.makedirs(a.out, exist_ok=True)
+    res: dict = {"config": cfg, "seed": a.seed, "command": sys.argv}
+
+    def save() -> None:
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump(res, f, indent=1)
+
+    t0 = time.monotonic()
+    train, held, nfiles = corpus(200 if a.tiny else None)
+    res["corpus"] = {"files": nfiles, "train_bytes": len(train), "heldout_bytes": len(held),
+                     "python": sys.version.split()[0]}  # fmt: skip
+    write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
+    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), chunks(held, 4 * cfg["prompts"], a.seed + 2))
+    res["target"] = train_target(cfg, train, held, os.path.join(work, "target"), a.seed)
+    res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
+    save()
+    for spec in a.blocks.split(","):
+        block, layers = (int(x) for x in spec.split(":"))
+        d = train_drafter(cfg, work, a.out, block, layers, a.seed)
+        e = evaluate(cfg, work, a.out, block)
+        real, est = e.get("mean_accept_len"), d.get("accept_len_est")
+        res[f"block{block}"] = {"layers": layers, "train": d, "eval": e,
+                                "estimate_over_real": est / real if real and est else None}  # fmt: skip
+        save()
+        print(json.dumps({"block": block, "real": real, "est": est, "old": d.get("accept_len_old"),
+                          "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
+    res["total_seconds"] = time.monotonic() - t0
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

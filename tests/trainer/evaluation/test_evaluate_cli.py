@@ -1,0 +1,45 @@
+"""``python -m trainer.evaluate`` end to end on the tiny target: a saved drafter in the published layout
+(block_size only inside dflash_config, no num_target_layers), the JSON report, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support.trainer_run import ROOT, env
+
+
+def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
+    import torch
+    from transformers import AutoConfig
+
+    from trainer.drafting.config import DraftConfig
+    from trainer.model import DFlashDrafter, save_drafter
+
+    cfg = DraftConfig.from_target_config(
+        AutoConfig.from_pretrained(tiny_assets / "target"), num_draft_layers=1, block_size=4
+    )
+    torch.manual_seed(0)
+    out = tmp_path / "drafter"
+    save_drafter(DFlashDrafter(cfg).to(torch.bfloat16), cfg, out)
+    c = json.loads((out / "config.json").read_text())
+    c["dflash_config"]["block_size"] = c.pop("block_size")
+    del c["num_target_layers"]
+    (out / "config.json").write_text(json.dumps(c))
+    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", str(tiny_assets / "target"),
+            "--drafter", str(out), "--prompts", str(tiny_assets / "data"), "--num-prompts", "3",
+            "--max-new-tokens", "24", "--json"]  # fmt: skip
+    r = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["prompts"] == 3 and rep["block_size"] == 4 and rep["temperature"] == 0
+    assert rep["greedy_match"] is True and rep["greedy_mismatches"] == 0
+    assert 1.0 <= rep["mean_accept_len"] < 1.5
+    assert sum(rep["histogram"]) == rep["verify_steps"] and len(rep["per_position"]) == 3
+    assert rep["spec_tok_s"] > 0 and rep["target_tok_s"] > 0 and rep["speedup"] > 0
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input_ids": [1, 2, "x"]}\n')
+    r = subprocess.run([*argv[:8], str(bad)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"{bad}:1: input_ids must be a list of integers" in r.stderr

@@ -1,0 +1,105 @@
+"""Loading what an evaluation needs: the whole target (with its lm_head) and a drafter directory.
+
+``resolve_drafter_dir(path)`` accepts a drafter directory itself (``config.json`` + ``model.safetensors``: the
+trainer's ``drafter/`` or ``export/``, or a published DFlash drafter), a checkpoint ``step_N/`` (its
+``export/`` if present, else its ``drafter/``) or a run directory (its newest complete checkpoint).
+``load_drafter_any(dir, device, dtype)`` reads both layouts: ``block_size`` at the top level or inside
+``dflash_config``; ``num_target_layers`` may be missing (then from the target's config); extra tensors of
+published files that are not weights (``rotary_emb.inv_freq``) are ignored, a missing weight is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from trainer.run import checkpoint
+
+
+class EvalError(ValueError):
+    """Bad input to an evaluation (a path, a prompt file): reported as ``error: ...``, exit status 2."""
+
+
+def _is_drafter_dir(p: str) -> bool:
+    return os.path.isfile(os.path.join(p, "config.json")) and os.path.isfile(
+        os.path.join(p, "model.safetensors")
+    )
+
+
+def resolve_drafter_dir(path: str) -> str:
+    if _is_drafter_dir(path):
+        return path
+    for sub in ("export", "drafter"):
+        if _is_drafter_dir(os.path.join(path, sub)):
+            return os.path.join(path, sub)
+    ckpts = os.path.join(path, "checkpoints")
+    if os.path.isdir(ckpts):
+        latest = checkpoint.latest(ckpts)
+        if latest is None:
+            raise EvalError(f"--drafter: run directory {path!r} has no complete checkpoint")
+        return resolve_drafter_dir(latest)
+    raise EvalError(
+        f"--drafter: {path!r} is not a drafter directory (config.json + model.safetensors), "
+        "a checkpoint or a run directory"
+    )
+
+
+def target_text_config(target_dir: str) -> dict:
+    with open(os.path.join(target_dir, "config.json"), encoding="utf-8") as f:
+        top = json.load(f)
+    return top.get("text_config") or top
+
+
+def load_drafter_any(drafter_dir: str, target_dir: str, device, dtype: torch.dtype):
+    from safetensors.torch import load_file
+
+    from trainer.model import DFlashDrafter, config_from_json
+
+    with open(os.path.join(drafter_dir, "config.json"), encoding="utf-8") as f:
+        d = json.load(f)
+    if "num_target_layers" not in d:
+        d["num_target_layers"] = int(target_text_config(target_dir)["num_hidden_layers"])
+    try:
+        cfg = config_from_json(d)
+    except (KeyError, ValueError, TypeError) as e:
+        raise EvalError(f"--drafter: {drafter_dir}/config.json: {e}") from None
+    state = load_file(os.path.join(drafter_dir, "model.safetensors"), device="cpu")
+    state = {k.removeprefix("model."): v for k, v in state.items() if not k.endswith("inv_freq")}
+    drafter = DFlashDrafter(cfg)
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    if missing:
+        raise EvalError(f"--drafter: {drafter_dir}/model.safetensors lacks {sorted(missing)[:4]}")
+    if unexpected:
+        print(
+            f"note: ignored {len(unexpected)} tensor(s) of the drafter file: {sorted(unexpected)[:4]}",
+            flush=True,
+        )
+    return drafter.to(device=device, dtype=dtype).eval(), cfg
+
+
+def load_target_model(target_dir: str, device, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def eos_ids_of(model, tokenizer=None) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(e, int):
+            ids.add(e)
+        elif isinstance(e, (list, tuple)):
+            ids.update(int(x) for x in e)
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids

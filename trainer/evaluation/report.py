@@ -1,0 +1,52 @@
+"""Summaries of an evaluation: acceptance statistics over all verify steps, speed, and the text report.
+
+- ``mean_accept_len``: mean over verify steps of (accepted drafts + 1), over every prompt together;
+- ``per_position[k - 1]`` (k = 1 .. block_size - 1): the fraction of verify steps whose drafted position k was
+  accepted (with every position before it: acceptance is a prefix);
+- ``histogram[n - 1]``: verify steps with acceptance length n = 1 .. block_size;
+- ``spec_tok_s`` / ``target_tok_s``: new tokens over decode seconds (after the prefill), speculative and
+  target alone, in the same run; ``speedup`` = their ratio.
+"""
+
+from __future__ import annotations
+
+
+def summarize(accept_lens: list[int], block_size: int) -> dict:
+    steps = len(accept_lens)
+    hist = [0] * block_size
+    for n in accept_lens:
+        hist[min(max(n, 1), block_size) - 1] += 1
+    per_pos = [
+        sum(1 for n in accept_lens if n - 1 >= k) / steps if steps else 0.0 for k in range(1, block_size)
+    ]
+    return {
+        "mean_accept_len": sum(accept_lens) / steps if steps else None,
+        "per_position": per_pos,
+        "histogram": hist,
+        "verify_steps": steps,
+    }
+
+
+def format_report(r: dict) -> str:
+    lines = [
+        f"drafter {r['drafter']} (block {r['block_size']}) on {r['target']}",
+        f"{r['prompts']} prompts x up to {r['max_new_tokens']} new tokens, temperature {r['temperature']:g}, "
+        f"device {r['device']}",
+        f"mean acceptance length: {r['mean_accept_len']:.3f} tokens per verify step "
+        f"({r['verify_steps']} steps, {r['new_tokens']} new tokens)",
+        "per position k=1..: " + " ".join(f"{x:.2f}" for x in r["per_position"]),
+        "histogram (length 1..): " + " ".join(str(x) for x in r["histogram"]),
+        f"decode: speculative {r['spec_tok_s']:.1f} tok/s, target alone {r['target_tok_s']:.1f} tok/s, "
+        f"speedup {r['speedup']:.2f}x",
+    ]
+    if r.get("greedy_match") is not None:
+        lines.append(
+            "greedy output equals the target's alone: "
+            + (
+                "yes, every prompt"
+                if r["greedy_match"]
+                else f"NO ({r['greedy_mismatches']} prompt(s) differ)"
+            )
+        )
+    lines.append(f"took {r['seconds']:.1f} s")
+    return "\n".join(lines)

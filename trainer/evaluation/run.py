@@ -1,0 +1,226 @@
+"""``python -m trainer.evaluate``: measured acceptance of a drafter by block speculative decoding (docs/evaluate.md).
+
+``main(argv)`` parses the flags, loads the target (bf16 on CUDA, fp32 on CPU) and the drafter (the target's
+dtype), reads the prompts, and for each prompt decodes with the target alone and then speculatively (the
+same seed for both at temperature > 0), after one untimed warm-up prompt. Prints a text report, or with
+``--json`` one JSON object (``report.summarize`` fields plus speed, greedy match and run facts). A progress
+line goes to stderr when it is a terminal. Exit status: 0, 2 for bad input (``error: ...``), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from trainer.evaluation.load import EvalError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer.evaluate",
+        description="Real acceptance of a DFlash drafter: block speculative decoding against its target.",
+    )
+    p.add_argument("--target-model", required=True, help="the target's transformers directory")
+    p.add_argument(
+        "--drafter",
+        required=True,
+        help="drafter directory (trainer's or published), checkpoint or run directory",
+    )
+    p.add_argument("--prompts", required=True, help="JSONL file or directory of *.jsonl (docs/evaluate.md)")
+    p.add_argument("--num-prompts", type=int, default=None, help="at most N prompts (default: all)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--device", default=None, help="cpu or cuda:N (default: cuda:0 if there is one, else cpu)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
+    p.add_argument(
+        "--prompt-len", type=int, default=64, help="tokens of a plain-text line used as its prompt"
+    )
+    p.add_argument("--max-prompt-len", type=int, default=2048, help="longer prompts keep their last N tokens")
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="do not stop at the target's end-of-sequence tokens"
+    )
+    p.add_argument(
+        "--no-baseline", action="store_true", help="skip target-only decoding (no speed-up, no match)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it is gone
+    return p
+
+
+def watch_parent(pid: int) -> None:
+    """Exit (status 1) once the process that started this one is gone (the trainer's evaluations)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def check_args(a) -> None:
+    for flag, v in (
+        ("--max-new-tokens", a.max_new_tokens),
+        ("--prompt-len", a.prompt_len),
+        ("--max-prompt-len", a.max_prompt_len),
+    ):
+        if v < 1:
+            raise EvalError(f"{flag}: must be >= 1, got {v}")
+    if a.num_prompts is not None and a.num_prompts < 1:
+        raise EvalError(f"--num-prompts: must be >= 1, got {a.num_prompts}")
+    if a.temperature < 0:
+        raise EvalError(f"--temperature: must be >= 0, got {a.temperature}")
+    if not os.path.isfile(os.path.join(a.target_model, "config.json")):
+        raise EvalError(f"--target-model: {a.target_model!r} has no config.json")
+    if (
+        a.device is not None
+        and a.device != "cpu"
+        and not (a.device.startswith("cuda:") and a.device[5:].isdigit())
+    ):
+        raise EvalError(f"--device: expected cpu or cuda:N, got {a.device!r}")
+
+
+class Progress:
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled = total, enabled
+
+    def update(self, done: int, accept: float | None) -> None:
+        if not self.enabled:
+            return
+        w = 30
+        fill = int(w * done / max(1, self.total))
+        acc = f"  accept {accept:.2f}" if accept is not None else ""
+        sys.stderr.write(f"\r[{'#' * fill}{'.' * (w - fill)}] {done}/{self.total} prompts{acc}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def evaluate(a, show_progress: bool = False) -> dict:
+    import torch
+
+    from trainer.evaluation.drafter_cache import DrafterProposer
+    from trainer.evaluation.load import (
+        eos_ids_of,
+        load_drafter_any,
+        load_target_model,
+        resolve_drafter_dir,
+        target_text_config,
+    )
+    from trainer.evaluation.prompts import read_prompts
+    from trainer.evaluation.report import summarize
+    from trainer.evaluation.spec_decode import CachedTarget, speculative_generate, target_generate
+
+    t_start = time.monotonic()
+    device = a.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available() or int(device[5:]) >= torch.cuda.device_count():
+            raise EvalError(f"--device: {device} does not exist on this machine")
+        torch.cuda.set_device(device)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    drafter_dir = resolve_drafter_dir(a.drafter)
+    tcfg = target_text_config(a.target_model)
+    tokenizer = None
+
+    def load_tok():
+        nonlocal tokenizer
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(a.target_model, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise EvalError(f"--target-model: no tokenizer to read text prompts ({e})") from None
+        return tokenizer
+
+    prompts = read_prompts(
+        a.prompts, load_tok, a.num_prompts, a.prompt_len, a.max_prompt_len, int(tcfg["vocab_size"])
+    )
+    drafter, cfg = load_drafter_any(drafter_dir, a.target_model, device, dtype)
+    model = load_target_model(a.target_model, device, dtype)
+    target = CachedTarget(model, cfg.target_layer_ids)
+    proposer = DrafterProposer(drafter, model.get_input_embeddings(), model.get_output_embeddings())
+    eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
+    gen = torch.Generator(device=device)
+
+    # warm-up (untimed): kernels, allocator, caches
+    w_new = min(8, a.max_new_tokens)
+    target_generate(target, prompts[0], w_new, 0.0, None, eos)
+    speculative_generate(target, proposer, prompts[0], w_new, 0.0, None, eos)
+
+    accept_lens: list[int] = []
+    spec_tokens = spec_s = base_tokens = base_s = 0.0
+    mismatches = 0
+    progress = Progress(len(prompts), show_progress)
+    for i, prompt in enumerate(prompts):
+        base = None
+        if not a.no_baseline:
+            gen.manual_seed(a.seed * 1_000_003 + i)
+            base = target_generate(target, prompt, a.max_new_tokens, a.temperature, gen, eos)
+            base_tokens += len(base.tokens)
+            base_s += base.decode_s
+        gen.manual_seed(a.seed * 1_000_003 + i)
+        spec = speculative_generate(target, proposer, prompt, a.max_new_tokens, a.temperature, gen, eos)
+        spec_tokens += len(spec.tokens)
+        spec_s += spec.decode_s
+        accept_lens.extend(spec.accept_lens)
+        if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
+            mismatches += 1
+        progress.update(i + 1, sum(accept_lens) / len(accept_lens) if accept_lens else None)
+    progress.close()
+    spec_tok_s = spec_tokens / spec_s if spec_s > 0 else None
+    target_tok_s = base_tokens / base_s if base_s > 0 else None
+    greedy = a.temperature <= 0 and not a.no_baseline
+    return {
+        **summarize(accept_lens, cfg.block_size),
+        "block_size": cfg.block_size,
+        "prompts": len(prompts),
+        "max_new_tokens": a.max_new_tokens,
+        "new_tokens": int(spec_tokens),
+        "temperature": a.temperature,
+        "device": device,
+        "dtype": str(dtype).removeprefix("torch."),
+        "spec_tok_s": spec_tok_s,
+        "target_tok_s": target_tok_s,
+        "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
+        "greedy_match": (mismatches == 0) if greedy else None,
+        "greedy_mismatches": mismatches if greedy else None,
+        "drafter": os.path.abspath(drafter_dir),
+        "target": os.path.abspath(a.target_model),
+        "seconds": time.monotonic() - t_start,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    if a.parent_pid is not None:
+        watch_parent(a.parent_pid)
+    try:
+        check_args(a)
+        report = evaluate(a, show_progress=sys.stderr.isatty())
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    if a.json:
+        print(json.dumps(report), flush=True)
+    else:
+        from trainer.evaluation.report import format_report
+
+        print(
+            format_report(
+                {
+                    **report,
+                    "speedup": report["speedup"] or 0.0,
+                    "spec_tok_s": report["spec_tok_s"] or 0.0,
+                    "target_tok_s": report["target_tok_s"] or 0.0,
+                }
+            ),
+            flush=True,
+        )
+    return 0
