@@ -1,0 +1,103 @@
+"""A full disk during a save, periodic saves, and how many checkpoints are kept.
+
+The full disk is the writer's documented test hook ``DFLASH_TEST_ENOSPC_SAVE`` (trainer/run/checkpoint.py):
+half of each payload file is written, then ``OSError(ENOSPC)`` is raised from inside the writer, as a
+failing ``write`` does. (No tmpfs or loop mount can be made here without root.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.trainer_run import ROOT, Trainer, env, events, tiny_flags, wait_for_record
+from trainer.run import checkpoint
+from trainer.run.flags import SAVE_EVERY_MINUTES, build_parser
+
+WRITER = """
+import json, os, sys
+from trainer.run import checkpoint
+def payload(d):
+    with open(os.path.join(d, "state.pt"), "wb") as f:
+        f.write(b"s" * 50_000)
+out = []
+for step in (1, 2, 3, 4):
+    try:
+        checkpoint.save(sys.argv[1], step, payload, {}, keep=2)
+        out.append([step, "ok", checkpoint.latest(sys.argv[1]), checkpoint.list_steps(sys.argv[1])])
+    except OSError as e:
+        out.append([step, e.errno, checkpoint.latest(sys.argv[1]), checkpoint.list_steps(sys.argv[1])])
+print(json.dumps(out))
+"""
+
+
+def test_full_disk_removes_the_partial_save_and_keeps_latest(tmp_path):
+    root = tmp_path / "checkpoints"
+    r = subprocess.run(
+        [sys.executable, "-c", WRITER, str(root)],
+        cwd=ROOT,
+        env=env(DFLASH_TEST_ENOSPC_SAVE="3"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    import json
+
+    out = json.loads(r.stdout)
+    s = lambda n: str(root / checkpoint.step_dir_name(n))  # noqa: E731
+    assert out[0] == [1, "ok", s(1), ["step_00000001"]]
+    assert out[1] == [2, "ok", s(2), ["step_00000001", "step_00000002"]]
+    # save 3 hit a full disk: nothing of it is left, latest and both complete checkpoints stay
+    assert out[2] == [3, 28, s(2), ["step_00000001", "step_00000002"]]
+    # the next save works and only then is the older one pruned (keep=2)
+    assert out[3] == [4, "ok", s(4), ["step_00000002", "step_00000004"]]
+    assert sorted(os.listdir(root)) == ["latest", "step_00000002", "step_00000004"]
+
+
+def test_new_flags_have_defaults_so_old_run_json_argv_restarts():
+    old_argv = ["--target-model", "t", "--data-dir", "d", "--output-dir", "o", "--save-every", "20"]
+    a = build_parser().parse_args(old_argv)
+    assert a.save_every_minutes == SAVE_EVERY_MINUTES > 0 and a.keep_checkpoints == 2
+    a = build_parser().parse_args([*old_argv, "--save-every-minutes", "0.5", "--keep-checkpoints", "5"])
+    assert a.save_every_minutes == 0.5 and a.keep_checkpoints == 5
+    for bad in (["--save-every-minutes", "-1"], ["--save-every-minutes", "nan"], ["--keep-checkpoints", "0"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*old_argv, *bad])
+
+
+@pytest.mark.slow
+def test_trainer_survives_a_full_disk_and_a_failed_final_save_exits_4(tiny_assets, tmp_path):
+    """Saves 2 and 4 of the process hit a full disk: the periodic one is reported and training goes on,
+    the next periodic save works, the stop's save fails: exit 4, latest still the last complete one."""
+    out = tmp_path / "run"
+    flags = tiny_flags(
+        tiny_assets, out, "--epochs", "50", "--save-every", "2", "--keep-checkpoints", "3"
+    )
+    t = Trainer(flags, DFLASH_TEST_ENOSPC_SAVE="2,4")
+    try:
+        err = wait_for_record(out, "error event", lambda r: r.get("name") == "error", t)
+        assert "checkpoint at step 4 failed" in err["message"] and "No space left" in err["message"]
+        assert "MB free" in err["message"]
+        wait_for_record(
+            out, "the retry", lambda r: r.get("name") == "checkpoint_saved" and r["step"] == 6, t
+        )
+        t.signal()
+        rc = t.wait()
+    finally:
+        t.kill()
+    assert rc == 4, t.output
+    ev = [(e["name"], e.get("step")) for e in events(out)]
+    assert ev[-1] == ("stopped", None) and events(out)[-1]["reason"] == "checkpoint_failed"
+    assert events(out)[-1]["exit_code"] == 4
+    saved = [s for n, s in ev if n == "checkpoint_saved"]
+    assert saved == [2, 6]
+    failed = [e for e in events(out) if e["name"] == "error"]
+    assert [e["step"] for e in failed] == [4, ev[ev.index(("stop_requested", None)) + 1][1]]
+    root = out / "checkpoints"
+    assert (root / "latest").read_text().strip() == "step_00000006"
+    assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_00000002", "step_00000006"]
+    assert "training goes on; the next save tries again" in t.output
