@@ -338,7 +338,11 @@ class Trainer:
                     "total_steps": self.total_steps,
                 }
                 path, nbytes = checkpoint.save(
-                    self.ckpt_root, self.step, self._payload, meta, keep=getattr(self.args, "keep_checkpoints", 2)
+                    self.ckpt_root,
+                    self.step,
+                    self._payload,
+                    meta,
+                    keep=getattr(self.args, "keep_checkpoints", 2),
                 )
         except OSError as e:
             self.save_failed(e)

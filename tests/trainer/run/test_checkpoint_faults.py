@@ -74,17 +74,13 @@ def test_trainer_survives_a_full_disk_and_a_failed_final_save_exits_4(tiny_asset
     """Saves 2 and 4 of the process hit a full disk: the periodic one is reported and training goes on,
     the next periodic save works, the stop's save fails: exit 4, latest still the last complete one."""
     out = tmp_path / "run"
-    flags = tiny_flags(
-        tiny_assets, out, "--epochs", "50", "--save-every", "2", "--keep-checkpoints", "3"
-    )
+    flags = tiny_flags(tiny_assets, out, "--epochs", "50", "--save-every", "2", "--keep-checkpoints", "3")
     t = Trainer(flags, DFLASH_TEST_ENOSPC_SAVE="2,4")
     try:
         err = wait_for_record(out, "error event", lambda r: r.get("name") == "error", t)
         assert "checkpoint at step 4 failed" in err["message"] and "No space left" in err["message"]
         assert "MB free" in err["message"]
-        wait_for_record(
-            out, "the retry", lambda r: r.get("name") == "checkpoint_saved" and r["step"] == 6, t
-        )
+        wait_for_record(out, "the retry", lambda r: r.get("name") == "checkpoint_saved" and r["step"] == 6, t)
         t.signal()
         rc = t.wait()
     finally:
