@@ -22,12 +22,13 @@ from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.formatting import fmt_bytes
 from console.core.helper import Helper, HelperError, HelperGone, b64encode
 from console.core.metrics import MetricsParser
-from console.core.streams import FileTail
+from console.core.streams import MAX_LINE, FileTail, clean_line
 
 TRAINER_MODULE = "trainer.pipeline"
 USER_SCRIPT = "train_dflash_pipeline.py"
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
 CODE_HOME = ".dflash-console/code"
+TAIL_MAX = 4 << 20  # `logs -n`: at most this much of the log's end is read
 
 PhaseCallback = Callable[[ActionPhase], None]
 
@@ -243,12 +244,14 @@ async def tail_lines_at(helper: Helper, path: str, n: int, chunk: int = 1 << 16)
     cut = data.rfind(b"\n") + 1  # a partial last line is left for the follower
     data = data[:cut]
     end = start + cut
-    while data.count(b"\n") <= n and start > 0:
+    while data.count(b"\n") <= n and start > 0 and len(data) < TAIL_MAX:  # bounded: very long lines
         step = min(start, chunk * 4)
         more, start, _ = await helper.read(path, start - step, step)
         data = more + data
         chunk *= 4
-    lines = data.decode("utf-8", "replace").split("\n")[:-1]
+    lines = [
+        clean_line(ln[:MAX_LINE]) + (" …" if len(ln) > MAX_LINE else "") for ln in data.split(b"\n")[:-1]
+    ]
     if start > 0:
         lines = lines[1:]  # the first one is cut
     return (lines[-n:] if n > 0 else []), end
