@@ -92,7 +92,7 @@ async def test_link_down_until_the_trainer_exited_screen_reports_it_from_the_run
             assert dlg.result.code == Outcome.OK, text
             assert "stopped while the link was down" in dlg.result.message
             assert "step_00000007" in dlg.result.message and "from the run directory" in dlg.result.message
-            assert "✔ checkpoint saved" in text and "(not seen)" not in text, text
+            assert "✔ checkpoint saved" in text and "(not seen)" not in text and "✔ link back" in text, text
             back = [ph.detail for ph in dlg.extra if ph.phase == "reconnected"]
             assert back and "exited while the link was down" in back[-1]
     finally:

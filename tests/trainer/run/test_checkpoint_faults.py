@@ -97,3 +97,35 @@ def test_trainer_survives_a_full_disk_and_a_failed_final_save_exits_4(tiny_asset
     assert (root / "latest").read_text().strip() == "step_00000006"
     assert sorted(n for n in os.listdir(root) if n.startswith("step_")) == ["step_00000002", "step_00000006"]
     assert "training goes on; the next save tries again" in t.output
+
+
+@pytest.mark.slow
+def test_periodic_saves_by_time_keep_only_the_newest(tiny_assets, tmp_path):
+    """--save-every-minutes saves on its own (no stop_requested before it); --keep-checkpoints 1
+    keeps exactly the newest complete one, pruned only after the newer one is complete."""
+    out = tmp_path / "run"
+    flags = tiny_flags(
+        tiny_assets, out, "--epochs", "50", "--save-every-minutes", "0.005", "--keep-checkpoints", "1"
+    )
+    t = Trainer(flags)
+    try:
+        saved: set[int] = set()
+
+        def second_save(r: dict) -> bool:
+            if r.get("name") == "checkpoint_saved":
+                saved.add(r["step"])
+            return len(saved) >= 2
+
+        wait_for_record(out, "two timed saves", second_save, t)
+        t.signal()
+        rc = t.wait()
+    finally:
+        t.kill()
+    assert rc == 0, t.output
+    names = [e["name"] for e in events(out)]
+    first_stop = names.index("stop_requested")
+    assert names[:first_stop].count("checkpoint_saved") >= 2  # periodic, by time
+    root = out / "checkpoints"
+    steps_left = sorted(n for n in os.listdir(root) if n.startswith("step_"))
+    assert steps_left == [(root / "latest").read_text().strip()]
+    assert checkpoint.is_complete(str(root / steps_left[0]))
