@@ -568,11 +568,9 @@ class StopFollow:
         if self.saved is not None:
             self.phase("exited", f"pid {pid} exited {when}{rc_s}")
             msg = (
-                f"stopped: checkpoint {self.saved.get('path')} saved (step {self.saved.get('step')}); "
-                f"pid {pid} exited{rc_s}{src}"
+                f"stopped{' while the link was down' if offline else ''}: checkpoint "
+                f"{self.saved.get('path')} saved (step {self.saved.get('step')}); pid {pid} exited{rc_s}{src}"
             )
-            if offline:
-                msg = f"stopped while the link was down: checkpoint {self.saved.get('path')} saved (step {self.saved.get('step')}); pid {pid} exited{rc_s} (from the run directory)"
             return ActionResult(Outcome.OK, msg, tr, self.saved.get("path"))
         latest = await self._latest(helper)
         keeps = (
