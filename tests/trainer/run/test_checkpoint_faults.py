@@ -1,13 +1,15 @@
 """A full disk during a save, periodic saves, and how many checkpoints are kept.
 
-The full disk is the writer's documented test hook ``DFLASH_TEST_ENOSPC_SAVE`` (trainer/run/checkpoint.py):
-half of each payload file is written, then ``OSError(ENOSPC)`` is raised from inside the writer, as a
-failing ``write`` does. (No tmpfs or loop mount can be made here without root.)
+The full disk is a real 256 KiB tmpfs where ``unshare -rm`` may mount one (the writer alone), and the
+writer's documented test hook ``DFLASH_TEST_ENOSPC_SAVE`` (trainer/run/checkpoint.py) for the real
+trainer: half of each payload file is written, then ``OSError(ENOSPC)`` is raised from inside the
+writer, as a failing ``write`` does.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -56,6 +58,50 @@ def test_full_disk_removes_the_partial_save_and_keeps_latest(tmp_path):
     # the next save works and only then is the older one pruned (keep=2)
     assert out[3] == [4, "ok", s(4), ["step_00000002", "step_00000004"]]
     assert sorted(os.listdir(root)) == ["latest", "step_00000002", "step_00000004"]
+
+
+def _can_mount_tmpfs(tmp_path) -> bool:
+    d = tmp_path / "probe"
+    d.mkdir()
+    r = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {d}"],
+        capture_output=True,
+        timeout=30,
+    )
+    return r.returncode == 0
+
+
+def test_a_real_full_tmpfs_removes_the_partial_save_and_keeps_latest(tmp_path):
+    """The same on a real full filesystem: a 256 KiB tmpfs (mounted in a user + mount namespace,
+    `unshare -rm`) holds two 100 KB checkpoints; the third save fails with ENOSPC from the kernel."""
+    if not shutil.which("unshare") or not _can_mount_tmpfs(tmp_path):
+        pytest.skip("no tmpfs can be mounted here (unshare -rm refused)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    writer = WRITER.replace("(1, 2, 3, 4)", "(1, 2, 3)").replace("50_000", "100_000")
+    script = tmp_path / "writer.py"
+    script.write_text(writer)
+    r = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=256k tmpfs {mnt} && exec {sys.executable} {script} {mnt}/checkpoints",
+        ],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    import json
+
+    out = json.loads(r.stdout)
+    s = lambda n: f"{mnt}/checkpoints/{checkpoint.step_dir_name(n)}"  # noqa: E731
+    assert out[1] == [2, "ok", s(2), ["step_00000001", "step_00000002"]]
+    assert out[2] == [3, 28, s(2), ["step_00000001", "step_00000002"]]  # ENOSPC; nothing of it left
 
 
 def test_new_flags_have_defaults_so_old_run_json_argv_restarts():
