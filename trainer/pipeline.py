@@ -13,7 +13,8 @@ and the stop protocol; log lines go to stdout.
 
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory, 3 stopped after repeated NaN losses (after saving the
-last good state). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
+last good state), 4 the final checkpoint (of a stop or the end) could not be written (a full disk: the
+``error`` event says what failed; ``latest`` still names the last complete checkpoint). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
 NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
 """
 

@@ -67,8 +67,8 @@ class TrainerFound:
 @dataclass
 class ActionPhase:
     """A step of a stop, restart or launch as it happens: a stop's 'verifying' | 'signal_sent' |
-    'saving' | 'saved' | 'exited' | 'timeout' | 'refused' | 'error'; a restart's 'launching' |
-    'started' after them."""
+    'saving' | 'saved' | 'exited' | 'timeout' | 'refused' | 'error', and 'reconnecting' |
+    'reconnected' when the link drops during it; a restart's 'launching' | 'started' after them."""
 
     phase: str
     detail: str = ""

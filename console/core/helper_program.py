@@ -204,15 +204,29 @@ def op_wait_exit(req, cancel):
             os.close(fd)
 
 
+def _zombie_rc(pid):
+    """The exit code of a zombie not yet reaped by its parent (/proc/PID/stat field 52), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    rest = rest[rest.rfind(")") + 2 :].split()
+    if not rest or rest[0] != "Z" or len(rest) < 50:
+        return None
+    status = int(rest[49])
+    return status >> 8 if status & 0x7F == 0 else -(status & 0x7F)
+
+
 def _exited(pid, how):
     t = time.time()
-    rc = None
+    rc = _zombie_rc(pid) if how != "reused" else None  # at once: its parent may reap it any moment
     p = _spawned.get(pid)
     if p is not None:
         try:
             rc = p.wait(0.5)
         except subprocess.TimeoutExpired:
-            rc = None
+            pass
     return {"exited": True, "how": how, "t": t, "rc": rc}
 
 
@@ -364,9 +378,11 @@ def op_follow(req, cancel):
                 _send({"id": rid, "push": {"data": _b64(data), "offset": offset}})
                 continue
             try:
-                if os.stat(path).st_ino != ino:  # replaced: read the rest of the old one, then reopen
-                    f.close()
+                if os.stat(path).st_ino != ino:  # replaced: the rest of the old one is read, then the new
+                    f.close()  # file from its start
                     f = None
+                    offset = 0
+                    _send({"id": rid, "push": {"replaced": True}})
                     continue
             except FileNotFoundError:
                 pass
@@ -430,6 +446,24 @@ def op_rmtree(req):
 
     shutil.rmtree(req["path"], ignore_errors=True)
     return {}
+
+
+def op_scan(req):
+    """Files under a folder: {relpath: [size, mtime_ns]} (at most ``limit``; symlinks not followed)."""
+    root = req["path"]
+    limit = int(req.get("limit", 10000))
+    out = {}
+    for d, _dirs, files in os.walk(root):
+        for fn in files:
+            p = os.path.join(d, fn)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            out[os.path.relpath(p, root)] = [st.st_size, st.st_mtime_ns]
+            if len(out) >= limit:
+                return {"files": out, "truncated": True}
+    return {"files": out, "truncated": False}
 
 
 def op_listdir(req):
@@ -552,6 +586,7 @@ SLOW = {
     "find": op_find,
     "write_files": op_write_files,
     "rmtree": op_rmtree,
+    "scan": op_scan,
 }
 CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
 

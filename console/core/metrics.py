@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+MAX_RECORD = 1 << 20  # a longer line is not a record: skipped (counted in bad_lines), never buffered
+
 
 def parse_line(line: bytes | str) -> dict | None:
     """One line -> a record dict, or None when it is not a JSON object with a string ``kind``.
@@ -42,23 +44,36 @@ class MetricsParser:
     """Incremental parser: feed byte chunks, get complete records back, in order.
 
     ``bad_lines`` counts complete lines that were not valid records (a torn line that is later
-    completed is not counted: it was never complete).
+    completed is not counted: it was never complete), and lines over ``max_line`` bytes, which are
+    dropped as they arrive (memory stays bounded).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_RECORD) -> None:
         self._buf = b""
+        self._dropping = False  # inside an over-long line: dropped up to its newline
+        self.max_line = max_line
         self.bad_lines = 0
 
     def feed(self, chunk: bytes) -> list[dict]:
         return list(self._iter(chunk))
 
     def _iter(self, chunk: bytes) -> Iterator[dict]:
+        if self._dropping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                return
+            chunk = chunk[nl + 1 :]
+            self._dropping = False
         data = self._buf + chunk
         *lines, self._buf = data.split(b"\n")
+        if len(self._buf) > self.max_line:  # no record is this long: skip it without keeping it
+            self._buf = b""
+            self._dropping = True
+            self.bad_lines += 1
         for raw in lines:
             if not raw.strip():
                 continue
-            rec = parse_line(raw)
+            rec = parse_line(raw) if len(raw) <= self.max_line else None
             if rec is None:
                 self.bad_lines += 1
             else:

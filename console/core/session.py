@@ -95,6 +95,7 @@ class Session:
         self._tails_dir: str | None = None
         # one attach at a time: two concurrent attaches (connect racing a launch) made two pairs of tails
         self._attach_lock = asyncio.Lock()
+        self._linked = asyncio.Event()  # set while a helper is up (a stop waits on it after a drop)
 
     # --- events ------------------------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ class Session:
                 tail.attach(helper)
         except HelperGone:
             pass  # the link died again at once: the supervisor sees the closed helper and retries
+        self._linked.set()
         py = ".".join(str(v) for v in helper.hello.get("python_version", []))
         self._state("connected", f"{self.where}: helper pid {helper.pid} (python {py})")
         if self._telemetry is not None:
@@ -186,6 +188,7 @@ class Session:
         self._watcher = asyncio.get_running_loop().create_task(self._watch(helper))
 
     async def _teardown(self) -> None:
+        self._linked.clear()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -287,8 +290,18 @@ class Session:
                 return
             data = data[nl + 1 :]
             self._metrics_skip = False
+        bad = self._metrics_parser.bad_lines
         for rec in self._metrics_parser.feed(data):
             self._emit(Record(rec))
+        if self._metrics_parser.bad_lines > bad:
+            self._note(
+                f"metrics.jsonl: skipped {self._metrics_parser.bad_lines - bad} line(s) that are not "
+                f"valid records (too long, not JSON, or binary; {self._metrics_parser.bad_lines} so far)"
+            )
+
+    def _note(self, text: str) -> None:
+        """A line of the console's own in the log pane (a skipped record, a rotated file...)."""
+        self._emit(LogLines([f"[dflash-console] {text}"]))
 
     def _on_log(self, data: bytes) -> None:
         lines = self._log_lines.feed(data)
@@ -319,12 +332,14 @@ class Session:
         self._metrics_tail.attach(helper)
         self._log_tail.attach(helper)
 
-    def _metrics_reset(self) -> None:
+    def _metrics_reset(self, how: str = "truncated") -> None:
         self._metrics_parser = MetricsParser()
         self._metrics_skip = False
+        self._note(f"metrics.jsonl was {how}: reading the new file from its start")
 
-    def _log_reset(self) -> None:
+    def _log_reset(self, how: str = "truncated") -> None:
         self._log_lines = LineSplitter()
+        self._note(f"train.log was {how}: following the new file from its start")
 
     def follow(self, path: str, offset: int, on_data: Callable[[bytes], None]) -> FileTail:
         """Follow the remote file ``path`` from byte ``offset``: ``on_data`` gets every new byte once,
@@ -395,19 +410,51 @@ class Session:
                 return ActionResult(Outcome.REFUSED, msg)
             where = f" for {self.run_dir}" if self.run_dir else ""
             return ActionResult(Outcome.NO_TRAINER, f"no trainer found{where} on {self.where}")
-        try:
-            res = await control.stop(
-                helper, trainer, timeout=timeout, on_phase=self._phase_fn(on_phase), sig=sig
-            )
-        except HelperGone as e:
-            return ActionResult(
-                Outcome.ERROR,
-                f"the link dropped during the stop ({e}); the trainer may be saving: check `status`",
-                trainer,
-            )
+        res = await self._stop(helper, trainer, timeout, self._phase_fn(on_phase), sig)
         if res.code in (Outcome.OK, Outcome.NO_CHECKPOINT, Outcome.NO_TRAINER) and self.trainer is trainer:
             self._set_trainer(None)
         return res
+
+    async def _stop(
+        self, helper: Helper, trainer: TrainerInfo, timeout: float, phase, sig: str
+    ) -> ActionResult:
+        """control.StopFollow across dropped links: after a drop it waits for the supervisor's reconnect
+        (backoff) and goes on with the new helper; the trainer is signalled once, never again."""
+        follow = control.StopFollow(trainer, timeout=timeout, on_phase=phase, sig=sig)
+        try:
+            return await follow.start(helper)
+        except HelperGone as e:
+            err = e
+        while True:
+            if not follow.signalled:
+                return ActionResult(
+                    Outcome.ERROR,
+                    f"the link dropped before the signal was sent ({err}); nothing was signalled: check `status`",
+                    trainer,
+                )
+            phase(
+                ActionPhase(
+                    "reconnecting",
+                    f"the link dropped during the stop ({err}); reconnecting. pid {trainer.pid} got {sig} once "
+                    "and is not signalled again",
+                    None,
+                    time.time(),
+                )
+            )
+            try:
+                await asyncio.wait_for(self._linked.wait(), max(0.0, follow.deadline - time.monotonic()))
+                helper = self.need_helper()
+            except (asyncio.TimeoutError, NotConnected):
+                msg = (
+                    f"the link did not come back within {timeout:.0f} s: pid {trainer.pid} got {sig} and may "
+                    f"still be saving; check `status` once the host is reachable"
+                )
+                phase(ActionPhase("error", msg, None, time.time()))
+                return ActionResult(Outcome.ERROR, msg, trainer)
+            try:
+                return await follow.resume(helper)
+            except HelperGone as e:
+                err = e
 
     async def restart_trainer(
         self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None, wait_s: float = 300.0
@@ -419,6 +466,18 @@ class Session:
         run = self.run
         if run is None and self.run_dir:
             run = await control.read_run_json(helper, self.run_dir)
+        if trainer is not None and (trainer.run or run):  # the stop survives a dropped link (see _stop)
+            try:  # refuse before stopping when it could not be launched again
+                control.restart_plan(trainer.run or run, code_dir)
+            except control.ControlError as e:
+                return ActionResult(e.outcome, str(e), trainer)
+            res = await self._stop(helper, trainer, timeout, phase, "SIGINT")
+            if res.code != Outcome.OK:
+                return ActionResult(res.code, f"not restarted: {res.message}", trainer)
+            if self.trainer is trainer:
+                self._set_trainer(None)
+            run, trainer = trainer.run or run, None
+            helper = self.need_helper()
         try:
             res = await control.restart(
                 helper,

@@ -15,30 +15,66 @@ from collections.abc import Callable
 
 from console.core.helper import Helper, HelperError, HelperGone, Stream, b64decode
 
+MAX_LINE = 64 << 10  # a log line longer than this is cut (the rest up to its newline is dropped)
+_CONTROLS = {c: "\ufffd" for c in [*range(0, 9), *range(10, 32), 127]}  # all C0 but TAB, and DEL
+
+
+def clean_line(raw: bytes) -> str:
+    """A log line as text: undecodable bytes and control characters become U+FFFD; of a line that
+    redraws itself with carriage returns (progress bars) the last drawing is kept."""
+    text = raw.decode("utf-8", "replace").rstrip("\r")
+    if "\r" in text:
+        text = text.rsplit("\r", 1)[1]
+    return text.translate(_CONTROLS)
+
 
 class LineSplitter:
-    """Bytes in, complete decoded lines out. ``skip_first``: drop bytes up to the first newline
-    (used when a tail starts in the middle of a file)."""
+    """Bytes in, complete decoded lines out, in bounded memory. ``skip_first``: drop bytes up to the
+    first newline (used when a tail starts in the middle of a file). A line longer than ``max_line``
+    bytes comes out cut at ``max_line`` with a note; the rest of it, up to its newline, is dropped."""
 
-    def __init__(self, skip_first: bool = False) -> None:
+    def __init__(self, skip_first: bool = False, max_line: int = MAX_LINE) -> None:
         self._buf = b""
         self._skip = skip_first
+        self._dropping = 0  # > 0: inside an over-long line, this many bytes dropped so far
+        self.max_line = max_line
+        self.cut_lines = 0
 
     def feed(self, data: bytes) -> list[str]:
-        data = self._buf + data
-        if self._skip:
+        out: list[str] = []
+        if self._skip or self._dropping:
             nl = data.find(b"\n")
             if nl < 0:
-                self._buf = b""
-                return []
+                if self._dropping:
+                    self._dropping += len(data)
+                return out
+            if self._dropping:
+                out.append(f"[dflash-console: the line above was {self._dropping + nl:,} bytes long; cut]")
             data = data[nl + 1 :]
             self._skip = False
+            self._dropping = 0
+        data = self._buf + data
         *lines, self._buf = data.split(b"\n")
-        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
+        for ln in lines:
+            if len(ln) > self.max_line:
+                out.append(clean_line(ln[: self.max_line]) + " …")
+                out.append(f"[dflash-console: the line above was {len(ln):,} bytes long; cut]")
+                self.cut_lines += 1
+            else:
+                out.append(clean_line(ln))
+        if len(self._buf) > self.max_line:  # no newline yet: emit the head now, drop until the newline
+            out.append(clean_line(self._buf[: self.max_line]) + " …")
+            self._dropping = len(self._buf)
+            self._buf = b""
+            self.cut_lines += 1
+        return out
 
 
 class FileTail:
-    """Follow ``path`` from ``offset``; ``on_data(bytes)`` gets every new byte exactly once."""
+    """Follow ``path`` from ``offset``; ``on_data(bytes)`` gets every new byte exactly once.
+
+    When the file shrinks (truncated) or is replaced by another one (rotated), following starts again
+    at the new file's first byte and ``on_truncate("truncated" | "replaced")`` is called first."""
 
     def __init__(
         self,
@@ -46,7 +82,7 @@ class FileTail:
         offset: int,
         on_data: Callable[[bytes], None],
         *,
-        on_truncate: Callable[[], None] | None = None,
+        on_truncate: Callable[[str], None] | None = None,
         interval: float = 0.1,
     ) -> None:
         self.path = path
@@ -61,10 +97,10 @@ class FileTail:
             data = b64decode(push["data"])
             self.offset = int(push["offset"])
             self.on_data(data)
-        elif push.get("truncated"):
+        elif push.get("truncated") or push.get("replaced"):
             self.offset = 0
             if self.on_truncate is not None:
-                self.on_truncate()
+                self.on_truncate("truncated" if push.get("truncated") else "replaced")
 
     def attach(self, helper: Helper) -> None:
         """(Re)start following through ``helper`` from the offset received so far (once per helper)."""
@@ -90,16 +126,18 @@ class FileTail:
             with contextlib.suppress(HelperGone, HelperError):
                 await st.cancel()
 
-    async def drain(self) -> None:
+    async def drain(self, helper: Helper | None = None) -> None:
         """Stop following, then read what is left up to the end of the file through the same helper
-        (what a follow's poll had not brought yet when the writer exited)."""
+        (what a follow's poll had not brought yet when the writer exited), or through ``helper``
+        (after a reconnect)."""
         st = self._stream
         await self.detach()
-        if st is None:
+        helper = helper or (st.helper if st is not None else None)
+        if helper is None:
             return
         while True:
             try:
-                data, _, size = await st.helper.read(self.path, self.offset)
+                data, _, size = await helper.read(self.path, self.offset)
             except HelperError:
                 return
             if not data:

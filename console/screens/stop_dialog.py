@@ -3,7 +3,8 @@
 The dialog shows which process it is about to signal (PID, command line), the step and the age of
 the last checkpoint. "No" is focused; ``y`` confirms, ``n`` or Escape cancels. After confirming it
 follows the session's phases (verifying, signal sent, saving with the expected seconds, saved,
-exited) and, at the timeout, says what to do: the trainer is left running, never killed.
+exited; every phase the trainer reported, "not seen" only for one that never came; a dropped link and
+its return) and, at the timeout, says what to do: the trainer is left running, never killed.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ class StopDialog(ModalScreen[object]):
         if name in dict(STEPS) or name in FAILED:
             self.phases[name] = phase
             self.arrived[name] = self.clock()
-        else:  # restart's launching/started: one line each, the newest status
+        else:  # restart's launching/started, a stop's reconnecting/reconnected: one line each, the newest
             self.extra = [p for p in self.extra if getattr(p, "phase", None) != name] + [phase]
         self._show()
 
@@ -211,7 +212,12 @@ class StopDialog(ModalScreen[object]):
                 t.append(f"  {ph.detail}", style="dim")
             t.append("\n")
         for ph in self.extra:
-            t.append(f"✔ {ph.phase}", style="green")
+            if ph.phase == "reconnecting":  # the link dropped mid-stop: the stop goes on after it
+                t.append("↻ link lost", style="bold yellow")
+            elif ph.phase == "reconnected":
+                t.append("✔ link back", style="green")
+            else:
+                t.append(f"✔ {ph.phase}", style="green")
             if getattr(ph, "detail", ""):
                 t.append(f"  {ph.detail}", style="dim")
             t.append("\n")

@@ -90,30 +90,42 @@ def start_time(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[19])
 
 
-# A stand-in for the user's own ``train_dflash_pipeline.py`` (no run.json, no metrics): it runs until
-# SIGINT, then "saves" for a moment and exits 0; on SIGUSR1 it execs ``sleep`` (same PID and start
-# time, another program: what a stop must refuse to signal).
+# A stand-in for the workflow's own ``train_dflash_pipeline.py`` (no run.json, no metrics): it trains
+# until SIGINT; its KeyboardInterrupt handler then writes a checkpoint file into --output-dir in two
+# halves with STANDIN_SAVE_S seconds between them (STANDIN_WRITE=0: writes nothing) and exits
+# STANDIN_RC. On SIGUSR1 it execs ``sleep`` (same PID and start time, another program: what a stop must
+# refuse to signal).
 USER_SCRIPT = r"""
 import os, signal, sys, time
-stop = []
-signal.signal(signal.SIGINT, lambda *a: stop.append(1))
 signal.signal(signal.SIGUSR1, lambda *a: os.execvp("sleep", ["sleep", "30"]))
+out = sys.argv[sys.argv.index("--output-dir") + 1]
+os.makedirs(out, exist_ok=True)
 print("training", flush=True)
-while not stop:
-    time.sleep(0.01)
-print("saving", flush=True)
-time.sleep(0.4)
-print("saved", flush=True)
+try:
+    while True:
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("saving", flush=True)
+    if os.environ.get("STANDIN_WRITE", "1") == "1":
+        with open(os.path.join(out, "checkpoint_step_100.pt"), "wb") as f:
+            f.write(b"w" * 100_000)
+            f.flush()
+            time.sleep(float(os.environ.get("STANDIN_SAVE_S", "0.4")))
+            f.write(b"w" * 100_000)
+    print("saved", flush=True)
+    sys.exit(int(os.environ.get("STANDIN_RC", "0")))
 """
 
 
-def start_user_script(folder: Path, output_dir: str) -> subprocess.Popen:
-    """Run the stand-in as ``python .../train_dflash_pipeline.py --output-dir OUTPUT_DIR`` in ``folder``."""
+def start_user_script(folder: Path, output_dir: str, **env: str) -> subprocess.Popen:
+    """Run the stand-in as ``python .../train_dflash_pipeline.py --output-dir OUTPUT_DIR`` in ``folder``
+    (``env``: STANDIN_* settings). The caller is its parent: its exit status stays readable until reaped."""
     script = folder / "train_dflash_pipeline.py"
     script.write_text(USER_SCRIPT)
     p = subprocess.Popen(
         [sys.executable, "-u", str(script), "--epochs", "6", "--output-dir", output_dir],
         cwd=folder,
+        env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -8,11 +8,14 @@ checkpoint from anything else. A SIGKILL at any point leaves ``latest`` naming t
 Test instrumentation: with ``DFLASH_TEST_PAUSE_AT=<stage>`` (one of ``STAGES``) the writer prints
 ``DFLASH_TEST_PAUSE <stage> <path>`` and sleeps ``DFLASH_TEST_PAUSE_S`` seconds (default 3600) at that
 stage of save number ``DFLASH_TEST_PAUSE_SAVE`` (1-based, counted in this process, default 1), or until
-the path ``DFLASH_TEST_PAUSE_UNTIL`` exists.
+the path ``DFLASH_TEST_PAUSE_UNTIL`` exists. With ``DFLASH_TEST_ENOSPC_SAVE=2,4`` those save attempts
+(1-based, counted in this process) fail as a full disk does: half of every payload file is written,
+then ``OSError(ENOSPC)`` is raised (the same path a real ``write`` failing with ENOSPC takes).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -34,7 +37,19 @@ STAGES = (
 STEP_RE = re.compile(r"^step_(\d{8,})$")
 MANIFEST = "manifest.json"
 
-_saves_done = 0
+_saves_done = 0  # complete saves of this process (DFLASH_TEST_PAUSE_SAVE counts these + 1)
+_attempts = 0  # saves begun (DFLASH_TEST_ENOSPC_SAVE counts these)
+
+
+def _enospc(tmp: str) -> None:
+    """Test hook: fail this save attempt as a full disk does, leaving a half-written payload."""
+    wanted = {int(x) for x in os.environ.get("DFLASH_TEST_ENOSPC_SAVE", "").split(",") if x.strip()}
+    if _attempts not in wanted:
+        return
+    for rel in _walk_files(tmp):
+        p = os.path.join(tmp, rel)
+        os.truncate(p, os.path.getsize(p) // 2)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
 
 
 def _pause(stage: str, path: str) -> None:
@@ -134,8 +149,14 @@ def remove_partial(ckpt_root: str) -> list[str]:
 def save(
     ckpt_root: str, step: int, write_payload: Callable[[str], None], meta: dict, keep: int = 2
 ) -> tuple[str, int]:
-    """Write a checkpoint atomically; return (final path, bytes). ``write_payload(tmpdir)`` writes the files."""
-    global _saves_done
+    """Write a checkpoint atomically; return (final path, bytes). ``write_payload(tmpdir)`` writes the files.
+
+    Any failure (a full disk: ``OSError`` ENOSPC) removes the temp folder and raises; ``latest`` and the
+    complete checkpoints are untouched. Older checkpoints are pruned to ``keep`` only after the new one
+    is complete and ``latest`` names it.
+    """
+    global _saves_done, _attempts
+    _attempts += 1
     os.makedirs(ckpt_root, exist_ok=True)
     name = step_dir_name(step)
     final = os.path.join(ckpt_root, name)
@@ -144,6 +165,7 @@ def save(
     try:
         _pause("tmp_created", tmp)
         write_payload(tmp)
+        _enospc(tmp)
         _pause("files_written", tmp)
         files = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in _walk_files(tmp)}
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:

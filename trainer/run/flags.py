@@ -11,6 +11,10 @@ import argparse
 import os
 from dataclasses import dataclass
 
+# Periodic saves by time are on by default: a kill by the kernel (OOM, a reboot) loses at most this much
+# training. A drafter checkpoint takes seconds, so the cost is small.
+SAVE_EVERY_MINUTES = 15.0
+
 
 class FlagError(ValueError):
     """A bad flag value; ``flag`` is the option as typed (``--drafter-gpus``)."""
@@ -38,6 +42,13 @@ def _nonneg_int(text: str) -> int:
     v = int(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    v = float(text)
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return v
 
 
@@ -133,6 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--hs-queue-depth", type=_positive_int, default=8, help="hidden-state batches queued")
     g.add_argument(
         "--save-every", type=_nonneg_int, default=0, help="checkpoint every N steps (0: only at stop)"
+    )
+    g.add_argument(
+        "--save-every-minutes",
+        type=_nonneg_float,
+        default=SAVE_EVERY_MINUTES,
+        help=f"also checkpoint when M minutes passed since the last save (0: off; default {SAVE_EVERY_MINUTES:g})",
+    )
+    g.add_argument(
+        "--keep-checkpoints",
+        type=_positive_int,
+        default=2,
+        help="complete checkpoints kept (the newest is removed only after a newer one is complete)",
     )
     g.add_argument("--resume", default="auto", help="auto | none | PATH of a checkpoint directory")
     g.add_argument("--log-every", type=_positive_int, default=1, help="print a log line every N steps")

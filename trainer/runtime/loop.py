@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import time
 
 import numpy as np
@@ -26,9 +27,8 @@ from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, check_devices, flag_for_setting
 from trainer.run.schedule import lr_at, noise_at
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
-KEEP_CHECKPOINTS = 2
 EST_WINDOW = 50  # steps in the running mean of accept_len_est
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
 
@@ -121,6 +121,7 @@ class Trainer:
         self.saver = replica == 0  # writes checkpoints and step records
         self.ckpt_root = os.path.join(run_dir, "checkpoints")
         self.save_seconds: list[float] = []
+        self.last_save_t = time.monotonic()  # the last save attempt (--save-every-minutes counts from it)
         self.workers = []
         self.queue = None
         self.trained = False  # an optimizer step was applied in this process
@@ -305,7 +306,13 @@ class Trainer:
         }
         torch.save(state, os.path.join(tmp, "state.pt"))
 
-    def save(self) -> None:
+    def save(self) -> bool:
+        """Write a checkpoint of the current step; False when the write failed (a full disk...).
+
+        A failed save leaves no partial folder and ``latest`` naming the last complete checkpoint; an
+        ``error`` event says what failed and how much space is free; training may go on and the next
+        save tries again.
+        """
         self.stop.drain()  # a pending stop_requested goes out before checkpoint_saving
         recent = self.save_seconds[-3:]
         expected = sum(recent) / len(recent) if recent else None
@@ -337,10 +344,18 @@ class Trainer:
                     "total_steps": self.total_steps,
                 }
                 path, nbytes = checkpoint.save(
-                    self.ckpt_root, self.step, self._payload, meta, keep=KEEP_CHECKPOINTS
+                    self.ckpt_root,
+                    self.step,
+                    self._payload,
+                    meta,
+                    keep=getattr(self.args, "keep_checkpoints", 2),
                 )
+        except OSError as e:
+            self.save_failed(e)
+            return False
         finally:
             self.stop.saving = False
+            self.last_save_t = time.monotonic()
         seconds = time.monotonic() - t0
         if not reused:  # a real write: a data point for expected_s
             self.save_seconds.append(seconds)
@@ -351,6 +366,29 @@ class Trainer:
         self.stop.drain()
         self.writer.event("checkpoint_saved", step=self.step, path=path, seconds=seconds, bytes=nbytes)
         log(f"checkpoint saved: {path} ({nbytes / 1e6:.1f} MB, {seconds:.2f}s)")
+        return True
+
+    def save_failed(self, e: OSError) -> None:
+        try:
+            free = f"{shutil.disk_usage(self.ckpt_root).free / 1e6:.1f} MB free"
+        except OSError:
+            free = "free space unknown"
+        msg = (
+            f"checkpoint at step {self.step} failed: {e} ({free} on {self.ckpt_root}); the partial "
+            f"checkpoint was removed and checkpoints/latest still names the last complete one"
+        )
+        self.stop.drain()
+        with contextlib.suppress(OSError):  # the disk may refuse this line too
+            self.writer.event("error", message=msg, step=self.step)
+        log("error: " + msg)
+
+    def save_due(self) -> bool:
+        """A periodic save now? (``--save-every`` steps, or ``--save-every-minutes`` since the last save)"""
+        a = self.args
+        if a.save_every and self.step % a.save_every == 0:
+            return True
+        minutes = getattr(a, "save_every_minutes", 0)
+        return bool(minutes) and time.monotonic() - self.last_save_t >= minutes * 60
 
     # -- the hidden-state source (single process: target threads) -------------------------------------
     def data_end(self) -> int:
@@ -507,13 +545,14 @@ class Trainer:
                             f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
                             f"accept_est {est or 0:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
                         )
-            if a.save_every and self.step % a.save_every == 0 and self.step < self.total_steps and self.saver:
-                self.save()
+            if self.saver and self.step < self.total_steps and self.save_due() and not self.save():
+                log("training goes on; the next save tries again")
         self.stop_workers()
-        if self.saver:
-            self.save()
+        saved = self.save() if self.saver else True
         if self.dist is not None and self.dist.aborted:
             return EXIT_ERROR, "error"
+        if not saved:
+            return EXIT_SAVE_FAILED, "checkpoint_failed"
         if self.stop.requested or (self.dist is not None and self.dist.stopped):
             return EXIT_OK, "signal"
         return EXIT_OK, "finished"

@@ -48,19 +48,46 @@ async def test_pid_that_became_another_program_is_refused(host):
         p.wait()
 
 
-async def test_user_script_stop_has_open_ended_saving_and_sees_the_exit(host):
-    p = start_user_script(host.container_dir(CT), "runs/y")
+async def test_user_script_stop_watches_its_output_dir_and_sees_the_exit(host):
+    """The workflow's own script (no run.json, no events): an open-ended saving phase that names the
+    file it writes, with its size, as it grows; the exit learned at once; exit 0 + a new file: OK."""
+    p = start_user_script(host.container_dir(CT), "runs/y", STANDIN_SAVE_S="1.5")
     run_dir = str(host.container_dir(CT) / "runs" / "y")
     try:
         async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
             phases: list[ActionPhase] = []
-            res = await s.stop_trainer(timeout=20, on_phase=phases.append)
+            res = await s.stop_trainer(timeout=30, on_phase=phases.append)
             assert res.code == Outcome.OK, res
             names = [ph.phase for ph in phases]
-            assert names == ["verifying", "signal_sent", "saving", "exited"], names
-            assert phases[2].expected_s is None  # no events to go by: open-ended
+            assert names[:3] == ["verifying", "signal_sent", "saving"] and names[-2:] == ["saved", "exited"]
+            assert phases[2].expected_s is None and run_dir in phases[2].detail  # open-ended, watching
+            writing = [ph.detail for ph in phases if ph.phase == "saving" and "writing in" in ph.detail]
+            assert writing and "checkpoint_step_100.pt (97.7 KB)" in writing[0], names  # the first half
+            assert "checkpoint_step_100.pt (195.3 KB)" in phases[-2].detail  # what was written in the end
+            assert "exit code 0" in res.message and "checkpoint_step_100.pt" in res.message
             assert s.trainer is None
         assert p.wait(5) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"STANDIN_WRITE": "0"}, "without writing anything new in"),
+        ({"STANDIN_RC": "1"}, "but with exit code 1"),
+    ],
+)
+async def test_user_script_that_writes_nothing_or_fails_is_no_checkpoint(host, env, said):
+    p = start_user_script(host.container_dir(CT), "runs/z", STANDIN_SAVE_S="0.1", **env)
+    run_dir = str(host.container_dir(CT) / "runs" / "z")
+    try:
+        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
+            res = await s.stop_trainer(timeout=30)
+        assert res.code == Outcome.NO_CHECKPOINT and said in res.message, res
+        assert p.wait(5) == int(env.get("STANDIN_RC", "0"))
     finally:
         if p.poll() is None:
             p.kill()
