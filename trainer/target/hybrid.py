@@ -210,7 +210,8 @@ def qualifies(model: nn.Module) -> bool:
         if _is_linear(layer):
             la = layer.linear_attn
             names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log", "dt_bias")
-            if not all(hasattr(la, n) for n in (*names, "norm", "out_proj", "key_dim", "value_dim")):
+            extra = ("norm", "out_proj", "key_dim", "value_dim", "head_k_dim", "head_v_dim")
+            if not all(hasattr(la, n) for n in (*names, *extra)):
                 return False
         else:
             sa = getattr(layer, "self_attn", None)
