@@ -134,7 +134,12 @@ def hybrid_config(moe: bool = False):
         "out_hidden_size": 64,
         "num_position_embeddings": 16,
     }
-    ids = {"image_token_id": 120, "video_token_id": 121, "vision_start_token_id": 122, "vision_end_token_id": 123}
+    ids = {
+        "image_token_id": 120,
+        "video_token_id": 121,
+        "vision_start_token_id": 122,
+        "vision_end_token_id": 123,
+    }
     return cls(text_config=hybrid_text_config(moe), vision_config=vision, tie_word_embeddings=False, **ids)
 
 

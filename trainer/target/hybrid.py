@@ -96,7 +96,9 @@ def chunk_gated_delta(q, k, v, g, beta, chunk: int = CHUNK) -> torch.Tensor:
     system = (k_beta @ k.transpose(-1, -2)) * decay  # unit lower triangular (the diagonal is 1)
     system = system.masked_fill(~torch.ones_like(upper).tril(-1), 0.0) + torch.eye(chunk, device=q.device)
     u = torch.linalg.solve_triangular(system, v_beta, upper=False, unitriangular=True)
-    w = torch.linalg.solve_triangular(system, k_beta * cum.exp().unsqueeze(-1), upper=False, unitriangular=True)
+    w = torch.linalg.solve_triangular(
+        system, k_beta * cum.exp().unsqueeze(-1), upper=False, unitriangular=True
+    )
     intra = ((q @ k.transpose(-1, -2)) * decay).masked_fill(upper, 0.0)
     q_dec = q * cum.exp().unsqueeze(-1)
     k_dec = k * (cum[..., -1:] - cum).exp().unsqueeze(-1)
@@ -216,7 +218,8 @@ def qualifies(model: nn.Module) -> bool:
         else:
             sa = getattr(layer, "self_attn", None)
             if sa is None or not all(
-                hasattr(sa, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "scaling")
+                hasattr(sa, n)
+                for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "scaling")
             ):
                 return False
     return True

@@ -52,7 +52,9 @@ def test_packed_capture_equals_each_document_alone(kind, request):
     for row in range(2):
         s = 0
         for n, d in ((LENS[i], i) for i in ([0, 1, 2, 3] if row == 0 else order)):
-            alone, alone_final = capture(ref, ids[:, sum(LENS[:d]) : sum(LENS[: d + 1])], torch.zeros(1, n), LAYERS, True)
+            alone, alone_final = capture(
+                ref, ids[:, sum(LENS[:d]) : sum(LENS[: d + 1])], torch.zeros(1, n), LAYERS, True
+            )
             assert _rel(got[row : row + 1, s : s + n], alone) < 1e-5, (kind, row, n)
             assert _rel(final[row : row + 1, s : s + n], alone_final) < 1e-5, (kind, row, n)
             s += n
@@ -113,7 +115,9 @@ class _Recording:
 def test_text_only_loading_reads_no_vision_mtp_or_later_layer(tiny_hybrid_moe, monkeypatch, need_final):
     target = tiny_hybrid_moe / "target"
     all_keys = set(loading.weight_map(str(target)))
-    assert any(k.startswith("model.visual.") for k in all_keys) and any(k.startswith("mtp.") for k in all_keys)
+    assert any(k.startswith("model.visual.") for k in all_keys) and any(
+        k.startswith("mtp.") for k in all_keys
+    )
     seen: list[str] = []
     monkeypatch.setattr(loading, "safe_open", _Recording(loading.safe_open, seen))
     model = load_target(str(target), "cpu", torch.float32, [1, 3], need_final_hidden=need_final)
