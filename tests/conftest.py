@@ -25,3 +25,29 @@ def tiny_assets(tmp_path_factory) -> Path:
         timeout=180,
     )
     return out
+
+
+def _tiny_hybrid(tmp_path_factory, kind: str) -> Path:
+    out = tmp_path_factory.mktemp(kind)
+    subprocess.run(
+        [sys.executable, "-m", "trainer.tiny", str(out), "--target", kind, "--docs", "60"],
+        cwd=ROOT,
+        env=env(),
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid(tmp_path_factory) -> Path:
+    """Like ``tiny_assets`` with a tiny Qwen3.5 (``--target qwen3_5``): a ``Qwen3_5ForConditionalGeneration``
+    directory (text model, vision tower, MTP tensors) and 60 training sequences."""
+    return _tiny_hybrid(tmp_path_factory, "qwen3_5")
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_moe(tmp_path_factory) -> Path:
+    """The MoE variant (``--target qwen3_5_moe``)."""
+    return _tiny_hybrid(tmp_path_factory, "qwen3_5_moe")

@@ -28,7 +28,7 @@ from trainer import __version__
 from trainer.data.dataset import DataError
 from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
-from trainer.run.flags import FlagError, build_parser, validate
+from trainer.run.flags import FlagError, build_parser, resolved_flags, validate
 from trainer.run.stopping import StopControl
 from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
 
@@ -54,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"trainer {__version__}")
     args = parser.parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
     try:
-        devices = validate(args)
+        devices = validate(args)  # also fills the drafter defaults (family, or the resumed checkpoint's)
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    argv += resolved_flags(args)  # workers get the launcher's resolved values, not their own
     run_dir = os.path.abspath(args.output_dir)
     os.makedirs(run_dir, exist_ok=True)
     ckpt_root = os.path.join(run_dir, "checkpoints")

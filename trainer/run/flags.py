@@ -8,12 +8,22 @@ exits with status 2. Checks that need torch (does CUDA index 7 exist?) are in ``
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 from dataclasses import dataclass
 
 # Periodic saves by time are on by default: a kill by the kernel (OOM, a reboot) loses at most this much
 # training. A drafter checkpoint takes seconds, so the cost is small.
 SAVE_EVERY_MINUTES = 15.0
+# Hybrid linear-attention targets whose packed rows are captured per document (trainer/target/hybrid.py);
+# their drafter defaults differ (FAMILY_DEFAULTS). Other targets with linear-attention layers (Qwen3-Next)
+# are refused unless every row holds one document.
+HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+DEFAULTS = {"block_size": 16, "num_draft_layers": 1}
+FAMILY_DEFAULTS = {"block_size": 16, "num_draft_layers": 5}  # hybrid targets; mask: the tokenizer's
+FLA_PACKAGE = "flash-linear-attention"
 
 
 class FlagError(ValueError):
@@ -119,12 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-seq-len", type=_positive_int, default=4096, help="longer sequences are truncated")
     g.add_argument("--max-batch-size", type=_positive_int, default=64, help="max sequences per micro-batch")
     g = p.add_argument_group("drafter")
-    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="DFlash block (default 16; resuming: the checkpoint's)",
+    )
     g.add_argument(
         "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row"
     )
-    g.add_argument("--num-draft-layers", type=_positive_int, default=1)
-    g.add_argument("--mask-token-id", type=int, default=None)
+    g.add_argument(
+        "--num-draft-layers",
+        type=_positive_int,
+        default=None,
+        help="drafter layers (default 1; 5 for Qwen3.5/3.6 targets; resuming: the checkpoint's)",
+    )
+    g.add_argument(
+        "--mask-token-id",
+        type=int,
+        default=None,
+        help="default: the last vocab id (Qwen3.5/3.6 targets: the tokenizer's mask token when it has one)",
+    )
     g.add_argument(
         "--target-layer-ids", type=_int_list, default=None, help="comma-separated target layer indices"
     )
@@ -235,6 +260,9 @@ def validate(args: argparse.Namespace) -> Devices:
     if ("cpu" in target) != ("cpu" in drafter):
         raise FlagError("--drafter-gpus", "CPU and CUDA roles cannot be mixed: use 'cpu' for both or neither")
     mode = launch_mode(args.launch, target, drafter)
+    info = target_info(tm)
+    resolve_defaults(args, info, saved_drafter_config(args))
+    check_target(args, info, cuda=target[0] != "cpu")
     if args.lr <= 0:
         raise FlagError("--lr", f"must be > 0, got {args.lr}")
     if not 0.0 <= args.warmup_ratio < 1.0:
@@ -277,6 +305,121 @@ def validate(args: argparse.Namespace) -> Devices:
         )
     validate_eval(args)
     return Devices(target=target, drafter=drafter, mode=mode)
+
+
+def target_info(path: str) -> dict:
+    """model_type (of the text model), layer_types and the tokenizer's mask token id, from the JSON files."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            top = json.load(f)
+    except (OSError, ValueError) as e:
+        raise FlagError("--target-model", f"cannot read {path}/config.json: {e}") from None
+    text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
+    mt = text.get("model_type") or top.get("model_type")
+    return {
+        "model_type": mt,
+        "top_model_type": top.get("model_type"),
+        "layer_types": list(text.get("layer_types") or []),
+        "mask_token_id": _tokenizer_mask_id(path),
+    }
+
+
+def _tokenizer_mask_id(path: str) -> int | None:
+    try:
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            tc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    mask = tc.get("mask_token")
+    if isinstance(mask, dict):
+        mask = mask.get("content")
+    if not mask:
+        return None
+    for i, tok in (tc.get("added_tokens_decoder") or {}).items():
+        if isinstance(tok, dict) and tok.get("content") == mask:
+            return int(i)
+    try:
+        with open(os.path.join(path, "tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+    except (OSError, ValueError):
+        return None
+    for tok in tj.get("added_tokens") or []:
+        if tok.get("content") == mask:
+            return int(tok["id"])
+    vocab = (tj.get("model") or {}).get("vocab")
+    return int(vocab[mask]) if isinstance(vocab, dict) and mask in vocab else None
+
+
+def is_hybrid(info: dict) -> bool:
+    return info["model_type"] in HYBRID_MODEL_TYPES or info["top_model_type"] in HYBRID_MODEL_TYPES
+
+
+def saved_drafter_config(args: argparse.Namespace) -> dict | None:
+    """The drafter config.json of the checkpoint this run would resume from, if any (cheap: JSON only)."""
+    from trainer.run import checkpoint
+
+    if args.resume == "none":
+        return None
+    if args.resume == "auto":
+        path = checkpoint.latest(os.path.join(args.output_dir, "checkpoints"))
+    else:
+        path = args.resume if checkpoint.is_complete(args.resume) else None
+    if path is None:
+        return None
+    try:
+        with open(os.path.join(path, "drafter", "config.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def resolve_defaults(args: argparse.Namespace, info: dict, saved: dict | None) -> None:
+    """Fill --block-size, --num-draft-layers and --mask-token-id left unset: from the checkpoint the run
+    resumes from (a run restarts with the settings it was launched with), else the target family's
+    defaults (Qwen3.5/3.6: 5 layers, block 16, the tokenizer's mask token; others: 1 layer, block 16)."""
+    if saved is not None:
+        dflash = saved.get("dflash_config") or {}
+        old = {
+            "block_size": saved.get("block_size", dflash.get("block_size")),
+            "num_draft_layers": saved.get("num_hidden_layers"),
+            "mask_token_id": dflash.get("mask_token_id"),
+        }
+        for name, v in old.items():
+            if getattr(args, name) is None and v is not None:
+                setattr(args, name, int(v))
+    defaults = dict(FAMILY_DEFAULTS if is_hybrid(info) else DEFAULTS)
+    if is_hybrid(info) and info["mask_token_id"] is not None:
+        defaults["mask_token_id"] = info["mask_token_id"]
+    for name, v in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, v)
+
+
+def resolved_flags(args: argparse.Namespace) -> list[str]:
+    """The resolved defaults as flags (appended to the argv the launcher gives its workers)."""
+    out = ["--block-size", str(args.block_size), "--num-draft-layers", str(args.num_draft_layers)]
+    if args.mask_token_id is not None:
+        out += ["--mask-token-id", str(args.mask_token_id)]
+    return out
+
+
+def check_target(args: argparse.Namespace, info: dict, cuda: bool) -> None:
+    """Refuse what this target cannot do: packed rows through linear-attention layers that are not
+    captured per document; a hybrid target on CUDA without flash-linear-attention."""
+    linear = [t for t in info["layer_types"] if t not in ATTENTION_LAYER_TYPES]
+    if (linear or info["model_type"] == "qwen3_next") and not is_hybrid(info) and args.max_batch_size > 1:
+        raise FlagError(
+            "--max-batch-size",
+            f"the target (model_type {info['model_type']!r}) has linear-attention layers, which would carry "
+            "their state from one packed document into the next (per-document capture exists for Qwen3.5/3.6 "
+            f"targets only): use --max-batch-size 1 (one document per row), not {args.max_batch_size}",
+        )
+    if is_hybrid(info) and cuda and importlib.util.find_spec("fla") is None:
+        raise FlagError(
+            "--target-gpus",
+            f"a {info['model_type']} target on CUDA needs the {FLA_PACKAGE} package (import name 'fla'; "
+            "pip install '.[gpu]') for its per-document Gated DeltaNet kernels; it is not installed",
+        )
 
 
 def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:

@@ -15,8 +15,14 @@
   (restarting at 0 where ``doc_ids`` changes, ``masks.doc_positions``) and no ``attention_mask``;
   transformers then detects the packed format and builds a block-diagonal causal mask (sdpa / eager /
   flex) or uses varlen kernels (flash-attention). Rows are assumed right-padded with their own doc id
-  (e.g. -1) for the padding. Linear-attention layers (Qwen3.5 / Qwen3-Next) do not reset their state at
-  such boundaries: pack one document per row for those targets.
+  (e.g. -1) for the padding. Linear-attention layers do not reset their state at such boundaries in
+  transformers: the hook path refuses (ValueError) a row of several documents for a target with
+  linear-attention layers (Qwen3-Next: one document per row, also refused up front by the flags).
+- Hybrid linear-attention targets (Qwen3.5 / Qwen3.6, ``hybrid.HYBRID_MODEL_TYPES``): ``load_target`` loads
+  the text model only (``loading.load_text_model``: no vision tower, no MTP head, no layer past the last
+  one needed) and switches ``capture`` to ``hybrid.capture_hybrid`` on every device: each document of a
+  packed row starts from zero conv and recurrent state (plain PyTorch on CPU; flash-linear-attention's
+  varlen kernels on CUDA, a RuntimeError naming the package when it is missing).
 - ``prepare_capture(model, attn="auto", compile=None)``: switches ``capture`` to the direct path for
   pre-norm Qwen3 / Qwen2 / Llama / Mistral decoders (``DIRECT_MODEL_TYPES``): our own loop over
   ``layers[:last + 1]`` using the layers' weights (no hooks, no transformers mask building), attention
@@ -38,8 +44,17 @@ from torch import nn
 from trainer.drafting.config import text_config_of
 from trainer.drafting.masks import doc_positions
 from trainer.target.direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
+from trainer.target.hybrid import HYBRID_MODEL_TYPES, capture_hybrid, prepare_hybrid
 
-__all__ = ["DIRECT_MODEL_TYPES", "capture", "decoder_of", "load_target", "prepare_capture"]
+__all__ = [
+    "DIRECT_MODEL_TYPES",
+    "HYBRID_MODEL_TYPES",
+    "capture",
+    "decoder_of",
+    "load_target",
+    "prepare_capture",
+    "prepare_hybrid",
+]
 
 
 class _StopForward(Exception):
@@ -70,6 +85,18 @@ def load_target(
                 tc.layer_types = tc.layer_types[:keep]
             if isinstance(getattr(tc, "mlp_only_layers", None), list):
                 tc.mlp_only_layers = [i for i in tc.mlp_only_layers if i < keep]
+    if getattr(tc, "model_type", None) in HYBRID_MODEL_TYPES:
+        from trainer.target.loading import load_text_model
+
+        model = load_text_model(path, tc, device, dtype)
+        model.eval()
+        model.requires_grad_(False)
+        if prepare_hybrid(model) is None:
+            raise ValueError(
+                f"{path}: a {tc.model_type} target whose layers this trainer does not recognise "
+                "(transformers version?): its packed rows cannot be captured per document"
+            )
+        return model
     kwargs = {"config": config, "dtype": dtype}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
@@ -82,6 +109,13 @@ def load_target(
     return model
 
 
+def has_linear_attention(config) -> bool:
+    """Whether the decoder has layers other than (sliding) attention (Gated DeltaNet, Mamba, ...)."""
+    tc = text_config_of(config)
+    types = getattr(tc, "layer_types", None) or []
+    return any(t not in ("full_attention", "sliding_attention") for t in types)
+
+
 def capture(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -90,8 +124,20 @@ def capture(
     need_final_hidden: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     base = decoder_of(model)
-    if getattr(model, "_dflash_capture", None) is not None:
+    st = getattr(model, "_dflash_capture", None)
+    if st is not None and st.get("kind") == "hybrid":
+        return capture_hybrid(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
+    if st is not None:
         return capture_direct(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
+    if has_linear_attention(model.config):
+        start = torch.ones_like(doc_ids, dtype=torch.bool)
+        start[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+        docs = int((start & (doc_ids >= 0)).sum(dim=1).max())  # padding (negative ids) is no document
+        if docs > 1:
+            raise ValueError(
+                f"a row packs {docs} documents, but this target's linear-attention layers would carry "
+                "their state from one document into the next: one document per row (--max-batch-size 1)"
+            )
     layers = base.layers
     if any(not 0 <= i < len(layers) for i in target_layer_ids):
         raise ValueError(f"target_layer_ids {target_layer_ids} out of range for {len(layers)} loaded layers")

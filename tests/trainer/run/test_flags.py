@@ -153,3 +153,21 @@ def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
         2,
     )
     assert queue_refusal("cuda:1", 8, 1, ref, free=140 * gb, total=150 * gb) is None
+
+
+def _parse(tiny, tmp_path, *extra):
+    flags = [f for f in tiny_flags(tiny, tmp_path / "out", *extra)]
+    i = flags.index("--block-size")
+    del flags[i : i + 2]  # the tiny flags set it; these tests look at the defaults
+    args = build_parser().parse_args(flags + list(extra))
+    validate(args)
+    return args
+
+
+def test_drafter_defaults_per_target_family(tiny_assets, tiny_hybrid, tmp_path):
+    a = _parse(tiny_assets, tmp_path)
+    assert (a.num_draft_layers, a.block_size, a.mask_token_id) == (1, 16, None)
+    h = _parse(tiny_hybrid, tmp_path)  # Qwen3.5: 5 layers, block 16, the tokenizer's <|mask|>
+    assert (h.num_draft_layers, h.block_size, h.mask_token_id) == (5, 16, 127)
+    e = _parse(tiny_hybrid, tmp_path, "--num-draft-layers", "3", "--block-size", "32", "--mask-token-id", "5")
+    assert (e.num_draft_layers, e.block_size, e.mask_token_id) == (3, 32, 5)

@@ -1,0 +1,113 @@
+"""Text-only loading of a hybrid target's checkpoint: only the tensors the capture runs are read.
+
+Qwen3.5 / Qwen3.6 checkpoints are multimodal (``Qwen3_5ForConditionalGeneration``): the text model under
+``model.language_model.*``, a vision tower under ``model.visual.*`` and an MTP head under ``mtp.*``.
+``load_text_model(path, text_config, device, dtype)`` builds the text-only causal LM
+(``AutoModelForCausalLM.from_config(text_config)``: ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM``) with
+the (possibly cut) text config, then fills each of its tensors from the safetensors files by name with
+``safe_open(...).get_tensor(key)``: ``model.X`` from ``model.language_model.X`` (multimodal layout) or
+``model.X`` (text layout), ``lm_head.weight`` as is. Nothing else is read: not the vision tower, not the
+MTP head, not the decoder layers past the config's ``num_hidden_layers``. Per-expert MoE tensors
+(``mlp.experts.E.{gate,up,down}_proj.weight``, how transformers saves them) are stacked into the fused
+``experts.gate_up_proj`` (gate rows, then up rows) / ``experts.down_proj`` parameters.
+A tensor the model needs and the checkpoint lacks, or one of another shape, is a ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+
+def weight_map(path: str) -> dict[str, str]:
+    """Checkpoint key -> safetensors file name (the index, or the one ``model.safetensors``)."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            return dict(json.load(f)["weight_map"])
+    single = os.path.join(path, "model.safetensors")
+    if not os.path.exists(single):
+        raise FileNotFoundError(f"no model.safetensors(.index.json) in {path}")
+    with safe_open(single, framework="pt", device="cpu") as f:
+        return {k: "model.safetensors" for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+
+
+class _Reader:
+    """Reads named tensors, keeping one open handle per file."""
+
+    def __init__(self, path: str, keys: dict[str, str]):
+        self.path, self.keys, self.handles = path, keys, {}
+
+    def get(self, key: str) -> torch.Tensor:
+        fn = self.keys[key]
+        if fn not in self.handles:
+            self.handles[fn] = safe_open(os.path.join(self.path, fn), framework="pt", device="cpu")
+        return self.handles[fn].get_tensor(key)
+
+    def close(self) -> None:
+        for h in self.handles.values():
+            close = getattr(h, "__exit__", None)
+            if close is not None:
+                close(None, None, None)
+        self.handles.clear()
+
+
+_FUSED = re.compile(r"^(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$")
+
+
+def _source(name: str, keys: dict[str, str]) -> str | None:
+    cands = [name]
+    if name.startswith("model."):
+        cands.insert(0, "model.language_model." + name[len("model.") :])
+    return next((c for c in cands if c in keys), None)
+
+
+def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) -> torch.Tensor:
+    src = _source(name, keys)
+    if src is not None:
+        return read.get(src)
+    m = _FUSED.match(name)
+    if m is not None:  # per-expert tensors stacked into the fused parameter
+        prefix = m.group(1)
+        n = shape[0]
+        per = []
+        for e in range(n):
+            parts = ("gate_proj", "up_proj") if m.group(2) == "gate_up_proj" else ("down_proj",)
+            got = []
+            for p in parts:
+                src = _source(f"{prefix}.{e}.{p}.weight", keys)
+                if src is None:
+                    raise ValueError(f"the checkpoint has no tensor for {name} (expert {e} {p})")
+                got.append(read.get(src))
+            per.append(torch.cat(got, dim=0))
+        return torch.stack(per)
+    raise ValueError(f"the checkpoint has no tensor for {name}")
+
+
+def load_text_model(path: str, text_config, device: str | torch.device, dtype: torch.dtype) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    keys = weight_map(path)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
+    tied = bool(getattr(text_config, "tie_word_embeddings", False))
+    read = _Reader(path, keys)
+    try:
+        with torch.no_grad():
+            for name, t in model.state_dict(keep_vars=True).items():
+                if tied and name == "lm_head.weight":
+                    continue
+                src = _fetch(name, t.shape, keys, read)
+                if tuple(src.shape) != tuple(t.shape):
+                    raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)}, model {tuple(t.shape)}")
+                t.copy_(src)
+    finally:
+        read.close()
+    if tied:
+        model.tie_weights()
+    return model
