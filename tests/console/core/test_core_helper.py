@@ -90,7 +90,7 @@ async def test_kill_checks_the_process_first(helper):
         r = await helper.call(
             "kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": ["30"]}
         )
-        assert r["sent"]
+        assert r["sent"], r
         assert p.wait(5) == -signal.SIGTERM
     finally:
         if p.poll() is None:
