@@ -77,7 +77,7 @@ class FrozenHead(nn.Module):
         eps = float(text.get("rms_norm_eps", top.get("rms_norm_eps", 1e-6)))
         model_type = text.get("model_type", top.get("model_type"))
 
-        key_to_file = _weight_map(target_path)
+        key_to_file = weight_map(target_path)
         embed_key = _pick(key_to_file, "embed_tokens.weight")
         if embed_key is None:
             raise ValueError(f"no embed_tokens.weight in the safetensors files of {target_path}")
@@ -106,7 +106,8 @@ class FrozenHead(nn.Module):
         return cls(embed, _frozen_norm(norm_w, eps), lm_head)
 
 
-def _weight_map(path: str) -> dict[str, str]:
+def weight_map(path: str) -> dict[str, str]:
+    """Checkpoint key -> safetensors file name (the index, or the one ``model.safetensors``)."""
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:

@@ -15,7 +15,6 @@ A tensor the model needs and the checkpoint lacks, or one of another shape, is a
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -23,18 +22,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-
-def weight_map(path: str) -> dict[str, str]:
-    """Checkpoint key -> safetensors file name (the index, or the one ``model.safetensors``)."""
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            return dict(json.load(f)["weight_map"])
-    single = os.path.join(path, "model.safetensors")
-    if not os.path.exists(single):
-        raise FileNotFoundError(f"no model.safetensors(.index.json) in {path}")
-    with safe_open(single, framework="pt", device="cpu") as f:
-        return {k: "model.safetensors" for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+from trainer.drafting.head import weight_map
 
 
 class _Reader:
