@@ -158,6 +158,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("connect", help="open the operator screen (an overview first for several runs)")
     _conn_flags(p, multi=True)
     p.add_argument("--readonly", action="store_true", help="hide every action that changes the remote")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write what the screen receives to FILE (gzip JSON lines) for `dflash-console replay`",
+    )
+    p.add_argument(
+        "--record-max-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="stop recording (and say so) at this compressed size (256)",
+    )
+
+    p = sub.add_parser("replay", help="show a record (connect --record) again: offline, read-only")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--speed", type=float, default=1.0, metavar="N", help="N x real time (1)")
+    p.add_argument("--run", type=int, default=1, metavar="N", help="which run of the record (1)")
 
     p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
     p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
@@ -237,6 +254,8 @@ async def cmd_status(args) -> int:
     from console.core.config import ConfigError
     from console.core.status import collect, format_text
 
+    if len(args.host) == 1 and is_record(args.host[0]):
+        return cmd_record_status(args, args.host[0])
     try:
         targets = resolve_targets(args)
     except ConfigError as e:
@@ -439,6 +458,8 @@ async def cmd_stop(args, restart: bool = False) -> int:
 async def cmd_logs(args) -> int:
     from console.core.streams import LineSplitter
 
+    if is_record(args.host):
+        return cmd_record_logs(args, args.host)
     async with _session(args) as s:
         if not s.run_dir:
             err(f"no run dir: no trainer found on {s.where}; give --run-dir")
@@ -493,18 +514,122 @@ def cmd_connect(args) -> int:
     except ConfigError as e:
         err(str(e))
         return EXIT_USAGE
+    recorder = None
+    if args.record:
+        from console.core.record import Recorder
+
+        try:
+            recorder = Recorder(
+                args.record,
+                [{"label": t.title, "where": t.where} for t in targets],
+                max_bytes=int(args.record_max_mb * (1 << 20)),
+            )
+        except OSError as e:
+            err(f"cannot record to {args.record}: {e.strerror or e}")
+            return EXIT_USAGE
     if len(targets) > 1:
         from console.core.fleet import build_runs
         from console.fleet_app import FleetApp
 
-        FleetApp(build_runs(targets), health=hooks).run()
-        return EXIT_OK
-    t = targets[0]
-    session = Session(t.options, ct=t.ct, run_dir=t.run_dir, readonly=t.readonly)
-    target = t.options.host + (f" · CT {t.ct}" if t.ct is not None else "")
-    if t.label and t.label != t.name:
-        target = f"{t.label} · {target}"
-    ConsoleApp(session, readonly=t.readonly, target=target, health=hooks).run()
+        runs = build_runs(targets)
+        app = FleetApp(runs, health=hooks)
+        sessions = [r.session for r in runs]
+    else:
+        t = targets[0]
+        session = Session(t.options, ct=t.ct, run_dir=t.run_dir, readonly=t.readonly)
+        target = t.options.host + (f" · CT {t.ct}" if t.ct is not None else "")
+        if t.label and t.label != t.name:
+            target = f"{t.label} · {target}"
+        app = ConsoleApp(session, readonly=t.readonly, target=target, health=hooks)
+        sessions = [session]
+    if recorder is not None:
+        for i, s in enumerate(sessions):
+            s.subscribe(recorder.subscriber(i))
+
+        def stopped(why: str) -> None:
+            app.notify(why, title="recording stopped", severity="warning", timeout=30)
+            app.state.note(why, "error")
+
+        recorder.on_stop = stopped
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(recorder.stopped if recorder.stopped != "record closed" else f"recorded to {args.record}")
+    return EXIT_OK
+
+
+def cmd_replay(args) -> int:
+    from console.core.record import RecordError, read
+    from console.replay_app import ReplayApp
+
+    try:
+        rec = read(args.file)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    if not 1 <= args.run <= len(rec.runs):
+        err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
+        return EXIT_USAGE
+    ReplayApp(rec, run=args.run - 1, speed=args.speed).run()
+    return EXIT_OK
+
+
+def is_record(path: str) -> bool:
+    """A file on this machine that starts as gzip does: a record (status and logs read it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def cmd_record_status(args, path: str) -> int:
+    from console.core.fleet import row_line, state_row
+    from console.core.record import RecordError, read
+    from console.core.state import ConsoleState
+
+    try:
+        rec = read(path)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    rows = []
+    for i, info in enumerate(rec.runs):
+        st = ConsoleState(clock=lambda: rec.end)
+        for e in rec.events_of(i):
+            st.apply(e.event)
+        rows.append(state_row(i, info.get("label", f"run {i + 1}"), info.get("where", "?"), st))
+    if args.json:
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1, default=str))
+    else:
+        for r in rows:
+            print(row_line(r))
+    for _t, text in rec.notes:
+        if text != "record closed":
+            print(f"note: {text}")
+    return EXIT_OK
+
+
+def cmd_record_logs(args, path: str) -> int:
+    from console.core.events import LogLines
+    from console.core.record import RecordError, read
+
+    try:
+        rec = read(path)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    several = len(rec.runs) > 1
+    for i, info in enumerate(rec.runs):
+        lines: list[str] = []
+        for e in rec.events_of(i):
+            if isinstance(e.event, LogLines):
+                lines.extend(e.event.lines)
+        prefix = f"[{info.get('label', i + 1)}] " if several else ""
+        for ln in lines[-args.lines :] if args.lines > 0 else []:
+            print(prefix + ln)
     return EXIT_OK
 
 
@@ -534,6 +659,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"`--` and trainer flags only go with launch, not {args.command}")
     if args.command == "connect":
         return cmd_connect(args)
+    if args.command == "replay":
+        return cmd_replay(args)
     if args.command == "demo":
         from console import demo
 

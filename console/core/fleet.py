@@ -86,12 +86,15 @@ def run_state(st: ConsoleState) -> str:
 
 def row_values(index: int, run: Run) -> dict:
     """The overview's row of a run as values (None where unknown), for sorting and for text."""
-    st = run.state
+    return state_row(index, run.target.title, run.target.where, run.state, run.readonly)
+
+
+def state_row(index: int, title: str, where: str, st: ConsoleState, readonly: bool = False) -> dict:
     acc, source = st.acceptance()
     return {
         "#": index + 1,
-        "run": run.target.title,
-        "host / CT": run.target.where,
+        "run": title,
+        "host / CT": where,
         "state": run_state(st),
         "step": st.step,
         "total": st.total_steps,
@@ -102,7 +105,7 @@ def row_values(index: int, run: Run) -> dict:
         "queue": (st.queue_depth, st.queue_capacity),
         "ckpt": st.checkpoint_age_s(),
         "health": st.health.level() if st.health is not None else "ok",
-        "readonly": run.readonly,
+        "readonly": readonly,
     }
 
 
@@ -114,3 +117,25 @@ def sort_key(values: dict, column: str):
     if v is None:
         return (1, 0)
     return (0, v)
+
+
+def row_line(v: dict) -> str:
+    """A row as one line of plain text (``status`` of a record)."""
+    parts = [f"{v['run']} ({v['host / CT']}): {v['state']}"]
+    if v["step"] is not None:
+        parts.append(f"step {v['step']}/{v['total'] if v['total'] is not None else '?'}")
+    if v["loss"] is not None:
+        parts.append(f"loss {v['loss']:.4f}")
+    if v["accept"] is not None:
+        parts.append(
+            f"accept_len {v['accept']:.2f}" + ("" if v["accept_source"] == "eval" else " (estimate)")
+        )
+    if v["tok/s"] is not None:
+        d, c = v["queue"]
+        parts.append(
+            f"tok/s {v['tok/s']:.0f}  queue {d if d is not None else '?'}/{c if c is not None else '?'}"
+        )
+    if v["ckpt"] is not None:
+        parts.append(f"ckpt {v['ckpt']:.0f} s before the end")
+    parts.append(f"health {v['health']}")
+    return "  ".join(parts)
