@@ -65,14 +65,14 @@ def step(run_dir, n: int, loss: float) -> None:
         f.write(json.dumps(tp) + "\n")
 
 
-def target(h, ct: int, run_dir, label: str) -> Target:
+def target(h, ct: int, run_dir, label: str, readonly: bool = False) -> Target:
     opts: ConnectOptions = options_for(h)
-    return Target(label, opts, ct, str(run_dir), label)
+    return Target(label, opts, ct, str(run_dir), label, readonly)
 
 
 async def test_overview_switching_stop_and_a_lost_host(hosts):
     a, b, runs = hosts
-    targets = [target(runs[ct][0], ct, runs[ct][1], f"run{ct}") for ct in (200, 201, 300)]
+    targets = [target(runs[ct][0], ct, runs[ct][1], f"run{ct}", readonly=ct == 300) for ct in (200, 201, 300)]
     fleet = build_runs(targets, telemetry=False)
     app = FleetApp(fleet)
     for ct, n in ((200, 3), (201, 5), (300, 7)):
@@ -121,6 +121,15 @@ async def test_overview_switching_stop_and_a_lost_host(hosts):
         assert alive(runs[200][2].pid) and alive(runs[300][2].pid)
         await pilot.press("escape", "o")
         await until(pilot, lambda: fleet[1].state.trainer is None, 10, "run 201 without trainer")
+
+        # the third run is read-only (per target): its screen says so and s does nothing there
+        await pilot.press("3")
+        assert app.readonly and "READ-ONLY" in screen_text(app).splitlines()[0]
+        await pilot.press("s")
+        assert not isinstance(app.screen, FleetStopDialog)
+        await pilot.press("o", "1")  # the first again: writable
+        assert app.current == 0 and not app.readonly
+        await pilot.press("o")
 
         # host b goes away: its row says so, host a's runs keep updating
         b.stop()
