@@ -43,6 +43,9 @@ class FleetStopDialog(StopDialog):
         self.query_one("#summary", Static).update(t)
 
 
+RUN_ACTIONS = {"stop", "restart", "launch", "deploy", "alerts", "checkpoints", "search"}
+
+
 class FleetApp(ConsoleApp):
     BINDINGS = [*ConsoleApp.BINDINGS, Binding("o", "overview", "Overview")]
 
@@ -60,15 +63,15 @@ class FleetApp(ConsoleApp):
         self.overview: OverviewScreen | None = None
 
     @property
-    def run(self) -> Run:
+    def current_run(self) -> Run:
         return self.runs[self.current]
 
     # ---- mounting: every run's session, health rules and checkpoint watch --------------------
 
     def on_mount(self) -> None:
-        session, self.session = self.session, None  # ConsoleApp's one-session start is ours to do
-        super().on_mount()
-        self.session = session
+        # Textual calls ConsoleApp.on_mount after this one (handlers run for each class of the MRO):
+        # with no session set it starts nothing; show_run() sets the run on screen.
+        self.session = None
         hooks = self.health_hooks
         for i, run in enumerate(self.runs):
             if hooks.config is not None:
@@ -82,14 +85,13 @@ class FleetApp(ConsoleApp):
                 )
                 run.watch.start()
             self._start_run(i)
-        hooks.watch = self.run.watch
         self.set_interval(hooks.interval_s * 5, self._health_others)
         self.overview = OverviewScreen()
         self.push_screen(self.overview)
 
     async def on_unmount(self) -> None:
+        # (ConsoleApp.on_unmount runs after this one: it unmounts the health hooks)
         self.session = None
-        await super().on_unmount()
         for run in self.runs:
             if run.watch is not None:
                 await run.watch.stop()
@@ -155,9 +157,9 @@ class FleetApp(ConsoleApp):
 
     def show_run(self, i: int) -> None:
         """Put run ``i`` on the full screen; every key then acts on it."""
-        self.run.deployed_code_dir = self.deployed_code_dir
+        self.current_run.deployed_code_dir = self.deployed_code_dir
         self.current = i
-        run = self.run
+        run = self.current_run
         self.session = run.session
         self.state = run.state
         self.readonly = run.readonly
@@ -181,10 +183,15 @@ class FleetApp(ConsoleApp):
                 self.pop_screen()
             self.push_screen(self.overview)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
+            return False  # on the overview no run is on screen: open one first
+        return super().check_action(action, parameters)
+
     def push_screen(self, screen, *args, **kwargs):
         if type(screen) is StopDialog:  # name the host and container as well as the PID
             screen = FleetStopDialog(
-                self.run.target.where,
+                self.current_run.target.where,
                 screen.kind,
                 screen.state,
                 screen.runner,

@@ -58,8 +58,7 @@ class ReplayApp(ConsoleApp):
         finally:
             self._folding = None
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def on_mount(self) -> None:  # (ConsoleApp.on_mount runs too: Textual calls each class's)
         self._advance()
         self.set_interval(0.1, self._advance)
 
