@@ -15,14 +15,15 @@ from console.core.record import Recording
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
 
+# priority: the log pane (focused) would take the arrows and Home/End for scrolling
 REPLAY_BINDINGS = [
     Binding("space", "pause", "Pause"),
-    Binding("left", "jump(-10)", "-10s"),
-    Binding("right", "jump(10)", "+10s"),
-    Binding("left_square_bracket", "jump(-60)", "-60s", show=False),
-    Binding("right_square_bracket", "jump(60)", "+60s", show=False),
-    Binding("home", "seek_start", "Start", show=False),
-    Binding("end", "seek_end", "End", show=False),
+    Binding("left", "jump(-10)", "-10s", priority=True),
+    Binding("right", "jump(10)", "+10s", priority=True),
+    Binding("left_square_bracket", "jump(-60)", "-60s", show=False, priority=True),
+    Binding("right_square_bracket", "jump(60)", "+60s", show=False, priority=True),
+    Binding("home", "seek_start", "Start", show=False, priority=True),
+    Binding("end", "seek_end", "End", show=False, priority=True),
     Binding("plus", "speed(2)", "Faster", show=False),
     Binding("minus", "speed(0.5)", "Slower", show=False),
 ]
