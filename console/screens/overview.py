@@ -100,6 +100,8 @@ class OverviewScreen(Screen):
         return values
 
     def redraw(self) -> None:
+        if not self.is_current:  # under a run's full screen: drawn again when it comes back
+            return
         rows = self.rows()
         self.order = [v["#"] - 1 for v in rows]
         self.cursor = max(0, min(self.cursor, len(rows) - 1))
