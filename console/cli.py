@@ -174,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("replay", help="show a record (connect --record) again: offline, read-only")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--speed", type=float, default=1.0, metavar="N", help="N x real time (1)")
-    p.add_argument("--run", type=int, default=1, metavar="N", help="which run of the record (1)")
+    p.add_argument(
+        "--run", type=int, metavar="N", help="open run N's screen first (default: the overview for several)"
+    )
 
     p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
     p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
@@ -569,10 +571,10 @@ def cmd_replay(args) -> int:
     except RecordError as e:
         err(str(e))
         return EXIT_USAGE
-    if not 1 <= args.run <= len(rec.runs):
+    if args.run is not None and not 1 <= args.run <= len(rec.runs):
         err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
         return EXIT_USAGE
-    ReplayApp(rec, run=args.run - 1, speed=args.speed).run()
+    ReplayApp(rec, run=None if args.run is None else args.run - 1, speed=args.speed).run()
     return EXIT_OK
 
 

@@ -1,7 +1,10 @@
-"""``dflash-console replay FILE``: a record (console/core/record.py) on today's screen, offline and
+"""``dflash-console replay FILE``: a record (console/core/record.py) on today's screens, offline and
 read-only, with a time cursor (console/core/replay.py): space pauses, ←/→ jump 10 s, [/] 60 s,
-Home/End to the start/end, +/- change the speed. The screen's clock is the cursor's, so ages and
-countdowns read as they did live. Jumping back folds the record again from its start."""
+Home/End to the start/end, +/- change the speed. The screen's clock is the cursor's (while an
+event is folded: the time it arrived), so ages and countdowns read as they did live. Every run of
+the record is folded into its own state; a record of several runs opens on the overview
+(console/screens/overview.py) and ``o`` comes back to it, as live. Jumping back folds the record
+again from its start."""
 
 from __future__ import annotations
 
@@ -11,9 +14,13 @@ from textual.binding import Binding
 
 from console.app import ConsoleApp
 from console.core.events import LogLines
+from console.core.fleet import Run
+from console.core.options import ConnectOptions
 from console.core.record import Recording
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
+from console.core.targets import Target
+from console.screens.overview import OverviewScreen
 
 # priority: the log pane (focused) would take the arrows and Home/End for scrolling
 REPLAY_BINDINGS = [
@@ -26,6 +33,7 @@ REPLAY_BINDINGS = [
     Binding("end", "seek_end", "End", show=False, priority=True),
     Binding("plus", "speed(2)", "Faster", show=False),
     Binding("minus", "speed(0.5)", "Slower", show=False),
+    Binding("o", "overview", "Overview"),
 ]
 
 
@@ -33,35 +41,65 @@ class ReplayApp(ConsoleApp):
     BINDINGS = [*ConsoleApp.BINDINGS, *REPLAY_BINDINGS]
 
     def __init__(
-        self, recording: Recording, run: int = 0, speed: float = 1.0, cursor: Cursor | None = None, **kw
+        self,
+        recording: Recording,
+        run: int | None = None,
+        speed: float = 1.0,
+        cursor: Cursor | None = None,
+        **kw,
     ):
+        """``run``: the run to show first (0-based); None: the overview when the record has several."""
         self.recording = recording
-        self.run_index = run
-        self.entries = list(recording.events_of(run))
+        self.entries = list(recording.entries)
         self.cursor = cursor or Cursor(recording.start, recording.end, speed)
-        info = recording.runs[run] if run < len(recording.runs) else {"label": f"run {run + 1}", "where": "?"}
-        self.where = f"{info.get('label', '')} · {info.get('where', '')}"
         self._folding: float | None = None  # while folding an entry: its time is the screen's clock
-        super().__init__(None, readonly=True, state=ConsoleState(clock=self.clock), target="", **kw)
+        self.runs = [
+            Run(
+                Target(
+                    info.get("label", f"run {i + 1}"),
+                    ConnectOptions(host=info.get("where", "?")),
+                    label=info.get("label", f"run {i + 1}"),
+                    readonly=True,
+                ),
+                None,
+                ConsoleState(clock=self.clock),
+            )
+            for i, info in enumerate(recording.runs)
+        ]
+        self.first = run
+        self.current = run or 0
+        super().__init__(None, readonly=True, state=self.runs[self.current].state, target="", **kw)
         self.pos = 0  # entries folded so far
+        self.overview: OverviewScreen | None = None
+
+    @property
+    def where(self) -> str:
+        t = self.runs[self.current].target
+        return f"{t.title} · {t.where}"
 
     def clock(self) -> float:
         """The screen's clock: the time an entry arrived while it is folded, else the cursor's."""
         return self._folding if self._folding is not None else self.cursor.now()
 
-    def _fold(self, entry, state: ConsoleState | None = None) -> None:
+    def _fold(self, entry, draw: bool = True) -> None:
+        if not 0 <= entry.run < len(self.runs):
+            return
+        run = self.runs[entry.run]
         self._folding = entry.t
         try:
-            if state is None:
-                self.on_session_event(entry.event)
-            else:
-                state.apply(entry.event)
+            run.apply(entry.event)
         finally:
             self._folding = None
+        if draw and entry.run == self.current and isinstance(entry.event, LogLines) and self.is_running:
+            self.log_view.push(entry.event.lines)
 
     def on_mount(self) -> None:  # (ConsoleApp.on_mount runs too: Textual calls each class's)
         self._advance()
         self.set_interval(0.1, self._advance)
+        if len(self.runs) > 1:
+            self.overview = OverviewScreen()
+            if self.first is None:
+                self.push_screen(self.overview)
 
     def _label(self) -> str:
         t = datetime.datetime.fromtimestamp(self.cursor.now()).strftime("%Y-%m-%d %H:%M:%S")
@@ -71,7 +109,7 @@ class ReplayApp(ConsoleApp):
         return f"REPLAY {t} ({done:.0f}/{total:.0f} s, {mode})  {self.where}"
 
     def _advance(self) -> None:
-        """Fold what the cursor has passed (all of it again after a jump back)."""
+        """Fold what the cursor has passed."""
         now = self.cursor.now()
         changed = False
         while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
@@ -86,27 +124,41 @@ class ReplayApp(ConsoleApp):
             self.schedule_refresh()
 
     def _rewind(self) -> None:
-        """Fold from the start up to the cursor into a fresh state (a jump back)."""
+        """Fold from the start up to the cursor into fresh states (a jump back)."""
+        for run in self.runs:
+            run.state = ConsoleState(clock=self.clock)
+            run.log_lines.clear()
+            if self.health_hooks.config is not None:
+                run.state.health.config = self.health_hooks.config
         now = self.cursor.now()
-        st = ConsoleState(clock=self.clock)
-        lines: list[str] = []
         self.pos = 0
         while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
-            ev = self.entries[self.pos].event
-            if isinstance(ev, LogLines):
-                lines.extend(ev.lines)
-                del lines[: -self.log_max_lines]
-            else:
-                self._fold(self.entries[self.pos], st)
+            self._fold(self.entries[self.pos], draw=False)
             self.pos += 1
-        if self.health_hooks.config is not None:
-            st.health.config = self.health_hooks.config
-        self.state = st
+        self._show(self.current)
+
+    def _show(self, i: int) -> None:
+        self.current = i
+        run = self.runs[i]
+        self.state = run.state
         lv = self.log_view
         lv._pending.clear()
         lv.clear()
-        lv.push(lines)
+        lv.push(list(run.log_lines)[-self.log_max_lines :])
+        self.w_conn.target = self._label()
         self.refresh_now(plots=True)
+
+    def show_run(self, i: int) -> None:
+        """Put run ``i`` on the full screen (the overview's Enter and 1..9)."""
+        self._show(i)
+        if self.overview is not None and self.screen is self.overview:
+            self.pop_screen()
+
+    def action_overview(self) -> None:
+        if self.overview is not None and self.screen is not self.overview:
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
+            self.push_screen(self.overview)
 
     def action_pause(self) -> None:
         self.cursor.toggle_pause()
@@ -125,7 +177,7 @@ class ReplayApp(ConsoleApp):
         self._after_move(False)
 
     def seek(self, t: float) -> None:
-        """Put the cursor at record time ``t`` (tests, the CLI's --at)."""
+        """Put the cursor at record time ``t`` (tests)."""
         back = t < self.cursor.now()
         self.cursor.seek(t)
         self._after_move(back)
@@ -134,6 +186,8 @@ class ReplayApp(ConsoleApp):
         if back:
             self._rewind()
         self._advance()
+        if self.overview is not None and self.screen is self.overview:
+            self.overview.redraw()
 
     def action_speed(self, factor: float) -> None:
         self.cursor.set_speed(self.cursor.speed * factor)

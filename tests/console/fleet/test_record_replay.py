@@ -136,3 +136,41 @@ def test_a_record_stops_at_its_size_limit_and_says_so(tmp_path):
     rec = read(tmp_path / "r.rec")
     assert 0 < len(rec.entries) < 5000 and rec.notes[-1][1] == r.stopped
     assert (tmp_path / "r.rec").stat().st_size < 4096 + 64 * 1024  # bounded (gzip's last block)
+
+
+async def test_a_record_of_two_runs_replays_on_the_overview(tmp_path):
+    from console.core.events import ConnState, LogLines, Record
+    from console.screens.overview import OverviewScreen
+
+    now = [1_000_000.0]
+    r = Recorder(
+        tmp_path / "two.rec",
+        [{"label": "long", "where": "h1 · CT 200"}, {"label": "ablation", "where": "h2 · CT 300"}],
+        clock=lambda: now[0],
+    )
+    for run in (0, 1):
+        r.write(run, ConnState("connected", "ok"))
+    for n in range(1, 31):  # a step a second; run 1 at twice the step of run 0
+        now[0] += 1.0
+        for run, step in ((0, n), (1, 2 * n)):
+            r.write(run, Record({"t": now[0], "kind": "step", "step": step, "total_steps": 100, "loss": 1.0}))
+            r.write(run, LogLines([f"run {run} step {step}"]))
+    r.close()
+    app = ReplayApp(read(tmp_path / "two.rec"))
+    async with app.run_test(size=SIZE) as pilot:
+        app.cursor.toggle_pause()
+        app.seek(1_000_000.0 + 20)
+        assert isinstance(app.screen, OverviewScreen)
+        await until(
+            pilot, lambda: "20 / 100" in screen_text(app) and "40 / 100" in screen_text(app), 10, "rows"
+        )
+        await pilot.press("2")
+        await until(pilot, lambda: "run 1 step 40" in app.log_view.lines, 10, "run 2's log")
+        assert "run 0 step 20" not in app.log_view.lines and "ablation · h2 · CT 300" in screen_text(app)
+        await pilot.press("left")  # 10 s back: run 2 at step 20
+        await until(
+            pilot, lambda: app.state.step == 20 and "run 1 step 22" not in app.log_view.lines, 10, "back"
+        )
+        await pilot.press("o")
+        assert isinstance(app.screen, OverviewScreen)
+        await until(pilot, lambda: "10 / 100" in screen_text(app), 10, "run 1 back at step 10")
