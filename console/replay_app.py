@@ -20,6 +20,7 @@ from console.core.record import Recording
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
+from console.fleet_app import RUN_ACTIONS
 from console.screens.overview import OverviewScreen
 
 # priority: the log pane (focused) would take the arrows and Home/End for scrolling
@@ -101,12 +102,20 @@ class ReplayApp(ConsoleApp):
             if self.first is None:
                 self.push_screen(self.overview)
 
-    def _label(self) -> str:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
+            return False  # on the overview no run is on screen: open one first
+        return super().check_action(action, parameters)
+
+    def overview_note(self) -> str:
+        return self._label(where=False)
+
+    def _label(self, where: bool = True) -> str:
         t = datetime.datetime.fromtimestamp(self.cursor.now()).strftime("%Y-%m-%d %H:%M:%S")
         done = self.cursor.now() - self.recording.start
         total = self.recording.end - self.recording.start
         mode = "paused" if self.cursor.paused else f"x{self.cursor.speed:g}"
-        return f"REPLAY {t} ({done:.0f}/{total:.0f} s, {mode})  {self.where}"
+        return f"REPLAY {t} ({done:.0f}/{total:.0f} s, {mode})" + (f"  {self.where}" if where else "")
 
     def _advance(self) -> None:
         """Fold what the cursor has passed."""

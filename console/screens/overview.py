@@ -113,6 +113,9 @@ class OverviewScreen(Screen):
             t.add_row(*row_cells(v), style="reverse" if pos == self.cursor else None)
         self.query_one("#table", Static).update(t)
         title = Text(f" {len(rows)} runs", style="bold")
+        note = getattr(self.app, "overview_note", None)  # the replay's cursor
+        if callable(note):
+            title.append(f"   {note()}", style="bold yellow")
         title.append(
             "   Enter/1-9: open   o: sort by next column   O: reverse   (in a run: o comes back here)",
             style="dim",
