@@ -1,6 +1,11 @@
 """The operator screen under load: its CPU share, and the delay from a metrics line to the screen.
 
-    .venv/bin/python bench/bench_console.py [--seconds 20] [--probes 20] [--gpus 8] [--log-rate 2000]
+    .venv/bin/python bench/bench_console.py [--seconds 20] [--probes 20] [--gpus 8] [--log-rate 2000] [--runs 1]
+
+With ``--runs N`` (N > 1) there are N containers (200, 201, ...), each with its own writer and its
+own fake nvidia-smi, and the console follows them all (``--ct 200 --ct 201 ...``: the overview, one
+SSH connection); once the overview is up, ``1`` puts the first run's full screen in view, and the
+figures are taken with it there (the other runs are still folded and their rows kept current).
 
 Everything is real except the trainer, which is a writer process that follows the run-directory
 contract at a chosen rate:
@@ -178,6 +183,7 @@ def main() -> int:
     ap.add_argument("--probes", type=int, default=20, help="step records timed to the screen")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--log-rate", type=int, default=2000, help="train.log lines a second")
+    ap.add_argument("--runs", type=int, default=1, help="containers, each with a writer (the overview)")
     ap.add_argument("--writer", metavar="RUN_DIR", help=argparse.SUPPRESS)
     ap.add_argument("--profile", metavar="FILE", help="run the console under cProfile, stats to FILE")
     args = ap.parse_args()
@@ -191,26 +197,28 @@ def main() -> int:
     session = f"bench-console-{os.getpid()}"
     procs: list[subprocess.Popen] = []
     with DevHostThread(tmp / "host", env={"OMP_NUM_THREADS": "1"}) as h:
-        ct = h.add_container(CT)
         smi = h.bin_dir / "nvidia-smi"
         smi.write_text(FAKE_SMI.format(python=sys.executable, gpus=args.gpus))
         smi.chmod(0o755)
-        run_dir = ct / "run"
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--writer",
-                    str(run_dir),
-                    "--gpus",
-                    str(args.gpus),
-                    "--log-rate",
-                    str(args.log_rate),
-                ],
-                cwd=ct,
+        cts = [CT + i for i in range(args.runs)]
+        for n in cts:
+            ct_dir = h.add_container(n)
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--writer",
+                        str(ct_dir / "run"),
+                        "--gpus",
+                        str(args.gpus),
+                        "--log-rate",
+                        str(args.log_rate),
+                    ],
+                    cwd=ct_dir,
+                )
             )
-        )
+        run_dir = h.container_dir(CT) / "run"
         console = [
             str(Path(sys.executable).parent / "dflash-console"),
             "connect",
@@ -225,10 +233,9 @@ def main() -> int:
             str(h.known_hosts_path),
             "-F",
             "/dev/null",
-            "--ct",
-            str(CT),
+            *[a for n in cts for a in ("--ct", str(n))],
             "--run-dir",
-            str(run_dir),
+            "run" if args.runs > 1 else str(run_dir),
         ]
         if args.profile:
             console = [sys.executable, "-m", "cProfile", "-o", args.profile, *console]
@@ -247,6 +254,11 @@ def main() -> int:
                 ).stdout.split()[0]
             )
             end = time.monotonic() + 60
+            if args.runs > 1:  # the overview first: open the first run's full screen
+                while time.monotonic() < end and f"{args.runs} runs" not in capture(session):
+                    time.sleep(0.5)
+                time.sleep(2)
+                subprocess.run(["tmux", "send-keys", "-t", session, "1"], check=True)
             while time.monotonic() < end and not STEP_RE.search(capture(session)):
                 time.sleep(0.5)
             screen = capture(session)
@@ -288,7 +300,7 @@ def main() -> int:
     log_lines = re.search(r"([\d,]+) lines", screen_cpu)
     print(
         f"console CPU share: {share:.3f} core over {w1 - w0:.1f} s "
-        f"({args.gpus} GPUs at 2 Hz, {args.log_rate} log lines/s, "
+        f"({args.runs} run(s) x {args.gpus} GPUs at 2 Hz, {args.log_rate} log lines/s each, "
         f"log view holding {log_lines.group(1) if log_lines else '?'} lines)"
     )
     if delays:

@@ -54,13 +54,26 @@ def exit_code(outcome: Outcome) -> int:
 # --- arguments --------------------------------------------------------------------------------------
 
 
-def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True) -> None:
-    p.add_argument(
-        "host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)"
-    )
+def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = False) -> None:
+    if multi:
+        p.add_argument(
+            "host",
+            metavar="TARGET",
+            nargs="+",
+            help="[user@]host as for ssh, or a name of the config file's [targets]; several for several runs",
+        )
+    else:
+        p.add_argument(
+            "host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)"
+        )
     g = p.add_argument_group("connection (as ssh)")
     g.add_argument(
-        "--ct", type=int, metavar="N", help="Proxmox container: run everything via `pct exec N --`"
+        "--ct",
+        type=int,
+        metavar="N",
+        action="append" if multi else "store",
+        help="Proxmox container: run everything via `pct exec N --`"
+        + ("; repeat for several containers of the host" if multi else ""),
     )
     g.add_argument("-p", dest="port", type=int, metavar="PORT", help="ssh port")
     g.add_argument("-l", dest="user", metavar="USER", help="login user")
@@ -90,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("status", help="show the trainer, its progress, the GPUs")
-    _conn_flags(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _conn_flags(p, multi=True)
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object (an array of them for several runs)"
+    )
     p.add_argument(
         "--check",
         action="store_true",
@@ -140,9 +155,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", dest="follow", action="store_true", help="follow (across reconnects) until Ctrl-C")
     p.add_argument("-n", dest="lines", type=int, default=50, metavar="N", help="last N lines (50)")
 
-    p = sub.add_parser("connect", help="open the operator screen")
-    _conn_flags(p)
+    p = sub.add_parser("connect", help="open the operator screen (an overview first for several runs)")
+    _conn_flags(p, multi=True)
     p.add_argument("--readonly", action="store_true", help="hide every action that changes the remote")
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write what the screen receives to FILE (gzip JSON lines) for `dflash-console replay`",
+    )
+    p.add_argument(
+        "--record-max-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="stop recording (and say so) at this compressed size (256)",
+    )
+
+    p = sub.add_parser("replay", help="show a record (connect --record) again: offline, read-only")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--speed", type=float, default=1.0, metavar="N", help="N x real time (1)")
+    p.add_argument(
+        "--run", type=int, metavar="N", help="open run N's screen first (default: the overview for several)"
+    )
 
     p = sub.add_parser("demo", help="the whole system on this machine: local SSH host, tiny trainer, screen")
     p.add_argument("--headless", action="store_true", help="no screen: print the status once a second")
@@ -164,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _session(args: argparse.Namespace, **kw):
     from console.core.session import Session
 
+    target = getattr(args, "target", None)
     return Session(
-        options_from_args(args),
+        target.options if target is not None else options_from_args(args),
         ct=args.ct,
         run_dir=getattr(args, "run_dir", None),
         streams=False,
@@ -192,9 +227,48 @@ def err(msg: str) -> None:
 # --- commands ---------------------------------------------------------------------------------------
 
 
+def resolve_targets(args):
+    """The runs the positionals name (console/core/targets.py); ConfigError for a bad config file."""
+    from console.core.config import load
+    from console.core.targets import resolve
+
+    base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
+    return resolve(
+        list(args.host),
+        base,
+        cts=args.ct or None,
+        run_dir=getattr(args, "run_dir", None),
+        readonly=getattr(args, "readonly", False),
+        config=load(),
+    )
+
+
+def _single(args, target) -> None:
+    """Point the one-run commands' flags at ``target`` (a config name or HOST --ct N)."""
+    args.target = target
+    args.ct = target.ct
+    args.run_dir = target.run_dir
+    if hasattr(args, "readonly"):
+        args.readonly = target.readonly
+
+
 async def cmd_status(args) -> int:
+    from console.core.config import ConfigError
     from console.core.status import collect, format_text
 
+    if len(args.host) == 1 and is_record(args.host[0]):
+        return cmd_record_status(args, args.host[0])
+    try:
+        targets = resolve_targets(args)
+    except ConfigError as e:
+        err(str(e))
+        return EXIT_USAGE
+    if len(targets) > 1:
+        if getattr(args, "check", False):
+            err("--check takes one target")
+            return EXIT_USAGE
+        return await cmd_status_many(args, targets)
+    _single(args, targets[0])
     if getattr(args, "check", False):
         return await cmd_check(args)
 
@@ -205,6 +279,33 @@ async def cmd_status(args) -> int:
     else:
         print(format_text(st))
     return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
+
+
+async def cmd_status_many(args, targets) -> int:
+    """One line per run (a JSON array with ``--json``); each target is looked at on its own, so an
+    unreachable host is one line that says so and does not hold up the others."""
+    from console.core.session import Session
+    from console.core.status import collect, format_line
+
+    async def one(t):
+        try:
+            async with Session(t.options, ct=t.ct, run_dir=t.run_dir, streams=False, telemetry=False) as s:
+                return await collect(s), None
+        except Exception as e:  # noqa: BLE001 - said on its line; the other targets go on
+            return None, str(e) or type(e).__name__
+
+    results = await asyncio.gather(*(one(t) for t in targets))
+    if args.json:
+        out = []
+        for t, (st, error) in zip(targets, results, strict=True):
+            out.append({"target": t.title, "where": t.where, **(st or {"error": error})})
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        for t, (st, error) in zip(targets, results, strict=True):
+            print(format_line(f"{t.title} ({t.where})", st, error))
+    if any(st is None for st, _ in results):
+        return EXIT_ERROR
+    return EXIT_OK if all(st["trainer"] for st, _ in results) else EXIT_NO_TRAINER
 
 
 async def cmd_check(args) -> int:
@@ -359,6 +460,8 @@ async def cmd_stop(args, restart: bool = False) -> int:
 async def cmd_logs(args) -> int:
     from console.core.streams import LineSplitter
 
+    if is_record(args.host):
+        return cmd_record_logs(args, args.host)
     async with _session(args) as s:
         if not s.run_dir:
             err(f"no run dir: no trainer found on {s.where}; give --run-dir")
@@ -408,9 +511,127 @@ def cmd_connect(args) -> int:
     except ConfigError as e:
         err(str(e))
         return EXIT_USAGE
-    session = Session(options_from_args(args), ct=args.ct, run_dir=args.run_dir, readonly=args.readonly)
-    target = args.host + (f" · CT {args.ct}" if args.ct is not None else "")
-    ConsoleApp(session, readonly=args.readonly, target=target, health=hooks).run()
+    try:
+        targets = resolve_targets(args)
+    except ConfigError as e:
+        err(str(e))
+        return EXIT_USAGE
+    recorder = None
+    if args.record:
+        from console.core.record import Recorder
+
+        try:
+            recorder = Recorder(
+                args.record,
+                [{"label": t.title, "where": t.where} for t in targets],
+                max_bytes=int(args.record_max_mb * (1 << 20)),
+            )
+        except OSError as e:
+            err(f"cannot record to {args.record}: {e.strerror or e}")
+            return EXIT_USAGE
+    if len(targets) > 1:
+        from console.core.fleet import build_runs
+        from console.fleet_app import FleetApp
+
+        runs = build_runs(targets)
+        app = FleetApp(runs, health=hooks)
+        sessions = [r.session for r in runs]
+    else:
+        t = targets[0]
+        session = Session(t.options, ct=t.ct, run_dir=t.run_dir, readonly=t.readonly)
+        target = t.options.host + (f" · CT {t.ct}" if t.ct is not None else "")
+        if t.label and t.label != t.name:
+            target = f"{t.label} · {target}"
+        app = ConsoleApp(session, readonly=t.readonly, target=target, health=hooks)
+        sessions = [session]
+    if recorder is not None:
+        for i, s in enumerate(sessions):
+            s.subscribe(recorder.subscriber(i))
+
+        def stopped(why: str) -> None:
+            app.notify(why, title="recording stopped", severity="warning", timeout=30)
+            app.state.note(why, "error")
+
+        recorder.on_stop = stopped
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(recorder.stopped if recorder.stopped != "record closed" else f"recorded to {args.record}")
+    return EXIT_OK
+
+
+def cmd_replay(args) -> int:
+    from console.core.record import RecordError, read
+    from console.replay_app import ReplayApp
+
+    try:
+        rec = read(args.file)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    if args.run is not None and not 1 <= args.run <= len(rec.runs):
+        err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
+        return EXIT_USAGE
+    ReplayApp(rec, run=None if args.run is None else args.run - 1, speed=args.speed).run()
+    return EXIT_OK
+
+
+def is_record(path: str) -> bool:
+    """A file on this machine that starts as gzip does: a record (status and logs read it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def cmd_record_status(args, path: str) -> int:
+    from console.core.fleet import row_line, state_row
+    from console.core.record import RecordError, read
+    from console.core.state import ConsoleState
+
+    try:
+        rec = read(path)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    rows = []
+    for i, info in enumerate(rec.runs):
+        st = ConsoleState(clock=lambda: rec.end)
+        for e in rec.events_of(i):
+            st.apply(e.event)
+        rows.append(state_row(i, info.get("label", f"run {i + 1}"), info.get("where", "?"), st))
+    if args.json:
+        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1, default=str))
+    else:
+        for r in rows:
+            print(row_line(r))
+    for _t, text in rec.notes:
+        if text != "record closed":
+            print(f"note: {text}")
+    return EXIT_OK
+
+
+def cmd_record_logs(args, path: str) -> int:
+    from console.core.events import LogLines
+    from console.core.record import RecordError, read
+
+    try:
+        rec = read(path)
+    except RecordError as e:
+        err(str(e))
+        return EXIT_USAGE
+    several = len(rec.runs) > 1
+    for i, info in enumerate(rec.runs):
+        lines: list[str] = []
+        for e in rec.events_of(i):
+            if isinstance(e.event, LogLines):
+                lines.extend(e.event.lines)
+        prefix = f"[{info.get('label', i + 1)}] " if several else ""
+        for ln in lines[-args.lines :] if args.lines > 0 else []:
+            print(prefix + ln)
     return EXIT_OK
 
 
@@ -429,12 +650,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head, trainer_flags = _split_trainer_flags(argv)
     parser = build_parser()
-    args = parser.parse_args(head)
+    args, extra = parser.parse_known_args(head)
+    if extra:  # `status HOST --ct 200 NAME`: targets after the flags are targets too
+        if args.command in ("status", "connect") and not any(e.startswith("-") for e in extra):
+            args.host += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.trainer_flags = trainer_flags or []
     if trainer_flags is not None and args.command != "launch":
         parser.error(f"`--` and trainer flags only go with launch, not {args.command}")
     if args.command == "connect":
         return cmd_connect(args)
+    if args.command == "replay":
+        return cmd_replay(args)
     if args.command == "demo":
         from console import demo
 

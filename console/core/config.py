@@ -1,6 +1,6 @@
 """The console's config file: ``$XDG_CONFIG_HOME/dflash-console/config.toml`` (default
 ``~/.config/dflash-console/config.toml``). TOML; each part of the console owns a section and reads
-only its own (``[health]`` here; the multi-run work adds ``[targets]``). A missing file is an empty
+only its own (``[health]`` here; ``[targets]`` in console/core/targets.py). A missing file is an empty
 config; a file that is not valid TOML, an unknown key or a value of the wrong type is a
 :class:`ConfigError` that names the file and the key, never a silent default.
 """

@@ -65,8 +65,11 @@ class Session:
         metrics_history: int = 4 << 20,
         log_history: int = 64 << 10,
         rescan_s: float = 1.0,
+        link=None,
     ) -> None:
         self.options = options
+        # a console.core.hostlink.HostLink when several sessions share one connection to a host
+        self.link = link
         self.ct = ct
         self.run_dir = run_dir
         self.readonly = readonly
@@ -163,11 +166,11 @@ class Session:
         await self.close()
 
     async def _connect(self) -> None:
-        conn = await connect(self.options)
+        conn = await (self.link.acquire() if self.link is not None else connect(self.options))
         try:
             helper = await Helper.start(conn, ct=self.ct, python=self.python)
         except BaseException:
-            conn.close()
+            self._drop_conn(conn)
             raise
         self.conn, self.helper = conn, helper
         if self.run_dir and not posixpath.isabs(self.run_dir):
@@ -204,9 +207,18 @@ class Session:
         if helper is not None:
             await helper.close()
         if conn is not None:
+            if self.link is not None:
+                self.link.release(conn)
+                return
             conn.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.wait_closed(), 5)
+
+    def _drop_conn(self, conn) -> None:
+        if self.link is not None:
+            self.link.release(conn)
+        else:
+            conn.close()
 
     async def _supervise(self) -> None:
         """Wait for the link to drop; reconnect with capped backoff; say so at every step."""

@@ -165,3 +165,29 @@ def format_text(st: dict) -> str:
     else:
         lines.append(f"gpus: {st['gpu_detail'] or 'none'}")
     return "\n".join(lines)
+
+
+def format_line(label: str, st: dict | None, error: str | None = None) -> str:
+    """One line of a run for ``status`` over several targets (``error``: why it could not look)."""
+    if st is None:
+        return f"{label}: unreachable: {error}"
+    now = st["t"]
+    tr = st["trainer"]
+    parts = [f"{label}:", f"pid {tr['pid']}" if tr else "no trainer"]
+    step = st["last_step"]
+    if step:
+        parts.append(f"step {step.get('step')}/{step.get('total_steps')}")
+        if isinstance(step.get("loss"), (int, float)):
+            parts.append(f"loss {step['loss']:.4f}")
+        acc = accept_part(st.get("accept_len"))
+        if acc:
+            parts.append(acc)
+    if st["tok_s"] is not None:
+        q = (st["throughput"] or {}).get("queue") or {}
+        parts.append(f"tok/s {st['tok_s']:.0f}  queue {q.get('depth', '?')}/{q.get('capacity', '?')}")
+    ck = st["last_checkpoint"]
+    if ck:
+        parts.append(f"ckpt step {ck.get('step')} ({fmt_age(ck.get('t'), now)})")
+    if st["run_dir"]:
+        parts.append(f"[{st['run_dir']}]")
+    return "  ".join(parts)

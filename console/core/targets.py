@@ -1,0 +1,142 @@
+"""Targets: which runs the console follows. ``connect HOST --ct 200 --ct 201`` gives one per container
+of a host; the config file's ``[targets]`` section names them::
+
+    [targets.main]
+    host = "10.1.2.6"        # [user@]host or a Host alias of ~/.ssh/config (required)
+    container = 200          # Proxmox container (pct exec); absent: the host itself
+    user = "root"
+    port = 22
+    key = "~/.ssh/id_ed25519"
+    jump = "bastion"         # -J [user@]host[:port][,...]
+    known_hosts = "~/.ssh/known_hosts"
+    run_dir = "/root/runs/a" # the trainer's --output-dir
+    label = "main run"       # shown in the overview (default: the name)
+    readonly = true          # hide every changing action for this run
+
+``resolve(names, ...)`` turns the command line's positionals into targets: a name of the config is
+that target, anything else is a host (with each ``--ct`` given, or the host itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from console.core.config import ConfigError, config_path, section
+from console.core.options import ConnectOptions
+
+KEYS = {
+    "host": str,
+    "container": int,
+    "user": str,
+    "port": int,
+    "key": str,
+    "jump": str,
+    "known_hosts": str,
+    "run_dir": str,
+    "label": str,
+    "readonly": bool,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    options: ConnectOptions
+    ct: int | None = None
+    run_dir: str | None = None
+    label: str = ""
+    readonly: bool = False
+
+    @property
+    def where(self) -> str:
+        """host · CT N (what the overview and the dialogs name)."""
+        return self.options.host + (f" · CT {self.ct}" if self.ct is not None else "")
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+def targets_from_config(data: dict, path: Path | str | None = None) -> dict[str, dict]:
+    """The ``[targets]`` section, each entry checked (unknown keys and wrong types are errors)."""
+    where = path or config_path()
+    sec = section(data, "targets", where)
+    out = {}
+    for name, entry in sec.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: [targets.{name}] must be a table")
+        for key, value in entry.items():
+            kind = KEYS.get(key)
+            if kind is None:
+                raise ConfigError(
+                    f"{where}: [targets.{name}] has no setting {key!r} (known: {', '.join(sorted(KEYS))})"
+                )
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if not ok:
+                raise ConfigError(f"{where}: [targets.{name}] {key} must be a {kind.__name__}, not {value!r}")
+        if "host" not in entry:
+            raise ConfigError(f"{where}: [targets.{name}] needs a host")
+        out[name] = entry
+    return out
+
+
+def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
+    opts = ConnectOptions.from_target(
+        entry["host"],
+        port=entry.get("port", base.port),
+        user=entry.get("user", base.user),
+        identity_files=[entry["key"]] if "key" in entry else list(base.identity_files),
+        config_files=base.config_files,
+        known_hosts=entry.get("known_hosts", base.known_hosts),
+        jump=entry.get("jump", base.jump),
+    )
+    return Target(
+        name=name,
+        options=opts,
+        ct=entry.get("container"),
+        run_dir=entry.get("run_dir"),
+        label=entry.get("label", name),
+        readonly=entry.get("readonly", False),
+    )
+
+
+def resolve(
+    names: list[str],
+    base: ConnectOptions,
+    cts: list[int] | None = None,
+    run_dir: str | None = None,
+    readonly: bool = False,
+    config: dict | None = None,
+    path: Path | str | None = None,
+) -> list[Target]:
+    """Targets for the positionals ``names``: a config name is that target (the command line's
+    connection flags fill in what it does not set; ``--readonly`` makes it read-only); any other
+    name is ``[user@]host``, one target per ``--ct`` (or the host itself), with ``--run-dir``."""
+    named = targets_from_config(config or {}, path)
+    out: list[Target] = []
+    for name in names:
+        if name in named:
+            t = _from_entry(name, named[name], base)
+            out.append(replace(t, readonly=t.readonly or readonly))
+            continue
+        opts = replace(
+            ConnectOptions.from_target(name), port=base.port, identity_files=list(base.identity_files)
+        )
+        opts = replace(
+            opts,
+            user=opts.user or base.user,
+            config_files=base.config_files,
+            known_hosts=base.known_hosts,
+            jump=base.jump,
+        )
+        for ct in cts or [None]:
+            label = name if ct is None else f"{name}/{ct}"
+            out.append(Target(label, opts, ct, run_dir, label, readonly))
+    seen: set[tuple] = set()
+    for t in out:
+        key = (t.options.display, t.ct, t.run_dir)
+        if key in seen:
+            raise ConfigError(f"{t.where} ({t.run_dir or 'any run dir'}) is given twice")
+        seen.add(key)
+    return out

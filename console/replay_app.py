@@ -1,0 +1,203 @@
+"""``dflash-console replay FILE``: a record (console/core/record.py) on today's screens, offline and
+read-only, with a time cursor (console/core/replay.py): space pauses, ←/→ jump 10 s, [/] 60 s,
+Home/End to the start/end, +/- change the speed. The screen's clock is the cursor's (while an
+event is folded: the time it arrived), so ages and countdowns read as they did live. Every run of
+the record is folded into its own state; a record of several runs opens on the overview
+(console/screens/overview.py) and ``o`` comes back to it, as live. Jumping back folds the record
+again from its start."""
+
+from __future__ import annotations
+
+import datetime
+
+from textual.binding import Binding
+
+from console.app import ConsoleApp
+from console.core.events import LogLines
+from console.core.fleet import Run
+from console.core.options import ConnectOptions
+from console.core.record import Recording
+from console.core.replay import Cursor
+from console.core.state import ConsoleState
+from console.core.targets import Target
+from console.fleet_app import RUN_ACTIONS
+from console.screens.overview import OverviewScreen
+
+# priority: the log pane (focused) would take the arrows and Home/End for scrolling
+REPLAY_BINDINGS = [
+    Binding("space", "pause", "Pause"),
+    Binding("left", "jump(-10)", "-10s", priority=True),
+    Binding("right", "jump(10)", "+10s", priority=True),
+    Binding("left_square_bracket", "jump(-60)", "-60s", show=False, priority=True),
+    Binding("right_square_bracket", "jump(60)", "+60s", show=False, priority=True),
+    Binding("home", "seek_start", "Start", show=False, priority=True),
+    Binding("end", "seek_end", "End", show=False, priority=True),
+    Binding("plus", "speed(2)", "Faster", show=False),
+    Binding("minus", "speed(0.5)", "Slower", show=False),
+    Binding("o", "overview", "Overview"),
+]
+
+
+class ReplayApp(ConsoleApp):
+    BINDINGS = [*ConsoleApp.BINDINGS, *REPLAY_BINDINGS]
+
+    def __init__(
+        self,
+        recording: Recording,
+        run: int | None = None,
+        speed: float = 1.0,
+        cursor: Cursor | None = None,
+        **kw,
+    ):
+        """``run``: the run to show first (0-based); None: the overview when the record has several."""
+        self.recording = recording
+        self.entries = list(recording.entries)
+        self.cursor = cursor or Cursor(recording.start, recording.end, speed)
+        self._folding: float | None = None  # while folding an entry: its time is the screen's clock
+        self.runs = [
+            Run(
+                Target(
+                    info.get("label", f"run {i + 1}"),
+                    ConnectOptions(host=info.get("where", "?")),
+                    label=info.get("label", f"run {i + 1}"),
+                    readonly=True,
+                ),
+                None,
+                ConsoleState(clock=self.clock),
+            )
+            for i, info in enumerate(recording.runs)
+        ]
+        self.first = run
+        self.current = run or 0
+        super().__init__(None, readonly=True, state=self.runs[self.current].state, target="", **kw)
+        self.pos = 0  # entries folded so far
+        self.overview: OverviewScreen | None = None
+
+    @property
+    def where(self) -> str:
+        t = self.runs[self.current].target
+        return f"{t.title} · {t.where}"
+
+    def clock(self) -> float:
+        """The screen's clock: the time an entry arrived while it is folded, else the cursor's."""
+        return self._folding if self._folding is not None else self.cursor.now()
+
+    def _fold(self, entry, draw: bool = True) -> None:
+        if not 0 <= entry.run < len(self.runs):
+            return
+        run = self.runs[entry.run]
+        self._folding = entry.t
+        try:
+            run.apply(entry.event)
+        finally:
+            self._folding = None
+        if draw and entry.run == self.current and isinstance(entry.event, LogLines) and self.is_running:
+            self.log_view.push(entry.event.lines)
+
+    def on_mount(self) -> None:  # (ConsoleApp.on_mount runs too: Textual calls each class's)
+        self._advance()
+        self.set_interval(0.1, self._advance)
+        if len(self.runs) > 1:
+            self.overview = OverviewScreen()
+            if self.first is None:
+                self.push_screen(self.overview)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
+            return False  # on the overview no run is on screen: open one first
+        return super().check_action(action, parameters)
+
+    def overview_note(self) -> str:
+        return self._label(where=False)
+
+    def _label(self, where: bool = True) -> str:
+        t = datetime.datetime.fromtimestamp(self.cursor.now()).strftime("%Y-%m-%d %H:%M:%S")
+        done = self.cursor.now() - self.recording.start
+        total = self.recording.end - self.recording.start
+        mode = "paused" if self.cursor.paused else f"x{self.cursor.speed:g}"
+        return f"REPLAY {t} ({done:.0f}/{total:.0f} s, {mode})" + (f"  {self.where}" if where else "")
+
+    def _advance(self) -> None:
+        """Fold what the cursor has passed."""
+        now = self.cursor.now()
+        changed = False
+        while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
+            self._fold(self.entries[self.pos])
+            self.pos += 1
+            changed = True
+        label = self._label()
+        if self.w_conn.target != label:
+            self.w_conn.target = label
+            changed = True
+        if changed:
+            self.schedule_refresh()
+
+    def _rewind(self) -> None:
+        """Fold from the start up to the cursor into fresh states (a jump back)."""
+        for run in self.runs:
+            run.state = ConsoleState(clock=self.clock)
+            run.log_lines.clear()
+            if self.health_hooks.config is not None:
+                run.state.health.config = self.health_hooks.config
+        now = self.cursor.now()
+        self.pos = 0
+        while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
+            self._fold(self.entries[self.pos], draw=False)
+            self.pos += 1
+        self._show(self.current)
+
+    def _show(self, i: int) -> None:
+        self.current = i
+        run = self.runs[i]
+        self.state = run.state
+        lv = self.log_view
+        lv._pending.clear()
+        lv.clear()
+        lv.push(list(run.log_lines)[-self.log_max_lines :])
+        self.w_conn.target = self._label()
+        self.refresh_now(plots=True)
+
+    def show_run(self, i: int) -> None:
+        """Put run ``i`` on the full screen (the overview's Enter and 1..9)."""
+        self._show(i)
+        if self.overview is not None and self.screen is self.overview:
+            self.pop_screen()
+
+    def action_overview(self) -> None:
+        if self.overview is not None and self.screen is not self.overview:
+            while len(self.screen_stack) > 1:
+                self.pop_screen()
+            self.push_screen(self.overview)
+
+    def action_pause(self) -> None:
+        self.cursor.toggle_pause()
+        self._advance()
+
+    def action_jump(self, seconds: float) -> None:
+        self.cursor.jump(seconds)
+        self._after_move(seconds < 0)
+
+    def action_seek_start(self) -> None:
+        self.cursor.seek(self.cursor.start)
+        self._after_move(True)
+
+    def action_seek_end(self) -> None:
+        self.cursor.seek(self.cursor.end)
+        self._after_move(False)
+
+    def seek(self, t: float) -> None:
+        """Put the cursor at record time ``t`` (tests)."""
+        back = t < self.cursor.now()
+        self.cursor.seek(t)
+        self._after_move(back)
+
+    def _after_move(self, back: bool) -> None:
+        if back:
+            self._rewind()
+        self._advance()
+        if self.overview is not None and self.screen is self.overview:
+            self.overview.redraw()
+
+    def action_speed(self, factor: float) -> None:
+        self.cursor.set_speed(self.cursor.speed * factor)
+        self._advance()

@@ -1,0 +1,64 @@
+"""Targets from the command line and the config file's [targets] section (console/core/targets.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.core.config import ConfigError
+from console.core.options import ConnectOptions
+from console.core.targets import resolve, targets_from_config
+
+BASE = ConnectOptions(host="-", port=2222, known_hosts="/kh", identity_files=["/k"], config_files=[])
+
+
+def test_host_with_several_containers_is_one_target_each_sharing_the_flags():
+    ts = resolve(["root@h1"], BASE, cts=[200, 201], run_dir="run")
+    assert [(t.options.host, t.options.user, t.options.port, t.ct, t.run_dir) for t in ts] == [
+        ("h1", "root", 2222, 200, "run"),
+        ("h1", "root", 2222, 201, "run"),
+    ]
+    assert ts[0].options == ts[1].options  # the same connection options: one shared link
+    assert [t.where for t in ts] == ["h1 · CT 200", "h1 · CT 201"]
+
+
+def test_config_names_with_their_own_settings_and_readonly():
+    cfg = {
+        "targets": {
+            "main": {"host": "gpu1", "container": 200, "user": "root", "run_dir": "/r", "label": "long run"},
+            "ablation": {"host": "gpu2", "port": 22, "key": "~/.ssh/k", "jump": "bast", "readonly": True},
+        }
+    }
+    main, abl, plain = resolve(["main", "ablation", "other"], BASE, config=cfg)
+    assert (main.options.host, main.options.user, main.ct, main.run_dir, main.title) == (
+        "gpu1",
+        "root",
+        200,
+        "/r",
+        "long run",
+    )
+    assert main.options.port == 2222 and main.options.known_hosts == "/kh"  # the flags fill in the rest
+    assert not main.readonly and abl.readonly
+    assert (abl.options.port, abl.options.identity_files, abl.options.jump) == (22, ["~/.ssh/k"], "bast")
+    assert plain.options.host == "other" and plain.ct is None
+    everything_ro = resolve(["main"], BASE, readonly=True, config=cfg)
+    assert everything_ro[0].readonly
+
+
+@pytest.mark.parametrize(
+    "entry, says",
+    [
+        ({"host": "h", "contaner": 1}, "no setting 'contaner'"),
+        ({"host": "h", "container": "200"}, "container must be a int"),
+        ({"host": "h", "readonly": 1}, "readonly must be a bool"),
+        ({"port": 22}, "needs a host"),
+    ],
+)
+def test_bad_entries_name_the_file_and_the_key(entry, says):
+    with pytest.raises(ConfigError, match=says) as e:
+        targets_from_config({"targets": {"x": entry}}, "/cfg.toml")
+    assert "/cfg.toml: [targets.x]" in str(e.value)
+
+
+def test_the_same_run_twice_is_an_error():
+    with pytest.raises(ConfigError, match="given twice"):
+        resolve(["h", "h"], BASE, cts=[200])
