@@ -531,7 +531,7 @@ def cmd_connect(args) -> int:
             return EXIT_USAGE
     if len(targets) > 1:
         from console.core.fleet import build_runs
-        from console.fleet_app import FleetApp
+        from console.tui.fleet import FleetApp
 
         runs = build_runs(targets)
         app = FleetApp(runs, health=hooks)
@@ -564,7 +564,7 @@ def cmd_connect(args) -> int:
 
 def cmd_replay(args) -> int:
     from console.core.record import RecordError, read
-    from console.replay_app import ReplayApp
+    from console.tui.replay import ReplayApp
 
     try:
         rec = read(args.file)

@@ -20,8 +20,8 @@ from console.core.record import Recording
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
-from console.fleet_app import RUN_ACTIONS
 from console.screens.overview import OverviewScreen
+from console.tui.fleet import RUN_ACTIONS
 
 # priority: the log pane (focused) would take the arrows and Home/End for scrolling
 REPLAY_BINDINGS = [
