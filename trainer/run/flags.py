@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-seq-len", type=_positive_int, default=4096, help="longer sequences are truncated")
     g.add_argument("--max-batch-size", type=_positive_int, default=64, help="max sequences per micro-batch")
     g = p.add_argument_group("drafter")
-    g.add_argument("--block-size", type=int, default=16)
+    g.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="slots per block, anchor included (default: 16; dflash2: 8)",
+    )
     g.add_argument(
         "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row"
     )
@@ -126,6 +131,28 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sliding-window", type=_positive_int, default=None)
     g.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
     g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
+    g = p.add_argument_group("drafter architecture (docs/model.md)")
+    g.add_argument(
+        "--arch",
+        choices=ARCHS,
+        default="dflash",
+        help="dflash (DFlash 1) or dflash2 (convolutions around every sublayer, candidate selector)",
+    )
+    g.add_argument(
+        "--conv-kernel-size", type=_positive_int, default=None, help="dflash2 conv taps (default 2)"
+    )
+    g.add_argument(
+        "--conv-group-size",
+        type=_positive_int,
+        default=None,
+        help="dflash2 channels per dynamic coefficient (16)",
+    )
+    g.add_argument(
+        "--selector-rank", type=_positive_int, default=None, help="dflash2 selector rank (default 256)"
+    )
+    g.add_argument(
+        "--selector-top-k", type=_positive_int, default=None, help="dflash2 candidates per slot (16)"
+    )
     g.add_argument("--noise-start", type=float, default=0.0)
     g.add_argument("--noise-end", type=float, default=0.0)
     g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
@@ -196,6 +223,7 @@ def parse_devices(flag: str, text: str) -> list[str]:
 
 def validate(args: argparse.Namespace) -> Devices:
     """Check what can be checked without torch; raise FlagError naming the flag."""
+    resolve_arch(args)
     tm = args.target_model
     if not os.path.isdir(tm):
         raise FlagError("--target-model", f"{tm!r} is not a directory")
@@ -299,8 +327,35 @@ def check_devices(devices: Devices) -> None:
                 )
 
 
+ARCHS = ("dflash", "dflash2")
+_DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", "--selector-top-k")
+
+
+def resolve_arch(args: argparse.Namespace) -> None:
+    """The architecture's defaults: ``--block-size`` 16 (DFlash 1) or 8 (DFlash 2, as published); the four
+    DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored). Idempotent."""
+    arch = getattr(args, "arch", "dflash")
+    if args.block_size is None:
+        args.block_size = 8 if arch == "dflash2" else 16
+    if arch != "dflash2":
+        for flag in _DFLASH2_FLAGS:
+            if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+                raise FlagError(flag, "applies to --arch dflash2 only")
+
+
+def dflash2_flags(args: argparse.Namespace) -> dict:
+    """The four DFlash 2 fields as given on the command line (None: the published default)."""
+    return {
+        flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"), None) for flag in _DFLASH2_FLAGS
+    }
+
+
 # DraftConfig settings (helper A's names) -> the flag that sets them, for error messages.
 SETTING_FLAGS = {
+    "conv_kernel_size": "--conv-kernel-size",
+    "conv_group_size": "--conv-group-size",
+    "selector_rank": "--selector-rank",
+    "selector_top_k": "--selector-top-k",
     "target_layer_ids": "--target-layer-ids",
     "mask_token_id": "--mask-token-id",
     "layer_types": "--layer-types",
