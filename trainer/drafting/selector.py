@@ -77,23 +77,29 @@ class CandidateSelector(nn.Module):
 def walk(
     edges: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``edges`` ``(L, K, K)`` -> (candidate index per slot ``(L,)``, the distribution over the ``K``
-    candidates each was drawn from ``(L, K)``, or None at temperature 0)."""
-    L, K, _ = edges.shape
-    prev = 0  # slot 0's rows are all the anchor's
+    """``edges`` ``(L, K, K)`` (or ``(R, L, K, K)``: ``R`` blocks at once) -> (the candidate index per slot
+    ``(L,)``, the distribution over the ``K`` candidates each was drawn from ``(L, K)``, or None at
+    temperature 0). Greedy: the first maximum (the lowest rank on ties), as serving's walk."""
+    single = edges.dim() == 3
+    e = edges.unsqueeze(0) if single else edges
+    R, L, K, _ = e.shape
+    rows = torch.arange(R, device=e.device)
+    prev = torch.zeros(R, dtype=torch.long, device=e.device)  # slot 0's rows are all the anchor's
     picks, dists = [], []
     for step in range(L):
-        s = edges[step, prev].float()
+        s = e[rows, step, prev].float()  # (R, K): the scores after the token chosen before
         if temperature <= 0:
-            i = int(torch.argmax(s))  # the first maximum: the lowest rank on ties
+            prev = s.argmax(dim=-1)
         else:
             q = torch.softmax(s / temperature, dim=-1)
-            i = int(torch.multinomial(q, 1, generator=generator))
+            prev = torch.multinomial(q, 1, generator=generator).view(R)
             dists.append(q)
-        picks.append(i)
-        prev = i
-    idx = torch.tensor(picks, dtype=torch.long, device=edges.device)
-    return idx, (torch.stack(dists) if dists else None)
+        picks.append(prev)
+    idx = torch.stack(picks, dim=1)
+    q = torch.stack(dists, dim=1) if dists else None
+    if single:
+        return idx[0], (None if q is None else q[0])
+    return idx, q
 
 
 @torch.no_grad()
