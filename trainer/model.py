@@ -25,6 +25,11 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   outside that graph, compiled on its own, so each batch's BlockMask is an input, never a traced constant);
   ``DFLASH_COMPILE=0`` in the environment turns it off.
 
+DFlash 2 (``cfg.arch == "dflash2"``, docs/model.md): every layer also has ``attention_conv`` and ``mlp_conv``
+(``drafting.dflash2_conv.GroupedDynamicConv``, wrapped around the attention and the MLP by ``attn_block`` /
+``mlp_block``) and the drafter a ``candidate_selector`` (``drafting.selector.CandidateSelector``), which the
+forward does not use: its loss (``drafting.selector.selector_loss``) and the evaluation's walk do.
+
 The published file format (the layout of the z-lab drafters; loaded by vLLM and SGLang).
 
 ``save_drafter(drafter, cfg, out_dir)`` writes
@@ -37,6 +42,10 @@ The published file format (the layout of the z-lab drafters; loaded by vLLM and 
   ``layers.N.self_attn.{q,k,v,o}_proj.weight``, ``...q_norm/k_norm``, ``layers.N.mlp.{gate,up,down}_proj``,
   ``layers.N.{input,post_attention}_layernorm``, ``norm.weight``): no embedding, no lm_head (the server takes
   them from the target).
+DFlash 2: ``architectures: ["DFlash2DraftModel"]``, ``dflash_config`` also holds ``conv_kernel_size``,
+``conv_group_size``, ``selector_rank``, ``selector_top_k``; the weights add ``layers.N.{attention,mlp}_conv.
+{base_kernel, kernel_projection.weight}`` and ``candidate_selector.{predecessor_codebook, successor_codebook,
+hidden_projection.weight}`` (vLLM ``qwen3_dflash2.py``'s names).
 ``load_drafter(out_dir, device="cpu") -> (drafter, cfg)`` reads both back bit-exactly (same dtype).
 A DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrapper is unwrapped before saving.
 """
