@@ -223,7 +223,6 @@ def parse_devices(flag: str, text: str) -> list[str]:
 
 def validate(args: argparse.Namespace) -> Devices:
     """Check what can be checked without torch; raise FlagError naming the flag."""
-    resolve_arch(args)
     tm = args.target_model
     if not os.path.isdir(tm):
         raise FlagError("--target-model", f"{tm!r} is not a directory")
@@ -248,6 +247,7 @@ def validate(args: argparse.Namespace) -> Devices:
         raise FlagError("--weight-decay", f"must be >= 0, got {args.weight_decay}")
     if args.grad_clip < 0:
         raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
+    resolve_arch(args)  # here: after any other resolution of an unset --block-size
     if args.block_size < 2:
         raise FlagError(
             "--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}"
@@ -332,8 +332,8 @@ _DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", 
 
 
 def resolve_arch(args: argparse.Namespace) -> None:
-    """The architecture's defaults: ``--block-size`` 16 (DFlash 1) or 8 (DFlash 2, as published); the four
-    DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored). Idempotent."""
+    """The four DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored); an ``--block-size``
+    still unset gets the architecture's default: 16 (DFlash 1) or 8 (DFlash 2, as published). Idempotent."""
     arch = getattr(args, "arch", "dflash")
     if args.block_size is None:
         args.block_size = 8 if arch == "dflash2" else 16

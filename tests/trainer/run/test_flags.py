@@ -153,3 +153,23 @@ def test_queue_memory_is_computed_and_a_depth_that_cannot_fit_is_refused():
         2,
     )
     assert queue_refusal("cuda:1", 8, 1, ref, free=140 * gb, total=150 * gb) is None
+
+
+def test_arch_flags_and_defaults(tiny_assets, tmp_path):
+    """DFlash 2's four flags are refused without --arch dflash2; an unset --block-size gets the architecture's
+    default (16, or 8 as published for DFlash 2)."""
+    with pytest.raises(FlagError) as e:
+        _validate(tiny_assets, tmp_path, "--selector-rank", "8")
+    assert e.value.flag == "--selector-rank"
+
+    def block_of(*flags):
+        argv = list(tiny_flags(tiny_assets, tmp_path / "out", *flags))
+        i = argv.index("--block-size")
+        del argv[i : i + 2]  # tiny_flags' --block-size 8: leave it unset
+        args = build_parser().parse_args(argv)
+        validate(args)
+        return args.block_size
+
+    assert block_of() == 16 and block_of("--arch", "dflash2") == 8
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "out", "--arch", "dflash3"))
