@@ -16,6 +16,9 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
 4. real acceptance: ``python -m trainer.evaluate`` of each final export on 32 held-out prompts (the first
    128 bytes of held-out chunks) x 128 new tokens, greedy; acceptance, per position, speed-up over the target
    alone in the same run, greedy match, the wall time of the evaluation (its cost).
+``--blocks 8:2:dflash,8:2:dflash2`` trains DFlash 1 and DFlash 2 drafters alike (same data, steps, learning
+rate, block size; ``--arch``) and evaluates both with the same loop; ``loss_curve`` holds each run's step losses
+(DFlash 2's is the DFlash loss plus the selector's).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -136,8 +139,9 @@ def env() -> dict:
     return e
 
 
-def train_drafter(cfg, work, out, block, layers, seed) -> dict:
-    run = os.path.join(work, f"run_b{block}")
+def train_drafter(cfg, work, out, block, layers, seed, arch=None) -> dict:
+    tag = f"b{block}" + (f"_{arch}" if arch else "")
+    run = os.path.join(work, f"run_{tag}")
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
     argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
             "--data-dir", os.path.join(work, "data"), "--output-dir", run, "--target-gpus", dev,
@@ -146,8 +150,10 @@ def train_drafter(cfg, work, out, block, layers, seed) -> dict:
             "--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
             "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed), "--log-every", "50",
             "--resume", "none"]  # fmt: skip
+    if arch:
+        argv += ["--arch", arch]
     t0 = time.monotonic()
-    with open(os.path.join(out, f"train_b{block}.log"), "w") as log:
+    with open(os.path.join(out, f"train_{tag}.log"), "w") as log:
         rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT).returncode
     with open(os.path.join(run, "metrics.jsonl")) as f:
         recs = [json.loads(x) for x in f if x.strip()]
@@ -156,17 +162,19 @@ def train_drafter(cfg, work, out, block, layers, seed) -> dict:
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
             "accept_len_est_step_last": st[-1].get("accept_len_est_step") if st else None,
             "accept_len_old": st[-1].get("accept_len") if st else None,
-            "loss": st[-1].get("loss") if st else None}  # fmt: skip
+            "loss": st[-1].get("loss") if st else None,
+            "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
 
 
-def evaluate(cfg, work, out, block) -> dict:
+def evaluate(cfg, work, out, block, arch=None) -> dict:
+    tag = f"b{block}" + (f"_{arch}" if arch else "")
     argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
-            "--drafter", os.path.join(work, f"run_b{block}"), "--prompts", os.path.join(work, "heldout"),
+            "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, "heldout"),
             "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
             str(PROMPT), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
     t0 = time.monotonic()
     r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=ROOT)
-    with open(os.path.join(out, f"eval_b{block}.log"), "w") as f:
+    with open(os.path.join(out, f"eval_{tag}.log"), "w") as f:
         f.write(r.stderr)
     if r.returncode != 0:
         return {"rc": r.returncode, "stderr": r.stderr[-2000:]}
@@ -181,7 +189,12 @@ def main() -> int:
     ap.add_argument("--work", default=None)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--blocks", default="8:2,16:3", help="block:layers,...")
+    ap.add_argument(
+        "--blocks",
+        default="8:2,16:3",
+        help="block:layers[:arch],... (arch dflash or dflash2; e.g. 8:2:dflash,8:2:dflash2 compares DFlash 1 and 2 "
+        "with the same data, steps, learning rate and block size)",
+    )
     a = ap.parse_args()
     cfg = TINY if a.tiny else FULL
     work = a.work or ("/tmp/dflash_accept" if a.tiny else "/dev/shm/dflash_accept")
@@ -202,14 +215,16 @@ def main() -> int:
     res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
     save()
     for spec in a.blocks.split(","):
-        block, layers = (int(x) for x in spec.split(":"))
-        d = train_drafter(cfg, work, a.out, block, layers, a.seed)
-        e = evaluate(cfg, work, a.out, block)
+        parts = spec.split(":")
+        block, layers = int(parts[0]), int(parts[1])
+        arch = parts[2] if len(parts) > 2 else None
+        d = train_drafter(cfg, work, a.out, block, layers, a.seed, arch)
+        e = evaluate(cfg, work, a.out, block, arch)
         real, est = e.get("mean_accept_len"), d.get("accept_len_est")
-        res[f"block{block}"] = {"layers": layers, "train": d, "eval": e,
+        res[f"block{block}" + (f"_{arch}" if arch else "")] = {"layers": layers, "arch": arch or "dflash", "train": d, "eval": e,
                                 "estimate_over_real": est / real if real and est else None}  # fmt: skip
         save()
-        print(json.dumps({"block": block, "real": real, "est": est, "old": d.get("accept_len_old"),
+        print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "old": d.get("accept_len_old"),
                           "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
     res["total_seconds"] = time.monotonic() - t0
     save()

@@ -25,6 +25,11 @@ attn_impl='sdpa'|'flex') -> (B, A, block_size, H)`` normed draft hidden states (
   outside that graph, compiled on its own, so each batch's BlockMask is an input, never a traced constant);
   ``DFLASH_COMPILE=0`` in the environment turns it off.
 
+DFlash 2 (``cfg.arch == "dflash2"``, docs/model.md): every layer also has ``attention_conv`` and ``mlp_conv``
+(``drafting.dflash2_conv.GroupedDynamicConv``, wrapped around the attention and the MLP by ``attn_block`` /
+``mlp_block``) and the drafter a ``candidate_selector`` (``drafting.selector.CandidateSelector``), which the
+forward does not use: its loss (``drafting.selector.selector_loss``) and the evaluation's walk do.
+
 The published file format (the layout of the z-lab drafters; loaded by vLLM and SGLang).
 
 ``save_drafter(drafter, cfg, out_dir)`` writes
@@ -37,6 +42,10 @@ The published file format (the layout of the z-lab drafters; loaded by vLLM and 
   ``layers.N.self_attn.{q,k,v,o}_proj.weight``, ``...q_norm/k_norm``, ``layers.N.mlp.{gate,up,down}_proj``,
   ``layers.N.{input,post_attention}_layernorm``, ``norm.weight``): no embedding, no lm_head (the server takes
   them from the target).
+DFlash 2: ``architectures: ["DFlash2DraftModel"]``, ``dflash_config`` also holds ``conv_kernel_size``,
+``conv_group_size``, ``selector_rank``, ``selector_top_k``; the weights add ``layers.N.{attention,mlp}_conv.
+{base_kernel, kernel_projection.weight}`` and ``candidate_selector.{predecessor_codebook, successor_codebook,
+hidden_projection.weight}`` (vLLM ``qwen3_dflash2.py``'s names).
 ``load_drafter(out_dir, device="cpu") -> (drafter, cfg)`` reads both back bit-exactly (same dtype).
 A DDP (``.module``) or ``torch.compile`` (``._orig_mod``) wrapper is unwrapped before saving.
 """
@@ -54,10 +63,12 @@ from torch.utils.checkpoint import checkpoint
 
 from trainer.drafting import masks
 from trainer.drafting.compiling import compile_enabled
-from trainer.drafting.config import DraftConfig
+from trainer.drafting.config import DFLASH2_FIELDS, DraftConfig
+from trainer.drafting.dflash2_conv import GroupedDynamicConv
 from trainer.drafting.flex import flex_attention
 from trainer.drafting.norm import RMSNorm
 from trainer.drafting.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from trainer.drafting.selector import CandidateSelector
 
 
 class Attention(nn.Module):
@@ -137,10 +148,31 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.arch == "dflash2":  # DFlash 2: a grouped dynamic causal conv around both sublayers
+            conv = (cfg.hidden_size, cfg.block_size, cfg.conv_kernel_size, cfg.conv_group_size)
+            self.attention_conv = GroupedDynamicConv(*conv)
+            self.mlp_conv = GroupedDynamicConv(*conv)
+
+    def attn_block(self, h, attn):
+        """``attn(normed input) -> output``, wrapped in the DFlash 2 convolutions when there are some."""
+        conv = getattr(self, "attention_conv", None)
+        if conv is None:
+            return attn(h)
+        h, delta = conv.prepare(h)
+        return conv.finish(attn(h), delta)
+
+    def mlp_block(self, h):
+        conv = getattr(self, "mlp_conv", None)
+        if conv is None:
+            return self.mlp(h)
+        h, delta = conv.prepare(h)
+        return conv.finish(self.mlp(h), delta)
 
     def forward(self, x, ctx, rope_q, rope_ctx, attn_mask, attn_impl: str):
-        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_q, rope_ctx, attn_mask, attn_impl)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.attn_block(
+            self.input_layernorm(x), lambda h: self.self_attn(h, ctx, rope_q, rope_ctx, attn_mask, attn_impl)
+        )
+        return x + self.mlp_block(self.post_attention_layernorm(x))
 
 
 class DFlashDrafter(nn.Module):
@@ -152,6 +184,10 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_draft_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.arch == "dflash2":
+            self.candidate_selector = CandidateSelector(
+                cfg.vocab_size, cfg.hidden_size, cfg.selector_rank, cfg.selector_top_k
+            )
         # kept outside the module's buffers so .to(dtype) never rounds it
         self._inv_freq, self.rope_scale = rope_inv_freq(cfg)
         self.gradient_checkpointing = False
@@ -167,6 +203,9 @@ class DFlashDrafter(nn.Module):
                     nn.init.zeros_(m.bias)
             elif isinstance(m, RMSNorm):
                 nn.init.ones_(m.weight)
+        for m in self.modules():  # after the loop above: their projections are Linear layers too
+            if isinstance(m, (GroupedDynamicConv, CandidateSelector)):
+                m.reset_parameters()
 
     def _rope(self, pos: torch.Tensor, dtype: torch.dtype):
         if self._inv_freq.device != pos.device:
@@ -239,8 +278,9 @@ def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
     rope_parameters = {"rope_type": "default", "rope_theta": cfg.rope_theta}
     if cfg.rope_scaling:
         rope_parameters = {**cfg.rope_scaling, "rope_theta": cfg.rope_theta}
+    dflash2 = cfg.arch == "dflash2"
     return {
-        "architectures": ["DFlashDraftModel"],
+        "architectures": ["DFlash2DraftModel" if dflash2 else "DFlashDraftModel"],
         "model_type": "qwen3",
         "attention_bias": cfg.attention_bias,
         "attention_dropout": 0.0,
@@ -249,6 +289,7 @@ def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
             "block_size": cfg.block_size,  # also here: newer published configs carry it here, some loaders read only this
             "mask_token_id": cfg.mask_token_id,
             "target_layer_ids": list(cfg.target_layer_ids),
+            **({n: getattr(cfg, n) for n in DFLASH2_FIELDS} if dflash2 else {}),
         },
         "dtype": _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")),
         "head_dim": cfg.head_dim,
@@ -286,6 +327,11 @@ def config_from_json(d: dict) -> DraftConfig:
         if value is None:
             raise ValueError(f"drafter config.json has no {name}")
     n = int(d["num_hidden_layers"])
+    arch = "dflash2" if "DFlash2DraftModel" in (d.get("architectures") or []) else "dflash"
+    if arch == "dflash2":
+        missing = [f for f in DFLASH2_FIELDS if dflash.get(f) is None]
+        if missing:
+            raise ValueError(f"DFlash2DraftModel config.json has no dflash_config.{', '.join(missing)}")
     return DraftConfig(
         hidden_size=int(d["hidden_size"]),
         intermediate_size=int(d["intermediate_size"]),
@@ -305,6 +351,8 @@ def config_from_json(d: dict) -> DraftConfig:
         layer_types=list(d.get("layer_types") or ["full_attention"] * n),
         sliding_window=d.get("sliding_window"),
         attention_bias=bool(d.get("attention_bias", False)),
+        arch=arch,
+        **{f: (int(dflash[f]) if arch == "dflash2" else None) for f in DFLASH2_FIELDS},
     )
 
 

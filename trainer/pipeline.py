@@ -71,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    rundir.write_run_json(
-        run_dir, rundir.run_info(run_dir, {"target": devices.target, "drafter": devices.drafter}, __version__)
-    )
+    drafter = {"arch": args.arch, "block_size": args.block_size, "num_draft_layers": args.num_draft_layers}
+    roles = {"target": devices.target, "drafter": devices.drafter}
+    rundir.write_run_json(run_dir, rundir.run_info(run_dir, roles, __version__, drafter))
     for n in checkpoint.remove_partial(ckpt_root):
         log(f"removed an unfinished checkpoint folder: {n}")
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))

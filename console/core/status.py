@@ -11,6 +11,7 @@ import time
 
 from console.core import control
 from console.core.devices import join_devices
+from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.events import Gpu
 from console.core.formatting import fmt_age
 from console.core.helper import HelperError
@@ -30,6 +31,7 @@ async def collect(session: Session) -> dict:
         "run_dir": run_dir,
         "trainer": None,
         "run": session.run,
+        "drafter": drafter_arch(session.run),
         "last_step": None,
         "throughput": None,
         "tok_s": None,
@@ -130,6 +132,8 @@ def format_text(st: dict) -> str:
         lines.append(f"  command: {shlex.join(tr['cmdline'])}")
     if st["run_dir"]:
         lines.append(f"run dir: {st['run_dir']}")
+    if st.get("drafter"):
+        lines.append(f"drafter: {arch_text(st['drafter'])}")
     step = st["last_step"]
     if step:
         acc = step.get("acc") or []

@@ -1,4 +1,4 @@
-"""Training panel: step of total, epoch, loss, per-position accuracy, acceptance length, lr,
+"""Training panel: the drafter's architecture (run.json argv: console/core/drafter_arch.py), step of total, epoch, loss, per-position accuracy, acceptance length, lr,
 checkpoint age, ETA, the headline tok/s and the newest events. Plain styled text lines (cheap to
 redraw several times a second)."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
 from console.core.state import ConsoleState
 from console.widgets.alert_text import summary
@@ -45,6 +46,7 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
     tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
     rows.append(("throughput", tok))
+    rows.append(("drafter", arch_text(drafter_arch(state.run))))
     step = "-" if state.step is None else f"{state.step:,}"
     if state.total_steps:
         pct = 100.0 * (state.step or 0) / state.total_steps
@@ -96,5 +98,5 @@ class TrainingPanel(TextWidget):
 
     def update_from(self, state: ConsoleState) -> None:
         self._state = state
-        # ten lines of figures and a blank one; the newest events fill what is left
-        self.set_content(panel_text(state, n_events=max(0, self.size.height - 11)))
+        # eleven lines of figures and a blank one; the newest events fill what is left
+        self.set_content(panel_text(state, n_events=max(0, self.size.height - 12)))

@@ -3,7 +3,8 @@
 API (stable; the pipeline codes against it):
 - ``DraftConfig`` dataclass (fields below), validated on construction (``ValueError`` naming the setting).
 - ``DraftConfig.from_target_config(target_config, *, num_draft_layers=1, block_size=16,
-  mask_token_id=None, target_layer_ids=None, layer_types=None, sliding_window=None)``:
+  mask_token_id=None, target_layer_ids=None, layer_types=None, sliding_window=None, arch="dflash",
+  dflash2=None)``:
   sizes from the target (a multimodal config's ``text_config``). Only Qwen3 / Llama-style decoders
   (``SUPPORTED_MODEL_TYPES``) are accepted. ``mask_token_id`` defaults to the last vocab id (an
   embedding row no text uses in Qwen3 / Llama-3 vocabularies; pass the tokenizer's mask token, or its first
@@ -12,6 +13,9 @@ API (stable; the pipeline codes against it):
 - ``default_target_layer_ids(num_target_layers, n)``: the reference rule (z-lab/dflash): one layer ->
   ``[L // 2]``; else ``round(1 + i * (L - 4) / (n - 1))``. Layer ``i`` means the hidden state AFTER
   target layer ``i`` (``hidden_states[i + 1]`` in transformers' numbering).
+- ``arch``: ``"dflash"`` (DFlash 1, the default) or ``"dflash2"``, whose four fields ``conv_kernel_size``,
+  ``conv_group_size``, ``selector_rank``, ``selector_top_k`` (``DFLASH2_DEFAULTS``: 2, 16, 256, 16) are None on
+  DFlash 1; ``dflash2_fields(arch, given)`` fills them.
 - ``to_dict()`` / ``from_dict()``: plain JSON-able dict round trip.
 """
 
@@ -22,6 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
+ARCHS = ("dflash", "dflash2")
+DFLASH2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+# the published DFlash 2 defaults (z-lab drafters; vllm-project/speculators DFlash2SpeculatorConfig)
+DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
 
 # model_type of the (text) config -> accepted. All are pre-norm RMSNorm decoders with RoPE and GQA whose
 # hidden states the drafter can read; the drafter itself is always Qwen3-style.
@@ -75,6 +83,12 @@ class DraftConfig:
     layer_types: list[str] = field(default_factory=list)  # empty -> all full_attention
     sliding_window: int | None = None
     attention_bias: bool = False
+    # the drafter architecture: "dflash" (DFlash 1) or "dflash2" (the four fields below; None on "dflash")
+    arch: str = "dflash"
+    conv_kernel_size: int | None = None  # taps of the grouped dynamic causal convolution
+    conv_group_size: int | None = None  # channels sharing one dynamic coefficient
+    selector_rank: int | None = None  # rank of the candidate selector's bilinear term
+    selector_top_k: int | None = None  # candidates kept per block position
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -138,10 +152,37 @@ class DraftConfig:
             )
         if "sliding_attention" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has sliding_attention layers but sliding_window is None")
+        self._validate_arch()
         if self.rope_scaling is not None:
             rtype = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if rtype not in _ROPE_TYPES:
                 raise ValueError(f"rope_scaling rope_type {rtype!r} is not supported (one of {_ROPE_TYPES})")
+
+    def _validate_arch(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        names = DFLASH2_FIELDS
+        if self.arch == "dflash":
+            set_ = [n for n in names if getattr(self, n) is not None]
+            if set_:
+                raise ValueError(f"{', '.join(set_)} only apply to arch 'dflash2' (arch is 'dflash')")
+            return
+        for n in names:
+            v = getattr(self, n)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{n} must be a positive integer for arch 'dflash2', got {v!r}")
+        if self.conv_kernel_size > self.block_size:
+            raise ValueError(
+                f"conv_kernel_size ({self.conv_kernel_size}) cannot exceed block_size ({self.block_size})"
+            )
+        if self.hidden_size % self.conv_group_size:
+            raise ValueError(
+                f"conv_group_size ({self.conv_group_size}) must divide hidden_size ({self.hidden_size})"
+            )
+        if self.selector_top_k > self.vocab_size:
+            raise ValueError(
+                f"selector_top_k ({self.selector_top_k}) cannot exceed vocab_size ({self.vocab_size})"
+            )
 
     # -- derived --------------------------------------------------------------------------------------
     @property
@@ -176,6 +217,8 @@ class DraftConfig:
         target_layer_ids: list[int] | None = None,
         layer_types: list[str] | None = None,
         sliding_window: int | None = None,
+        arch: str = "dflash",
+        dflash2: dict[str, int | None] | None = None,
     ) -> DraftConfig:
         tc = text_config_of(target_config)
         mt = getattr(tc, "model_type", None)
@@ -218,7 +261,18 @@ class DraftConfig:
             layer_types=list(layer_types) if layer_types is not None else [],
             sliding_window=sliding_window,
             attention_bias=bool(getattr(tc, "attention_bias", False)),
+            arch=arch,
+            **dflash2_fields(arch, dflash2),
         )
+
+
+def dflash2_fields(arch: str, given: dict[str, int | None] | None = None) -> dict[str, int | None]:
+    """The four DFlash 2 fields for ``arch``: the given ones, else the published defaults; all None on
+    ``"dflash"`` (a value given there is an error, raised by validation)."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    if arch != "dflash2":
+        return {n: given.get(n) for n in DFLASH2_FIELDS}
+    return {n: int(given.get(n, DFLASH2_DEFAULTS[n])) for n in DFLASH2_FIELDS}
 
 
 def text_config_of(config: Any) -> Any:

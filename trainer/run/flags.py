@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--block-size",
         type=int,
         default=None,
-        help="DFlash block (default 16; resuming: the checkpoint's)",
+        help="DFlash block (default 16; --arch dflash2: 8; resuming: the checkpoint's)",
     )
     g.add_argument(
         "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row"
@@ -162,6 +162,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sliding-window", type=_positive_int, default=None)
     g.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
     g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
+    g = p.add_argument_group("drafter architecture (docs/model.md)")
+    g.add_argument(
+        "--arch",
+        choices=ARCHS,
+        default=None,
+        help="dflash (DFlash 1, the default) or dflash2 (convolutions around every sublayer, candidate "
+        "selector); resuming: the checkpoint's",
+    )
+    g.add_argument(
+        "--conv-kernel-size", type=_positive_int, default=None, help="dflash2 conv taps (default 2)"
+    )
+    g.add_argument(
+        "--conv-group-size",
+        type=_positive_int,
+        default=None,
+        help="dflash2 channels per dynamic coefficient (16)",
+    )
+    g.add_argument(
+        "--selector-rank", type=_positive_int, default=None, help="dflash2 selector rank (default 256)"
+    )
+    g.add_argument(
+        "--selector-top-k", type=_positive_int, default=None, help="dflash2 candidates per slot (16)"
+    )
     g.add_argument("--noise-start", type=float, default=0.0)
     g.add_argument("--noise-end", type=float, default=0.0)
     g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
@@ -271,6 +294,7 @@ def validate(args: argparse.Namespace) -> Devices:
         raise FlagError("--weight-decay", f"must be >= 0, got {args.weight_decay}")
     if args.grad_clip < 0:
         raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
+    resolve_arch(args)  # here: after any other resolution of an unset --block-size
     if args.block_size < 2:
         raise FlagError(
             "--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}"
@@ -374,20 +398,29 @@ def saved_drafter_config(args: argparse.Namespace) -> dict | None:
 
 
 def resolve_defaults(args: argparse.Namespace, info: dict, saved: dict | None) -> None:
-    """Fill --block-size, --num-draft-layers and --mask-token-id left unset: from the checkpoint the run
-    resumes from (a run restarts with the settings it was launched with), else the target family's
-    defaults (Qwen3.5/3.6: 5 layers, block 16, the tokenizer's mask token; others: 1 layer, block 16)."""
+    """Fill --arch, --block-size, --num-draft-layers, --mask-token-id and the DFlash 2 fields left unset: from
+    the checkpoint the run resumes from (a run restarts with the settings it was launched with), else the
+    defaults: DFlash 1; block 8 for DFlash 2 (as published); per target family (Qwen3.5/3.6: 5 layers,
+    block 16, the tokenizer's mask token; others: 1 layer, block 16)."""
     if saved is not None:
         dflash = saved.get("dflash_config") or {}
+        if args.arch is None:
+            args.arch = "dflash2" if "DFlash2DraftModel" in (saved.get("architectures") or []) else "dflash"
         old = {
             "block_size": saved.get("block_size", dflash.get("block_size")),
             "num_draft_layers": saved.get("num_hidden_layers"),
             "mask_token_id": dflash.get("mask_token_id"),
         }
+        if args.arch == "dflash2":
+            old.update({name: dflash.get(name) for name in dflash2_flags(args)})
         for name, v in old.items():
             if getattr(args, name) is None and v is not None:
                 setattr(args, name, int(v))
+    if args.arch is None:
+        args.arch = "dflash"
     defaults = dict(FAMILY_DEFAULTS if is_hybrid(info) else DEFAULTS)
+    if args.arch == "dflash2":
+        defaults["block_size"] = 8  # the published DFlash 2 default
     if is_hybrid(info) and info["mask_token_id"] is not None:
         defaults["mask_token_id"] = info["mask_token_id"]
     for name, v in defaults.items():
@@ -400,6 +433,10 @@ def resolved_flags(args: argparse.Namespace) -> list[str]:
     out = ["--block-size", str(args.block_size), "--num-draft-layers", str(args.num_draft_layers)]
     if args.mask_token_id is not None:
         out += ["--mask-token-id", str(args.mask_token_id)]
+    out += ["--arch", args.arch]
+    for name, v in dflash2_flags(args).items():
+        if v is not None:
+            out += ["--" + name.replace("_", "-"), str(v)]
     return out
 
 
@@ -465,8 +502,35 @@ def check_devices(devices: Devices) -> None:
                 )
 
 
+ARCHS = ("dflash", "dflash2")
+_DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", "--selector-top-k")
+
+
+def resolve_arch(args: argparse.Namespace) -> None:
+    """The four DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored); an ``--block-size``
+    still unset gets the architecture's default: 16 (DFlash 1) or 8 (DFlash 2, as published). Idempotent."""
+    arch = getattr(args, "arch", None) or "dflash"
+    if args.block_size is None:
+        args.block_size = 8 if arch == "dflash2" else 16
+    if arch != "dflash2":
+        for flag in _DFLASH2_FLAGS:
+            if getattr(args, flag[2:].replace("-", "_"), None) is not None:
+                raise FlagError(flag, "applies to --arch dflash2 only")
+
+
+def dflash2_flags(args: argparse.Namespace) -> dict:
+    """The four DFlash 2 fields as given on the command line (None: the published default)."""
+    return {
+        flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"), None) for flag in _DFLASH2_FLAGS
+    }
+
+
 # DraftConfig settings (helper A's names) -> the flag that sets them, for error messages.
 SETTING_FLAGS = {
+    "conv_kernel_size": "--conv-kernel-size",
+    "conv_group_size": "--conv-group-size",
+    "selector_rank": "--selector-rank",
+    "selector_top_k": "--selector-top-k",
     "target_layer_ids": "--target-layer-ids",
     "mask_token_id": "--mask-token-id",
     "layer_types": "--layer-types",

@@ -108,7 +108,9 @@ def code_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_info(run_dir: str, roles: dict[str, list[str]], version: str) -> dict[str, Any]:
+def run_info(
+    run_dir: str, roles: dict[str, list[str]], version: str, drafter: dict[str, Any] | None = None
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k in ENV_KEYS or k.startswith(ENV_PREFIXES)}
     return {
         "pid": os.getpid(),
@@ -121,6 +123,7 @@ def run_info(run_dir: str, roles: dict[str, list[str]], version: str) -> dict[st
         "env": env,
         "hostname": socket.gethostname(),
         "roles": roles,
+        "drafter": drafter,
         "version": version,
         "output_dir": os.path.abspath(run_dir),
     }

@@ -24,7 +24,7 @@ import numpy as np
 from trainer import __version__
 from trainer.data.dataset import Plan, load_dir
 from trainer.run import checkpoint, rundir
-from trainer.run.flags import FlagError, check_devices, flag_for_setting
+from trainer.run.flags import FlagError, check_devices, dflash2_flags, flag_for_setting
 from trainer.run.schedule import lr_at, noise_at
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
@@ -84,6 +84,8 @@ def draft_config(args):
             target_layer_ids=args.target_layer_ids,
             layer_types=args.layer_types,
             sliding_window=args.sliding_window,
+            arch=getattr(args, "arch", None) or "dflash",
+            dflash2=dflash2_flags(args),
         )
     except ValueError as e:
         raise FlagError(flag_for_setting(str(e)), str(e)) from None

@@ -32,6 +32,7 @@ import torch
 from trainer.data.dataset import MicroBatch, Plan
 from trainer.drafting.loss import dflash_loss
 from trainer.drafting.masks import anchor_count, sample_anchors
+from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
 from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
 from trainer.target.capture import capture
@@ -219,6 +220,12 @@ class DrafterRole:
                 loss, metrics = dflash_loss(
                     out, self.head, ids, anchors, self.gamma, target_final_hidden=final
                 )
+                selector = getattr(self.drafter, "candidate_selector", None)
+                if (
+                    selector is not None
+                ):  # DFlash 2: its selector's loss, added with weight 1 (drafting.selector)
+                    sel, _ = selector_loss(out, selector, self.head.lm_head.weight, ids, anchors, self.gamma)
+                    loss = loss + sel
             if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()

@@ -55,9 +55,11 @@ def test_launch_status_logs_restart_stop(host, tiny_assets):
         assert r.returncode == 0, r.stderr
         st = json.loads(r.stdout)
         assert st["trainer"]["pid"] == run["pid"] and st["trainer"]["source"] == "run.json"
+        assert st["drafter"] == {"arch": "dflash", "name": "DFlash 1", "block_size": 8}  # from run.json argv
         wait_until(lambda: steps(run_dir), 120, "a training step")
         r = cli("status", *args, "--run-dir", str(run_dir))
         assert r.returncode == 0 and f"pid {run['pid']}" in r.stdout and "step " in r.stdout
+        assert "drafter: DFlash 1 (block 8)" in r.stdout.splitlines()
 
         # restart: a clean stop, then the same run again with --resume auto
         r = cli("restart", *args, "--run-dir", str(run_dir), "--yes", "--timeout", "120", timeout=300)

@@ -171,3 +171,23 @@ def test_drafter_defaults_per_target_family(tiny_assets, tiny_hybrid, tmp_path):
     assert (h.num_draft_layers, h.block_size, h.mask_token_id) == (5, 16, 127)
     e = _parse(tiny_hybrid, tmp_path, "--num-draft-layers", "3", "--block-size", "32", "--mask-token-id", "5")
     assert (e.num_draft_layers, e.block_size, e.mask_token_id) == (3, 32, 5)
+
+
+def test_arch_flags_and_defaults(tiny_assets, tmp_path):
+    """DFlash 2's four flags are refused without --arch dflash2; an unset --block-size gets the architecture's
+    default (16, or 8 as published for DFlash 2)."""
+    with pytest.raises(FlagError) as e:
+        _validate(tiny_assets, tmp_path, "--selector-rank", "8")
+    assert e.value.flag == "--selector-rank"
+
+    def block_of(*flags):
+        argv = list(tiny_flags(tiny_assets, tmp_path / "out", *flags))
+        i = argv.index("--block-size")
+        del argv[i : i + 2]  # tiny_flags' --block-size 8: leave it unset
+        args = build_parser().parse_args(argv)
+        validate(args)
+        return args.block_size
+
+    assert block_of() == 16 and block_of("--arch", "dflash2") == 8
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "out", "--arch", "dflash3"))

@@ -1,0 +1,258 @@
+"""DFlash 2's modules: the convolution's taps, the selector's walk, the published export layout.
+
+The layout fixture (``fixtures/dflash2_vllm_layout.json``) was written by hand from vLLM's serving
+implementation, ``vllm/model_executor/models/qwen3_dflash2.py`` at commit
+030da624231c394ea975df15248edd9adc9315da (the shapes its constructors create, the ``dflash_config`` fields it
+reads); the training side follows vllm-project/speculators ``models/dflash2`` (init, selector loss).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support.model_util import random_embed, tiny_drafter, tiny_target, tiny_target_config
+from trainer.drafting.config import DraftConfig
+from trainer.drafting.dflash2_conv import GroupedDynamicConv
+from trainer.drafting.selector import CandidateSelector, selector_loss, walk
+from trainer.evaluation.drafter_cache import DraftContextCache
+from trainer.model import DFlashDrafter, config_json, load_drafter, save_drafter
+
+FIXTURE = Path(__file__).parent / "fixtures" / "dflash2_vllm_layout.json"
+
+
+def dflash2(**over):
+    d2 = {"selector_rank": 8, "selector_top_k": 4, **over.pop("dflash2", {})}
+    return tiny_drafter(arch="dflash2", dflash2=d2, **over)
+
+
+def randomised_conv(bs: int, taps: int) -> GroupedDynamicConv:
+    torch.manual_seed(0)
+    conv = GroupedDynamicConv(64, bs, taps, 16)
+    with torch.no_grad():  # away from the identity init, so every tap and the dynamic part act
+        conv.base_kernel.normal_()
+        conv.kernel_projection.weight.normal_(std=0.3)
+    return conv
+
+
+@pytest.mark.parametrize("taps", [2, 3])
+def test_conv_taps_stay_in_the_block_and_never_look_ahead(taps):
+    bs, blocks = 4, 3
+    conv = randomised_conv(bs, taps)
+    x = torch.randn(1, bs * blocks, 64)
+    y = torch.randn(1, bs * blocks, 64)
+    base_in, delta = conv.prepare(x)
+    base_out = conv.finish(y, delta)
+    for p in range(bs * blocks):
+        x2 = x.clone()
+        x2[0, p] += 1.0
+        moved_in, delta2 = conv.prepare(x2)
+        y2 = y.clone()
+        y2[0, p] += 1.0
+        moved_out = conv.finish(y2, delta)  # the output side, with the same coefficients
+        block, slot = divmod(p, bs)
+        allowed = {block * bs + s for s in range(slot, min(bs, slot + taps))}  # p and the next taps-1 slots
+        for name, a, b in (("input side", base_in, moved_in), ("output side", base_out, moved_out)):
+            changed = {q for q in range(bs * blocks) if not torch.equal(a[0, q], b[0, q])}
+            assert changed == allowed, (name, p, changed, allowed)
+        # the dynamic coefficients of position p come from position p alone
+        changed_delta = {q for q in range(bs * blocks) if not torch.equal(delta[0, q], delta2[0, q])}
+        assert changed_delta == {p}
+
+
+def test_fresh_convs_are_the_identity_a_fresh_dflash2_equals_dflash1():
+    d1, cfg1 = tiny_drafter(block_size=4)
+    d2, _ = dflash2(block_size=4)
+    missing, unexpected = d2.load_state_dict(d1.state_dict(), strict=False)
+    assert not unexpected and all("conv" in k or "selector" in k for k in missing)
+    T = 16
+    torch.manual_seed(5)
+    feats = torch.randn(1, T, cfg1.num_captured * cfg1.hidden_size)
+    ids = torch.randint(0, 200, (1, T))
+    args = (feats, ids, torch.zeros(1, T, dtype=torch.long), torch.tensor([[0, 5, 9]]), random_embed())
+    torch.testing.assert_close(d2(*args), d1(*args), atol=0, rtol=0)
+    with torch.no_grad():  # a trained conv changes the output: the modules are on the path
+        d2.layers[1].mlp_conv.base_kernel[1, 1] += 0.5
+    assert not torch.allclose(d2(*args), d1(*args))
+
+
+def test_inference_block_equals_the_training_forward_with_convs():
+    drafter, cfg = dflash2(block_size=6)
+    with torch.no_grad():
+        for layer in drafter.layers:
+            for conv in (layer.attention_conv, layer.mlp_conv):
+                conv.base_kernel.normal_(std=0.5)
+                conv.kernel_projection.weight.normal_(std=0.1)
+    embed = random_embed()
+    torch.manual_seed(3)
+    T = 20
+    feats = torch.randn(1, T, cfg.num_captured * cfg.hidden_size)
+    ids = torch.randint(0, 200, (1, T))
+    for a in (0, 7, 13):
+        ref = drafter(feats, ids, torch.zeros(1, T, dtype=torch.long), torch.tensor([[a, 2]]), embed)[0, 0]
+        cache = DraftContextCache(drafter)
+        cache.extend(feats[0, :a])
+        torch.testing.assert_close(cache.block(int(ids[0, a]), embed), ref, atol=2e-5, rtol=1e-4)
+
+
+def brute_force_walk(edges: torch.Tensor) -> list[int]:
+    """Every one of the K**L paths from the anchor; the best is the one whose step scores, read in slot
+    order, are largest (each slot's score given the path's own previous choice; ties: the lower rank)."""
+    L, K, _ = edges.shape
+    best, best_key = None, None
+    for path in itertools.product(range(K), repeat=L):
+        prev, key = 0, []
+        for step, c in enumerate(path):
+            key.append(float(edges[step, prev, c]))
+            key.append(-c)  # ties: lowest rank first
+            prev = c
+        if best_key is None or key > best_key:
+            best, best_key = list(path), key
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_walk_equals_the_brute_force_best_path(seed):
+    g = torch.Generator().manual_seed(seed)
+    L, K = 2 + seed % 3, 2 + seed % 3
+    edges = torch.randn(L, K, K, generator=g)
+    if seed == 5:  # ties, as low-precision scores give
+        edges = edges.round()
+    idx, q = walk(edges)
+    assert q is None and idx.tolist() == brute_force_walk(edges)
+
+
+def test_selector_scores_and_walk_on_the_real_modules_equal_the_formula():
+    """The proposer's path on a real selector: scores from the definition (unary logit + predecessor code *
+    gated hidden . successor code), best path by brute force."""
+    torch.manual_seed(4)
+    sel = CandidateSelector(vocab_size=50, hidden_size=16, rank=6, top_k=3)
+    with torch.no_grad():
+        sel.successor_codebook.normal_(std=1.0)
+        sel.predecessor_codebook.normal_(std=1.0)
+    h = torch.randn(4, 16)
+    logits = torch.randn(4, 50)
+    unary, cand = logits.topk(3, dim=-1)
+    anchor = 7
+    edges = sel.edge_scores(h, cand, unary, anchor)
+    gate = h @ sel.hidden_projection.weight.t()
+    for step in range(4):
+        for i in range(3):
+            p = anchor if step == 0 else int(cand[step - 1, i])
+            for c in range(3):
+                want = (
+                    unary[step, c]
+                    + (sel.predecessor_codebook[p] * gate[step] * sel.successor_codebook[cand[step, c]]).sum()
+                )
+                torch.testing.assert_close(edges[step, i, c], want, atol=1e-5, rtol=1e-5)
+    assert walk(edges)[0].tolist() == brute_force_walk(edges)
+
+
+def test_sampled_walk_returns_the_distribution_it_drew_from():
+    g = torch.Generator().manual_seed(1)
+    edges = torch.randn(2, 3, 3, generator=g)
+    T = 0.7
+    R = 30_000
+    idx, q = walk(edges.expand(R, 2, 3, 3), T, torch.Generator().manual_seed(2))
+    first = torch.softmax(edges[0, 0] / T, -1)
+    torch.testing.assert_close(q[:, 0], first.expand(R, 3))
+    torch.testing.assert_close(q[:, 1], torch.softmax(edges[1][idx[:, 0]] / T, -1))  # given the first pick
+    joint = first.unsqueeze(1) * torch.softmax(edges[1] / T, -1)  # (3, 3)
+    counts = torch.bincount(idx[:, 0] * 3 + idx[:, 1], minlength=9).double()
+    e = joint.reshape(-1).double() * R
+    assert float(((counts - e) ** 2 / e).sum()) < 26.1  # chi-square, 8 d.o.f., p = 0.001
+
+
+def test_selector_loss_teacher_forces_and_trains_the_selector():
+    drafter, cfg = dflash2(block_size=4)
+    target = tiny_target()
+    W = target.lm_head.weight.detach()
+    B, A, bs, H = 1, 3, 4, cfg.hidden_size
+    torch.manual_seed(0)
+    hidden = torch.randn(B, A, bs, H, requires_grad=True)
+    ids = torch.randint(0, 290, (1, 20))
+    anchors = torch.tensor([[0, 6, -1]])
+    sel = drafter.candidate_selector
+    loss, m = selector_loss(hidden, sel, W, ids, anchors, gamma=7.0)
+    loss.backward()
+    assert loss.item() > 0 and hidden.grad.abs().sum() > 0 and sel.successor_codebook.grad.abs().sum() > 0
+    assert hidden.grad[0, 2].abs().sum() == 0 and hidden.grad[0, :, 0].abs().sum() == 0  # padding, slot 0
+    # only the data tokens' predecessors get a gradient in the predecessor codebook (teacher forcing)
+    prev = {int(ids[0, a + k - 1]) for a in (0, 6) for k in range(1, bs)}
+    rows = set(torch.nonzero(sel.predecessor_codebook.grad.abs().sum(1)).view(-1).tolist())
+    assert rows == prev
+    # a few steps on a fixed batch: the selector learns to put the label first
+    opt = torch.optim.Adam(sel.parameters(), lr=0.05)
+    for _ in range(60):
+        opt.zero_grad()
+        loss2, m = selector_loss(hidden.detach(), sel, W, ids, anchors, gamma=7.0)
+        loss2.backward()
+        opt.step()
+    assert loss2.item() < 0.2 * loss.item() and m["selector_acc"] == m["selector_recall"]
+
+
+def test_export_matches_the_published_serving_layout_and_loads_back_bit_exactly(tmp_path):
+    fx = json.loads(FIXTURE.read_text())
+    c = fx["config"]
+    d = c["dflash_config"]
+    tcfg = tiny_target_config(
+        hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"], vocab_size=c["vocab_size"]
+    )
+    cfg = DraftConfig.from_target_config(
+        tcfg,
+        num_draft_layers=c["num_hidden_layers"],
+        block_size=c["block_size"],
+        mask_token_id=d["mask_token_id"],
+        target_layer_ids=d["target_layer_ids"],
+        arch="dflash2",
+        dflash2={k: d[k] for k in fx["dflash_config_fields_read"]},
+    )
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(cfg)
+    with torch.no_grad():
+        for p in drafter.parameters():
+            p.normal_()
+    save_drafter(drafter, cfg, tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["architectures"] == c["architectures"]
+    for k, v in c.items():
+        if k != "dflash_config":
+            assert written[k] == v, k
+    assert written["dflash_config"] == d
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    new = {k: v for k, v in shapes.items() if "conv" in k or "selector" in k}
+    assert new == fx["expected_shapes"]
+    d1, _ = tiny_drafter(
+        target_config=tcfg, num_draft_layers=2, block_size=8, mask_token_id=299, target_layer_ids=[1, 1]
+    )
+    assert set(shapes) - set(new) == set(d1.state_dict())  # the DFlash 1 backbone, unchanged
+    back, cfg2 = load_drafter(tmp_path)
+    assert cfg2 == cfg and config_json(cfg2, torch.float32) == written
+    for k, v in drafter.state_dict().items():
+        assert torch.equal(back.state_dict()[k], v), k
+
+
+def test_config_errors_name_the_field():
+    tc = tiny_target_config()
+    with pytest.raises(ValueError, match="conv_group_size"):
+        DraftConfig.from_target_config(tc, arch="dflash2", dflash2={"conv_group_size": 24})
+    with pytest.raises(ValueError, match="conv_kernel_size"):
+        DraftConfig.from_target_config(tc, block_size=2, arch="dflash2", dflash2={"conv_kernel_size": 3})
+    with pytest.raises(ValueError, match="selector_top_k"):
+        DraftConfig.from_target_config(tc, arch="dflash2", dflash2={"selector_top_k": 1000})
+    with pytest.raises(ValueError, match="only apply to arch 'dflash2'"):
+        DraftConfig.from_target_config(tc, dflash2={"selector_rank": 4})
+    cfg = DraftConfig.from_target_config(tc, arch="dflash2")
+    assert (cfg.conv_kernel_size, cfg.conv_group_size, cfg.selector_rank, cfg.selector_top_k) == (
+        2,
+        16,
+        256,
+        16,
+    )

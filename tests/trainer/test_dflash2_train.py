@@ -1,0 +1,71 @@
+"""``--arch dflash2`` through the real trainer on the tiny target: it trains, stops on SIGINT, and resumes
+exactly (the uninterrupted run's steps bit for bit); its checkpoints hold the DFlash 2 layout."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.support.trainer_run import Trainer, events, run, steps, tiny_flags, wait_for_step
+
+pytestmark = pytest.mark.slow
+
+N = 6
+EXTRA = (
+    "--max-steps",
+    str(N),
+    "--seed",
+    "3",
+    "--arch",
+    "dflash2",
+    "--selector-rank",
+    "8",
+    "--selector-top-k",
+    "4",
+    "--use-soft-labels",
+)
+
+
+def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
+    ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
+    ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))
+    cut = Trainer(tiny_flags(tiny_assets, cut_dir, *EXTRA))
+    wait_for_step(cut_dir, 2, cut)
+    cut.signal(signal.SIGINT)
+    assert cut.wait() == 0, cut.output
+    assert ref.wait() == 0, ref.output
+    saved = [e for e in events(cut_dir) if e["name"] == "checkpoint_saved"]
+    k = saved[-1]["step"]
+    assert 2 <= k < N, k
+    ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
+    for sub in ("drafter", "export"):
+        c = json.loads((ckpt / sub / "config.json").read_text())
+        assert c["architectures"] == ["DFlash2DraftModel"], sub
+        assert {c["dflash_config"][f] for f in ("selector_rank", "selector_top_k")} == {8, 4}
+        assert (c["dflash_config"]["conv_kernel_size"], c["dflash_config"]["conv_group_size"]) == (2, 16)
+
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--resume", "auto"))
+    assert rc == 0, out
+    ref_steps = {s["step"]: s for s in steps(ref_dir)}
+    assert sorted(ref_steps) == list(range(1, N + 1))
+    resumed = [s for s in steps(cut_dir) if s["step"] > k][-(N - k) :]
+    assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
+    for s in resumed:
+        r = ref_steps[s["step"]]
+        assert (s["loss"], s["grad_norm"], s["acc"]) == (r["loss"], r["grad_norm"], r["acc"]), s["step"]
+    first, last = ref_steps[1], ref_steps[N]
+    assert last["loss"] < first["loss"]  # it learns
+    # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, "--max-steps", str(N + 1)))
+    assert rc == 0, out
+    assert [s["step"] for s in steps(cut_dir)][-1] == N + 1
+    ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
+    c = json.loads((ckpt / "drafter" / "config.json").read_text())
+    assert c["architectures"] == ["DFlash2DraftModel"] and c["dflash_config"]["selector_rank"] == 8
+    resolved = json.loads((cut_dir / "run.json").read_text())["drafter"]  # what the console shows
+    assert (resolved["arch"], resolved["block_size"]) == ("dflash2", 8)
+    # an explicit --arch dflash: a DFlash 1 drafter cannot resume a DFlash 2 checkpoint
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, "--max-steps", str(N + 2), "--arch", "dflash"))
+    assert rc != 0 and "different drafter config" in out and "arch" in out, out
