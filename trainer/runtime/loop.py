@@ -384,6 +384,10 @@ class Trainer:
             self.writer.event("error", message=msg, step=self.step)
         log("error: " + msg)
 
+    def stop_asked(self) -> bool:
+        """A stop was asked for (a signal here, or the launcher's stop to this worker)."""
+        return self.stop.requested or (self.dist is not None and self.dist.stopped)
+
     def save_due(self) -> bool:
         """A periodic save now? (``--save-every`` steps, or ``--save-every-minutes`` since the last save)"""
         a = self.args
@@ -547,7 +551,8 @@ class Trainer:
                             f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
                             f"accept_est {est or 0:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
                         )
-            if self.saver and self.step < self.total_steps and self.save_due() and not self.save():
+            periodic = self.saver and self.step < self.total_steps and not self.stop_asked()
+            if periodic and self.save_due() and not self.save():  # a stop saves once, below
                 log("training goes on; the next save tries again")
         self.stop_workers()
         saved = self.save() if self.saver else True
@@ -555,6 +560,6 @@ class Trainer:
             return EXIT_ERROR, "error"
         if not saved:
             return EXIT_SAVE_FAILED, "checkpoint_failed"
-        if self.stop.requested or (self.dist is not None and self.dist.stopped):
+        if self.stop_asked():
             return EXIT_OK, "signal"
         return EXIT_OK, "finished"
