@@ -25,6 +25,7 @@ import time
 
 from trainer.data.dataset import load_dir
 from trainer.run import checkpoint
+from trainer.run.startup import LAUNCH_ENV
 from trainer.runtime import control_channel
 from trainer.runtime.handoff import Layout
 from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, log
@@ -109,6 +110,8 @@ class Launcher:
                 DFLASH_LAUNCHER_PID=str(os.getpid()),
                 DFLASH_EXTERNAL_STORE="1",
             )
+            if getattr(self, "startup", None) is not None:  # workers' elapsed_s count from this launch
+                env[LAUNCH_ENV] = repr(self.startup.t0)
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
             self.procs[rank] = subprocess.Popen(
