@@ -82,11 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     start_step = int(checkpoint.read_manifest(resume_path)["step"]) if resume_path else 0
     startup = StartupEvents(writer, run_dir)  # start-up as events (trainer/run/startup.py)
     writer.event(
-        "started", pid=os.getpid(), step=start_step, expected_first_step_s=expected(startup.history, "first_step_s")
+        "started",
+        pid=os.getpid(),
+        step=start_step,
+        expected_first_step_s=expected(startup.history, "first_step_s"),
     )
     cache = compile_cache.prepare(run_dir, args)  # before anything compiles; the workers inherit it
     startup.phase("compile_cache", **cache)
-    log(f"compile cache: {cache['state']} ({cache['reason']})" + (f" in {cache['dir']}" if "dir" in cache else ""))
+    log(
+        f"compile cache: {cache['state']} ({cache['reason']})"
+        + (f" in {cache['dir']}" if "dir" in cache else "")
+    )
     log(
         f"trainer {__version__} pid {os.getpid()} run dir {run_dir}"
         + (f", resuming from {resume_path}" if resume_path else ", fresh start")

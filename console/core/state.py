@@ -28,6 +28,7 @@ from console.core.events import (
 from console.core.formatting import fmt_bytes
 from console.core.health import Health
 from console.core.metrics import headline_tok_s
+from console.core.startup import StartupFold, StartupView
 
 
 @dataclass
@@ -127,6 +128,7 @@ class ConsoleState:
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
         self._ever_connected = False
+        self.startup = StartupFold()  # the run's start-up: phase, bytes, estimate (console/core/startup.py)
         self.conn.since = self.clock()
         if self.health is None:
             self.health = Health(clock=self.clock)
@@ -305,6 +307,15 @@ class ConsoleState:
 
     def _on_event(self, rec: dict, t: float | None) -> None:
         name = rec.get("name")
+        self.startup.apply(rec)
+        if name == "startup":  # progress: the panel's start-up line, not the event list
+            if rec.get("phase") == "compile_cache" and rec.get("state") == "stale":
+                self._event(t, f"compile cache not reused: {rec.get('reason')}", "warn")
+            return
+        if name == "first_step":
+            secs = _num(rec.get("seconds"))
+            self._event(t, "first step" + (f" {secs:.1f} s after launch" if secs is not None else ""))
+            return
         if name == "started":
             self.stopped = None
             self.saving_since = None
@@ -419,6 +430,10 @@ class ConsoleState:
 
     def conn_age_s(self) -> float:
         return max(0.0, self.clock() - self.conn.since)
+
+    def startup_view(self) -> StartupView | None:
+        """The run's start-up (console/core/startup.py); None before any start-up record."""
+        return self.startup.view(self.clock())
 
     def data_age_s(self) -> float | None:
         """Seconds since the newest step or throughput record was written."""

@@ -16,6 +16,8 @@ from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.session import Session
+from console.core.startup import StartupFold, StartupView
+from console.core.startup import line as startup_line
 from console.core.telemetry import nvidia_smi_argv, parse_output
 
 
@@ -39,6 +41,7 @@ async def collect(session: Session) -> dict:
         "last_event": None,
         "gpus": None,
         "gpu_detail": "",
+        "startup": None,
         "t": time.time(),
     }
     if trainer is not None:
@@ -50,7 +53,9 @@ async def collect(session: Session) -> dict:
             "source": trainer.source,
         }
     if run_dir:
+        fold = StartupFold()
         for rec in await control.recent_records(helper, run_dir):
+            fold.apply(rec)
             kind = rec.get("kind")
             if kind == "step":
                 out["last_step"] = rec
@@ -63,6 +68,8 @@ async def collect(session: Session) -> dict:
                 out["last_event"] = rec
                 if rec.get("name") == "checkpoint_saved":
                     out["last_checkpoint"] = rec
+        view = fold.view(out["t"])
+        out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
@@ -130,6 +137,9 @@ def format_text(st: dict) -> str:
         lines.append(f"  command: {shlex.join(tr['cmdline'])}")
     if st["run_dir"]:
         lines.append(f"run dir: {st['run_dir']}")
+    su = st.get("startup")
+    if su and (su["active"] or tr is not None):
+        lines.append("  start-up: " + startup_line(StartupView(**su)))
     step = st["last_step"]
     if step:
         acc = step.get("acc") or []

@@ -89,7 +89,9 @@ class StartupEvents:
         if self.done or self.writer is None:
             return
         with self._lock:
-            self.writer.event("startup", phase=phase, elapsed_s=round(self.elapsed(), 3), **{**self.tags, **fields})
+            self.writer.event(
+                "startup", phase=phase, elapsed_s=round(self.elapsed(), 3), **{**self.tags, **fields}
+            )
 
     def loading(self, total_bytes: int | None) -> None:
         """``loading_target`` at 0 bytes (``total_bytes``: the weight files' size, refined as it reads)."""

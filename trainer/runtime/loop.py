@@ -205,7 +205,6 @@ class Trainer:
         from trainer.runtime.gpu_meter import role_meter
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
-        from trainer.target.capture import load_target
 
         check_devices(self.devices)
         self.setup_model()

@@ -216,7 +216,12 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     end = min(plan.total, cursor + max(0, total - step) * args.grad_accum * layout.ND)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     startup = StartupEvents(
-        ControlWriter(ctl.ch), os.path.abspath(args.output_dir), keep=ti == 0, role="target", device=device, rank=layout.target_rank(ti)
+        ControlWriter(ctl.ch),
+        os.path.abspath(args.output_dir),
+        keep=ti == 0,
+        role="target",
+        device=device,
+        rank=layout.target_rank(ti),
     )
     model = load_target_events(startup, args, device, dtype, cfg.target_layer_ids)
     role = TargetRole(model, device, cfg.target_layer_ids, args.use_soft_labels, meter)

@@ -110,7 +110,9 @@ def load_text_model(
         model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
     tied = bool(getattr(text_config, "tie_word_embeddings", False))
     read = _Reader(path, keys)
-    todo = [(n, t) for n, t in model.state_dict(keep_vars=True).items() if not (tied and n == "lm_head.weight")]
+    todo = [
+        (n, t) for n, t in model.state_dict(keep_vars=True).items() if not (tied and n == "lm_head.weight")
+    ]
     total, done = sum(t.numel() * t.element_size() for _, t in todo), 0
     try:
         with torch.no_grad():
