@@ -278,7 +278,7 @@ def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
 
     def on_data(data: bytes) -> None:
         for rec in parser.feed(data):
-            if rec.get("kind") == "event":
+            if rec.get("kind") in ("event", "startup"):  # startup: launch's progress (StopFollow ignores it)
                 queue.put_nowait(rec)
 
     return FileTail(path, offset, on_data, interval=0.05), queue
@@ -682,12 +682,12 @@ async def launch(
                 getter.cancel()
             if getter in done:
                 ev = getter.result()
-                name = ev.get("name")
-                if on_startup is not None and name in ("started", "startup", "first_step"):
+                name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
+                if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
                     on_startup(ev)
                 if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
                     break
-                if name == "first_step" and on_startup is not None:
+                if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
                     break
                 continue
             if waiter in done:

@@ -1,8 +1,8 @@
 """A run's start-up, folded from its metrics.jsonl records: phase, target bytes read, and an estimate.
 
-The trainer writes ``started``, then ``startup`` events (``phase``: ``compile_cache``, ``building_drafter``,
-``loading_target`` with ``bytes`` of ``total_bytes``, ``target_loaded``, ``compiling`` with ``part``,
-``queue_filling``) and ``first_step`` (docs/run-directory.md). ``StartupFold.apply(record)`` folds them;
+The trainer writes the ``started`` event, then ``startup`` records (``phase``: ``compile_cache``,
+``building_drafter``, ``loading_target`` with ``bytes`` of ``total_bytes``, ``target_loaded``, ``compiling``
+with ``part``, ``queue_filling``, at last ``first_step``; docs/run-directory.md). ``StartupFold.apply(record)`` folds them;
 ``view(now)`` says where the start is, ``line(now)`` says it in one line. The estimate of the time left to
 the first step is the larger of: the target's bytes left at the rate read so far (while loading), and the
 previous start of the same run (``expected_first_step_s`` of ``started``) less the time gone.
@@ -65,9 +65,12 @@ class StartupFold:
 
     def apply(self, rec: dict) -> bool:
         """Fold one record; True when it was a start-up record."""
-        if rec.get("kind") != "event":
+        kind, t = rec.get("kind"), _num(rec.get("t"))
+        name = rec.get("name") if kind == "event" else None
+        if kind == "startup":
+            name = "first_step" if rec.get("phase") == "first_step" else "startup"
+        elif kind != "event":
             return False
-        name, t = rec.get("name"), _num(rec.get("t"))
         if name == "started":
             self.reset(t, _num(rec.get("expected_first_step_s")))
             self.seen = True

@@ -222,6 +222,8 @@ class ConsoleState:
             self._on_event(rec, t)
         elif kind == "eval":
             self._on_eval(rec, t)
+        elif kind == "startup":
+            self._on_startup(rec, t)
         else:
             return
         self._touch()
@@ -308,14 +310,6 @@ class ConsoleState:
     def _on_event(self, rec: dict, t: float | None) -> None:
         name = rec.get("name")
         self.startup.apply(rec)
-        if name == "startup":  # progress: the panel's start-up line, not the event list
-            if rec.get("phase") == "compile_cache" and rec.get("state") == "stale":
-                self._event(t, f"compile cache not reused: {rec.get('reason')}", "warn")
-            return
-        if name == "first_step":
-            secs = _num(rec.get("seconds"))
-            self._event(t, "first step" + (f" {secs:.1f} s after launch" if secs is not None else ""))
-            return
         if name == "started":
             self.stopped = None
             self.saving_since = None
@@ -356,6 +350,17 @@ class ConsoleState:
             self._event(t, f"trainer error: {rec.get('message')}", "error")
         elif isinstance(name, str):
             self._event(t, f"event {name}")
+
+    def _on_startup(self, rec: dict, t: float | None) -> None:
+        """A start-up record: the panel's start-up line (console/core/startup.py); events for the list are
+        only a compile cache that was not reused and the first step."""
+        self.startup.apply(rec)
+        phase = rec.get("phase")
+        if phase == "compile_cache" and rec.get("state") == "stale":
+            self._event(t, f"compile cache not reused: {rec.get('reason')}", "warn")
+        elif phase == "first_step":
+            secs = _num(rec.get("seconds"))
+            self._event(t, "first step" + (f" {secs:.1f} s after launch" if secs is not None else ""))
 
     def note(self, text: str, level: str = "info") -> None:
         """An event line of the screen's own (a deploy's outcome, ...)."""

@@ -1,11 +1,12 @@
-"""Start-up as events: what a run does between its launch and its first optimizer step.
+"""Start-up as records: what a run does between its launch and its first optimizer step.
 
-``StartupEvents(writer, ...)`` writes ``startup`` events (``{"kind": "event", "name": "startup", "phase":
-..., "elapsed_s": ...}``; docs/run-directory.md) and, once, the ``first_step`` event. ``elapsed_s`` counts
+``StartupEvents(writer, ...)`` writes ``startup`` records (``{"kind": "startup", "phase": ..., "elapsed_s":
+...}``; docs/run-directory.md: a kind of their own, so readers that list events see none of them) and,
+once, the ``first_step`` phase. ``elapsed_s`` counts
 from the launch: the launcher's (or the single process's) start, read from /proc (interpreter start-up
 and imports included), handed to workers in ``DFLASH_LAUNCH_T``. Phases, in order:
 ``loading_target`` (``bytes`` of ``total_bytes``, repeated as it reads), ``target_loaded``,
-``building_drafter``, ``compile_cache``, ``compiling`` (``part``), ``queue_filling``; then ``first_step``.
+``building_drafter``, ``compile_cache``, ``compiling`` (``part``), ``queue_filling``; then ``first_step`` (``seconds``: launch to the first optimizer step).
 
 ``startup.json`` in the run directory keeps the durations of past starts (``first_step_s``,
 ``target_load_s``): the next start's events carry them as ``expected_s``, the console's estimate.
@@ -89,7 +90,7 @@ class StartupEvents:
         if self.done or self.writer is None:
             return
         with self._lock:
-            self.writer.event(
+            self.writer.write(
                 "startup", phase=phase, elapsed_s=round(self.elapsed(), 3), **{**self.tags, **fields}
             )
 
@@ -119,12 +120,14 @@ class StartupEvents:
             record(self.run_dir, "target_load_s", seconds)
 
     def first_step(self, step: int) -> None:
-        """The ``first_step`` event (once): the run trains. Also records the duration for the next start."""
+        """The ``first_step`` record (once): the run trains. Also records the duration for the next start."""
         if self.done or self.writer is None:
             return
         seconds = self.elapsed()
-        self.writer.event(
-            "first_step",
+        self.writer.write(
+            "startup",
+            phase="first_step",
+            elapsed_s=round(seconds, 3),
             step=step,
             seconds=round(seconds, 3),
             expected_s=expected(self.history, "first_step_s"),
