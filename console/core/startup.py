@@ -66,6 +66,12 @@ class StartupFold:
     def apply(self, rec: dict) -> bool:
         """Fold one record; True when it was a start-up record."""
         kind, t = rec.get("kind"), _num(rec.get("t"))
+        if kind == "step":  # it trains (a trainer from before start-up records never says first_step)
+            if self.active:
+                self.active = False
+                if self.first_step_s is None and t is not None and self.t0 is not None:
+                    self.first_step_s = max(0.0, t - self.t0)
+            return False
         name = rec.get("name") if kind == "event" else None
         if kind == "startup":
             name = "first_step" if rec.get("phase") == "first_step" else "startup"
@@ -254,3 +260,21 @@ class StartupPrinter:
             v = self.fold.view(self.clock())
             if v is not None and v.active:
                 self.draw(v)
+
+
+def panel_parts(v: StartupView) -> tuple[str, str]:
+    """The screen's two start-up rows: what it does (``loading the target 7.0/16.0 GB``), and when training
+    starts (``in ~25s · 14s gone · last 39s``)."""
+    what = PHASE_TEXT.get(v.phase, v.phase.replace("_", " "))
+    if v.phase == "loading_target" and v.total_bytes:
+        what = f"loading target {fmt_bytes(v.bytes or 0)}/{fmt_bytes(v.total_bytes)}"
+    elif v.phase == "queue_filling":
+        what = "waiting for hidden states"
+    elif v.detail and v.phase == "compiling":
+        what += f" {v.detail}"
+    when = f"in ~{fmt_duration(v.eta_s)}" if v.eta_s is not None else "?"
+    if v.elapsed_s is not None:
+        when += f" · {fmt_duration(v.elapsed_s)} gone"
+    if v.expected_s is not None:
+        when += f" · last {fmt_duration(v.expected_s)}"
+    return what, when

@@ -229,6 +229,7 @@ class ConsoleState:
         self._touch()
 
     def _on_step(self, rec: dict, t: float | None) -> None:
+        self.startup.apply(rec)  # a step ends the start-up
         step = rec.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
             if self.step is not None and step < self.step:
