@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 
+from console.core.events import Record
 from console.core.startup import StartupFold, StartupPrinter, fraction, line
 from console.core.state import ConsoleState
-from console.core.events import Record
 
 GB = 2**30  # fmt_bytes counts in binary units
 
