@@ -232,16 +232,17 @@ class Launcher:
     # -- the run -------------------------------------------------------------------------------------------
     def run(self) -> tuple[int, str]:
         a = self.args
-        ds = load_dir(a.data_dir, a.max_seq_len)  # bad data fails here, before any worker starts
-        log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
         self.server = control_channel.Server(
             a.control_host if self.devices.mode == "torchrun" else "127.0.0.1", a.control_port
         )
         self.reporter.queue_stats = self.queue_stats
         try:
             if self.devices.mode == "multi":
-                self.spawn(self.server)
-            else:
+                self.spawn(self.server)  # the workers start (imports, target load) while the data is checked
+            # bad data fails here (exit 2; the workers are killed): read once here, not before the workers
+            ds = load_dir(a.data_dir, a.max_seq_len)
+            log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
+            if self.devices.mode != "multi":
                 log(
                     f"waiting for {self.layout.world} torchrun workers: control socket "
                     f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; docs/trainer.md)"
