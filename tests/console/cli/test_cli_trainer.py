@@ -12,7 +12,7 @@ import pytest
 
 from console.devhost import DevHostThread
 from tests.support.core_util import CT, alive, cli, conn_args, wait_until
-from tests.support.trainer_run import events, steps, tiny_flags
+from tests.support.trainer_run import events, startup, steps, tiny_flags
 
 pytestmark = pytest.mark.slow
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
@@ -56,7 +56,7 @@ def test_launch_status_logs_restart_stop(host, tiny_assets):
         idx = [next(i for i, ln in enumerate(said) if ln.startswith(p)) for p in order]
         assert idx == sorted(idx), said
         assert said[-1].startswith("first step ") and "compile cache cold" in said[-1], said
-        assert any(e["name"] == "first_step" for e in events(run_dir))  # launch returned after it
+        assert startup(run_dir, phase="first_step")  # launch returned after it
 
         r = cli("status", *args, "--run-dir", str(run_dir), "--json")
         assert r.returncode == 0, r.stderr
