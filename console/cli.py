@@ -23,6 +23,7 @@ from console import __version__
 from console.core import control
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.options import options_from_args
+from console.core.startup import StartupPrinter
 
 # --- exit codes (docs/cli.md) -------------------------------------------------------------------------
 
@@ -92,6 +93,17 @@ def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = 
         p.add_argument("--run-dir", metavar="DIR", help="the trainer's run directory (its --output-dir)")
 
 
+DETACH = "--detach"
+DETACH_HELP = "return once the trainer has written its started event (no start-up progress to the first step)"
+
+
+def _startup_printer(args):
+    """The start-up progress of launch/restart (console/core/startup.py), None with --detach."""
+    if getattr(args, "detach", False):
+        return None
+    return StartupPrinter(sys.stdout, time.time)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dflash-console",
@@ -126,7 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the trainer"
     )
-    p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for its started event (300)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="wait for its first step (started with --detach) (300)",
+    )
+    p.add_argument(DETACH, action="store_true", help=DETACH_HELP)
 
     p = sub.add_parser(
         "deploy", help="copy the bundled trainer into a new versioned code dir, compile-checked"
@@ -148,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--code-dir", metavar="DIR", help="relaunch with this code dir (default run.json's)"
             )
-            p.add_argument("--wait", type=float, default=300.0, metavar="S", help="wait for started (300)")
+            p.add_argument(
+                "--wait", type=float, default=300.0, metavar="S", help="wait for the first step (300)"
+            )
+            p.add_argument(DETACH, action="store_true", help=DETACH_HELP)
 
     p = sub.add_parser("logs", help="print the trainer's train.log")
     _conn_flags(p)
@@ -347,15 +369,23 @@ async def cmd_launch(args) -> int:
     out = control.flag_value(flags, "--output-dir")
     if args.run_dir is None and out is not None:
         args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
+    printer = _startup_printer(args)
     async with _session(args) as s:
-        res = await s.launch(
-            flags,
-            python=args.python,
-            code_dir=args.code_dir,
-            env=env,
-            wait_s=args.wait,
-            on_status=lambda m: print(m, flush=True),
-        )
+        ticker = asyncio.ensure_future(printer.tick()) if printer is not None else None
+        try:
+            res = await s.launch(
+                flags,
+                python=args.python,
+                code_dir=args.code_dir,
+                env=env,
+                wait_s=args.wait,
+                on_status=lambda m: print(m, flush=True),
+                on_startup=printer.on_record if printer is not None else None,
+            )
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                printer.end()
     return _report(res)
 
 
@@ -443,11 +473,23 @@ async def cmd_stop(args, restart: bool = False) -> int:
                 return EXIT_ERROR
         cd = Countdown(args.timeout)
         ticker = asyncio.ensure_future(cd.tick())
+        printer = _startup_printer(args) if restart else None
+
+        def on_startup(rec: dict) -> None:
+            ticker.cancel()  # the stop is over: the start-up line takes the terminal
+            printer.on_record(rec)
+
         try:
             if restart:
                 res = await s.restart_trainer(
-                    timeout=args.timeout, on_phase=cd.on_phase, code_dir=args.code_dir, wait_s=args.wait
+                    timeout=args.timeout,
+                    on_phase=cd.on_phase,
+                    code_dir=args.code_dir,
+                    wait_s=args.wait,
+                    on_startup=on_startup if printer is not None else None,
                 )
+                if printer is not None:
+                    printer.end()
             else:
                 res = await s.stop_trainer(timeout=args.timeout, on_phase=cd.on_phase)
         finally:

@@ -29,7 +29,9 @@ from trainer.data.dataset import DataError
 from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, build_parser, resolved_flags, validate
+from trainer.run.startup import StartupEvents, expected
 from trainer.run.stopping import StopControl
+from trainer.runtime import compile_cache
 from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
@@ -78,7 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         log(f"removed an unfinished checkpoint folder: {n}")
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))
     start_step = int(checkpoint.read_manifest(resume_path)["step"]) if resume_path else 0
-    writer.event("started", pid=os.getpid(), step=start_step)
+    startup = StartupEvents(writer, run_dir)  # start-up as events (trainer/run/startup.py)
+    writer.event(
+        "started",
+        pid=os.getpid(),
+        step=start_step,
+        expected_first_step_s=expected(startup.history, "first_step_s"),
+    )
+    cache = compile_cache.prepare(run_dir, args)  # before anything compiles; the workers inherit it
+    startup.phase("compile_cache", **cache)
+    log(
+        f"compile cache: {cache['state']} ({cache['reason']})"
+        + (f" in {cache['dir']}" if "dir" in cache else "")
+    )
     log(
         f"trainer {__version__} pid {os.getpid()} run dir {run_dir}"
         + (f", resuming from {resume_path}" if resume_path else ", fresh start")
@@ -96,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.runtime.launcher import Launcher
 
         trainer = Launcher(args, argv, devices, stop, writer, reporter, run_dir, resume_path)
+    trainer.startup = startup
     try:
         if devices.mode == "single":
             trainer.setup()

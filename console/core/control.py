@@ -278,7 +278,7 @@ def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
 
     def on_data(data: bytes) -> None:
         for rec in parser.feed(data):
-            if rec.get("kind") == "event":
+            if rec.get("kind") in ("event", "startup"):  # startup: launch's progress (StopFollow ignores it)
                 queue.put_nowait(rec)
 
     return FileTail(path, offset, on_data, interval=0.05), queue
@@ -624,8 +624,13 @@ async def launch(
     cwd: str | None = None,
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
+    on_startup: Callable[[dict], None] | None = None,
 ) -> ActionResult:
     """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
+
+    With ``on_startup``, it waits on for the ``first_step`` event instead, and hands every start-up record
+    (``started``, ``startup``, ``first_step``; docs/run-directory.md) to it as it arrives: a trainer that
+    exits before its first step is then an error too.
 
     Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
     tail of train.log. ``run_dir`` defaults to the flags' ``--output-dir``; when both are given they
@@ -677,7 +682,12 @@ async def launch(
                 getter.cancel()
             if getter in done:
                 ev = getter.result()
-                if ev.get("name") == "started" and ev.get("pid") in (pid, None):
+                name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
+                if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
+                    on_startup(ev)
+                if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
+                    break
+                if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
                     break
                 continue
             if waiter in done:
@@ -737,6 +747,7 @@ async def restart(
     code_dir: str | None = None,
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
+    on_startup: Callable[[dict], None] | None = None,
 ) -> ActionResult:
     """Stop cleanly (when running), then launch the same run with ``--resume auto``."""
     run = (trainer.run if trainer and trainer.run else None) or run
@@ -764,5 +775,6 @@ async def restart(
         cwd=plan["cwd"],
         wait_s=wait_s,
         on_status=on_status,
+        on_startup=on_startup,
     )
     return ActionResult(res.code, "restarted: " + res.message, res.trainer)

@@ -469,7 +469,12 @@ class Session:
                 err = e
 
     async def restart_trainer(
-        self, timeout: float = 120.0, on_phase=None, code_dir: str | None = None, wait_s: float = 300.0
+        self,
+        timeout: float = 120.0,
+        on_phase=None,
+        code_dir: str | None = None,
+        wait_s: float = 300.0,
+        on_startup=None,
     ) -> ActionResult:
         """Stop cleanly, then launch the same run (run.json) with ``--resume auto``."""
         helper = self._writable()
@@ -500,6 +505,7 @@ class Session:
                 code_dir=code_dir,
                 wait_s=wait_s,
                 on_status=lambda s: phase(ActionPhase("launching", s, None, time.time())),
+                on_startup=on_startup,
             )
         except control.ControlError as e:
             return ActionResult(e.outcome, str(e), trainer)
@@ -520,6 +526,7 @@ class Session:
         env: dict[str, str] | None = None,
         wait_s: float = 300.0,
         on_status: Callable[[str], None] | None = None,
+        on_startup: Callable[[dict], None] | None = None,
     ) -> ActionResult:
         """Start the trainer with ``flags`` (see control.launch); never raises for a refusal."""
         helper = self._writable()
@@ -533,6 +540,7 @@ class Session:
                 env=env,
                 wait_s=wait_s,
                 on_status=on_status,
+                on_startup=on_startup,
             )
         except control.ControlError as e:
             return ActionResult(e.outcome, str(e))

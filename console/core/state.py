@@ -28,6 +28,7 @@ from console.core.events import (
 from console.core.formatting import fmt_bytes
 from console.core.health import Health
 from console.core.metrics import headline_tok_s
+from console.core.startup import StartupFold, StartupView
 
 
 @dataclass
@@ -127,6 +128,7 @@ class ConsoleState:
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
         self._ever_connected = False
+        self.startup = StartupFold()  # the run's start-up: phase, bytes, estimate (console/core/startup.py)
         self.conn.since = self.clock()
         if self.health is None:
             self.health = Health(clock=self.clock)
@@ -220,11 +222,14 @@ class ConsoleState:
             self._on_event(rec, t)
         elif kind == "eval":
             self._on_eval(rec, t)
+        elif kind == "startup":
+            self._on_startup(rec, t)
         else:
             return
         self._touch()
 
     def _on_step(self, rec: dict, t: float | None) -> None:
+        self.startup.apply(rec)  # a step ends the start-up
         step = rec.get("step")
         if isinstance(step, int) and not isinstance(step, bool):
             if self.step is not None and step < self.step:
@@ -305,6 +310,7 @@ class ConsoleState:
 
     def _on_event(self, rec: dict, t: float | None) -> None:
         name = rec.get("name")
+        self.startup.apply(rec)
         if name == "started":
             self.stopped = None
             self.saving_since = None
@@ -345,6 +351,17 @@ class ConsoleState:
             self._event(t, f"trainer error: {rec.get('message')}", "error")
         elif isinstance(name, str):
             self._event(t, f"event {name}")
+
+    def _on_startup(self, rec: dict, t: float | None) -> None:
+        """A start-up record: the panel's start-up line (console/core/startup.py); events for the list are
+        only a compile cache that was not reused and the first step."""
+        self.startup.apply(rec)
+        phase = rec.get("phase")
+        if phase == "compile_cache" and rec.get("state") == "stale":
+            self._event(t, f"compile cache not reused: {rec.get('reason')}", "warn")
+        elif phase == "first_step":
+            secs = _num(rec.get("seconds"))
+            self._event(t, "first step" + (f" {secs:.1f} s after launch" if secs is not None else ""))
 
     def note(self, text: str, level: str = "info") -> None:
         """An event line of the screen's own (a deploy's outcome, ...)."""
@@ -419,6 +436,10 @@ class ConsoleState:
 
     def conn_age_s(self) -> float:
         return max(0.0, self.clock() - self.conn.since)
+
+    def startup_view(self) -> StartupView | None:
+        """The run's start-up (console/core/startup.py); None before any start-up record."""
+        return self.startup.view(self.clock())
 
     def data_age_s(self) -> float | None:
         """Seconds since the newest step or throughput record was written."""

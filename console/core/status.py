@@ -17,6 +17,8 @@ from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.session import Session
+from console.core.startup import StartupFold, StartupView
+from console.core.startup import line as startup_line
 from console.core.telemetry import nvidia_smi_argv, parse_output
 
 
@@ -41,6 +43,7 @@ async def collect(session: Session) -> dict:
         "last_event": None,
         "gpus": None,
         "gpu_detail": "",
+        "startup": None,
         "t": time.time(),
     }
     if trainer is not None:
@@ -52,7 +55,9 @@ async def collect(session: Session) -> dict:
             "source": trainer.source,
         }
     if run_dir:
+        fold = StartupFold()
         for rec in await control.recent_records(helper, run_dir):
+            fold.apply(rec)
             kind = rec.get("kind")
             if kind == "step":
                 out["last_step"] = rec
@@ -65,6 +70,8 @@ async def collect(session: Session) -> dict:
                 out["last_event"] = rec
                 if rec.get("name") == "checkpoint_saved":
                     out["last_checkpoint"] = rec
+        view = fold.view(out["t"])
+        out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
@@ -134,6 +141,9 @@ def format_text(st: dict) -> str:
         lines.append(f"run dir: {st['run_dir']}")
     if st.get("drafter"):
         lines.append(f"drafter: {arch_text(st['drafter'])}")
+    su = st.get("startup")
+    if su and (su["active"] or tr is not None):
+        lines.append("  start-up: " + startup_line(StartupView(**su)))
     step = st["last_step"]
     if step:
         acc = step.get("acc") or []

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
+from console.core.startup import fraction, panel_parts
 from console.core.state import ConsoleState
 from console.widgets.alert_text import summary
 from console.widgets.text_widget import TextWidget
@@ -41,12 +42,27 @@ def accept_text(state: ConsoleState) -> Text:
     return t
 
 
+def startup_text(v, what: str) -> Text:
+    """What the start-up does, after a bar: time against the estimate, else the target's bytes."""
+    frac = fraction(v)
+    t = Text()
+    if frac is not None:
+        n = round(frac * 8)
+        t.append("█" * n + "░" * (8 - n) + " ", style="cyan")
+    t.append(what, style="yellow")
+    return t
+
+
 def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows: list[tuple[str, Text | str]] = []
     tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
     tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
     rows.append(("throughput", tok))
     rows.append(("drafter", arch_text(drafter_arch(state.run))))
+    su = state.startup_view()
+    if su is not None and su.active:  # launch to first step: phase, bytes, estimate (two rows while it lasts)
+        what, when = panel_parts(su)
+        rows[0:0] = [("start-up", startup_text(su, what)), ("first step", Text(when, style="yellow"))]
     step = "-" if state.step is None else f"{state.step:,}"
     if state.total_steps:
         pct = 100.0 * (state.step or 0) / state.total_steps
@@ -98,5 +114,7 @@ class TrainingPanel(TextWidget):
 
     def update_from(self, state: ConsoleState) -> None:
         self._state = state
-        # eleven lines of figures and a blank one; the newest events fill what is left
-        self.set_content(panel_text(state, n_events=max(0, self.size.height - 12)))
+        # eleven lines of figures (thirteen during a start-up) and a blank one; the newest events fill what is left
+        su = state.startup_view()
+        used = 14 if su is not None and su.active else 12
+        self.set_content(panel_text(state, n_events=max(0, self.size.height - used)))

@@ -181,3 +181,21 @@ def session_members(sid: int) -> list[int]:
         if int(rest[3]) == sid:  # field 6: session
             out.append(int(d))
     return out
+
+
+def startup(run_dir: Path, **match) -> list[dict]:
+    """The run's ``startup`` records (docs/run-directory.md), those with the given fields' values."""
+    return [
+        r
+        for r in records(run_dir)
+        if r.get("kind") == "startup" and all(r.get(k) == v for k, v in match.items())
+    ]
+
+
+def phases(recs: list[dict]) -> list[str]:
+    """Their phases in order, repeats (loading progress) merged."""
+    out: list[str] = []
+    for r in recs:
+        if not out or out[-1] != r["phase"]:
+            out.append(r["phase"])
+    return out

@@ -7,7 +7,16 @@ import signal
 
 import pytest
 
-from tests.support.trainer_run import Trainer, events, run, session_members, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import (
+    Trainer,
+    events,
+    run,
+    session_members,
+    startup,
+    steps,
+    tiny_flags,
+    wait_for_step,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +81,13 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--resume", "auto"))
     assert rc == 0, out
     ref_steps = {s["step"]: s for s in steps(ref_dir)}
+    # the second start of the run: its estimate is the first start's, its compile cache is reused
+    firsts = startup(cut_dir, phase="first_step")
+    assert len(firsts) == 2 and firsts[1]["expected_s"] == pytest.approx(firsts[0]["seconds"], abs=1e-3)
+    assert [r["state"] for r in startup(cut_dir, phase="compile_cache")] == ["cold", "warm"]
+    starts = [e for e in events(cut_dir) if e["name"] == "started"]
+    assert starts[0]["expected_first_step_s"] is None
+    assert starts[1]["expected_first_step_s"] == pytest.approx(firsts[0]["seconds"], abs=1e-3)
     assert sorted(ref_steps) == list(range(1, N + 1))
     after = [s for s in steps(cut_dir) if s["step"] > k]
     resumed = after[-(N - k) :]

@@ -25,6 +25,7 @@ import time
 
 from trainer.data.dataset import load_dir
 from trainer.run import checkpoint
+from trainer.run.startup import LAUNCH_ENV
 from trainer.runtime import control_channel
 from trainer.runtime.handoff import Layout
 from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, log
@@ -109,6 +110,8 @@ class Launcher:
                 DFLASH_LAUNCHER_PID=str(os.getpid()),
                 DFLASH_EXTERNAL_STORE="1",
             )
+            if getattr(self, "startup", None) is not None:  # workers' elapsed_s count from this launch
+                env[LAUNCH_ENV] = repr(self.startup.t0)
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
             self.procs[rank] = subprocess.Popen(
@@ -229,16 +232,17 @@ class Launcher:
     # -- the run -------------------------------------------------------------------------------------------
     def run(self) -> tuple[int, str]:
         a = self.args
-        ds = load_dir(a.data_dir, a.max_seq_len)  # bad data fails here, before any worker starts
-        log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
         self.server = control_channel.Server(
             a.control_host if self.devices.mode == "torchrun" else "127.0.0.1", a.control_port
         )
         self.reporter.queue_stats = self.queue_stats
         try:
             if self.devices.mode == "multi":
-                self.spawn(self.server)
-            else:
+                self.spawn(self.server)  # the workers start (imports, target load) while the data is checked
+            # bad data fails here (exit 2; the workers are killed): read once here, not before the workers
+            ds = load_dir(a.data_dir, a.max_seq_len)
+            log(f"data: {len(ds)} sequences, {len(ds.tokens)} tokens from {len(ds.files)} file(s)")
+            if self.devices.mode != "multi":
                 log(
                     f"waiting for {self.layout.world} torchrun workers: control socket "
                     f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; docs/trainer.md)"

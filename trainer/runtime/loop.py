@@ -26,6 +26,8 @@ from trainer.data.dataset import Plan, load_dir
 from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, check_devices, dflash2_flags, flag_for_setting
 from trainer.run.schedule import lr_at, noise_at
+from trainer.runtime import compile_cache
+from trainer.runtime.startup_steps import first_batch_events, load_target_events, startup_phase
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
@@ -128,6 +130,8 @@ class Trainer:
         self.queue = None
         self.trained = False  # an optimizer step was applied in this process
         self.est_window: list[tuple[float, float]] = []  # (chain sum, blocks) of the last EST_WINDOW steps
+        self.startup = None  # a run.startup.StartupEvents: start-up events until the first step
+        self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup_model(self) -> None:
@@ -160,6 +164,8 @@ class Trainer:
         torch.manual_seed(a.seed)
         random.seed(a.seed)
         np.random.seed(a.seed % 2**32)
+        startup_phase(self.startup, "building_drafter", device=ddev)
+        compile_cache.load_mega(self.mega_name)
         self.drafter = DFlashDrafter(cfg).to(ddev)
         self.drafter.train()
         self.head = FrozenHead.from_pretrained(
@@ -201,7 +207,6 @@ class Trainer:
         from trainer.runtime.gpu_meter import role_meter
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
-        from trainer.target.capture import load_target
 
         check_devices(self.devices)
         self.setup_model()
@@ -212,9 +217,7 @@ class Trainer:
         tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
         self.target_roles = []
         for d, m in zip(self.devices.target, self.target_meters, strict=True):
-            model = load_target(
-                a.target_model, d, tdtype, cfg.target_layer_ids, need_final_hidden=a.use_soft_labels
-            )
+            model = load_target_events(self.startup, a, d, tdtype, cfg.target_layer_ids)
             self.target_roles.append(
                 TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock)
             )
@@ -453,6 +456,8 @@ class Trainer:
             self.start_workers()
         else:
             self.queue = self.dist.start(self.plan, self.cursor, self.data_end())
+        startup_phase(self.startup, "queue_filling", depth=self.queue.depth(), capacity=self.queue.capacity)
+        first = self.startup is not None
         while self.step < self.total_steps and not self._stop_now():
             snap = (self.generator.get_state(), torch.get_rng_state())
             g0 = self.cursor
@@ -463,6 +468,8 @@ class Trainer:
                 for k in range(A):
                     g = g0 + k * D + r
                     hb = self.queue.get(g, self._abort_check)
+                    if first and k == 0:
+                        first_batch_events(self.startup, self.device)
                     micro.append(
                         self.role.micro_step(
                             hb,
@@ -551,6 +558,11 @@ class Trainer:
                             f"step {self.step}/{self.total_steps} epoch {epoch:.3f} loss {loss_f:.4f} "
                             f"accept_est {est or 0:.2f} acc1 {acc[0]:.3f} lr {lr:.3g} gnorm {norm_f:.3g} tokens {tokens}"
                         )
+            if first:
+                first = False
+                if self.saver:
+                    self.startup.first_step(self.step)
+                    compile_cache.save_mega(self.mega_name)
             periodic = self.saver and self.step < self.total_steps and not self.stop_asked()
             if periodic and self.save_due() and not self.save():  # a stop saves once, below
                 log("training goes on; the next save tries again")

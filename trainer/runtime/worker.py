@@ -24,6 +24,7 @@ import traceback
 
 from trainer.data.dataset import DataError
 from trainer.run.flags import FlagError, build_parser, check_devices, validate
+from trainer.run.startup import StartupEvents
 from trainer.runtime import loop
 
 PR_SET_PDEATHSIG = 1
@@ -194,7 +195,7 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     from trainer.runtime.gpu_meter import role_meter
     from trainer.runtime.handoff import run_sender
     from trainer.runtime.roles import TargetRole
-    from trainer.target.capture import load_target
+    from trainer.runtime.startup_steps import load_target_events
 
     meter = role_meter(device, "target", loop.gpu_uuid(device))
     meter_thread(ctl.ch, meter, lambda: (0, 0))
@@ -214,9 +215,15 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     step, cursor = int(welcome.get("step", 0)), int(welcome.get("cursor", 0))
     end = min(plan.total, cursor + max(0, total - step) * args.grad_accum * layout.ND)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = load_target(
-        args.target_model, device, dtype, cfg.target_layer_ids, need_final_hidden=args.use_soft_labels
+    startup = StartupEvents(
+        ControlWriter(ctl.ch),
+        os.path.abspath(args.output_dir),
+        keep=ti == 0,
+        role="target",
+        device=device,
+        rank=layout.target_rank(ti),
     )
+    model = load_target_events(startup, args, device, dtype, cfg.target_layer_ids)
     role = TargetRole(model, device, cfg.target_layer_ids, args.use_soft_labels, meter)
     loop.log(f"target ready: micro-batches {cursor + ti}.. every {layout.NT} (to {end})")
     n = run_sender(layout, ti, role, plan, cursor, end, lambda: ctl.exit or ctl.abort)
@@ -246,6 +253,11 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
         replica=di,
         replicas=layout.ND,
         dist=dd,
+    )
+
+    trainer.mega_name = f"drafter{di}"
+    trainer.startup = StartupEvents(
+        writer, trainer.run_dir, keep=di == 0, role="drafter", device=device, rank=layout.drafter_rank(di)
     )
 
     def on_abort(saver: int) -> None:

@@ -68,7 +68,10 @@ def load_target(
     target_layer_ids: list[int],
     need_final_hidden: bool = False,
     attn_implementation: str | None = None,
+    progress=None,
 ) -> nn.Module:
+    """``progress(bytes_done, bytes_total)`` (optional) is called as the weights are read: per tensor on the
+    text-only path, once at the end (the weight files' size) on the ``from_pretrained`` path."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(path)
@@ -88,7 +91,7 @@ def load_target(
     if getattr(tc, "model_type", None) in HYBRID_MODEL_TYPES:
         from trainer.target.loading import load_text_model
 
-        model = load_text_model(path, tc, device, dtype)
+        model = load_text_model(path, tc, device, dtype, progress=progress)
         model.eval()
         model.requires_grad_(False)
         if prepare_hybrid(model) is None:
@@ -102,6 +105,11 @@ def load_target(
         kwargs["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     model.to(device)
+    if progress is not None:
+        from trainer.target.loading import weight_files_bytes
+
+        total = weight_files_bytes(path)
+        progress(total, total)
     model.eval()
     model.requires_grad_(False)
     if str(device).startswith("cuda"):

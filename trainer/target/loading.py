@@ -25,6 +25,16 @@ from torch import nn
 from trainer.drafting.head import weight_map
 
 
+def weight_files_bytes(path: str) -> int:
+    """The size of the target's safetensors files (what a full read of its weights reads)."""
+    try:
+        return sum(
+            os.path.getsize(os.path.join(path, fn)) for fn in os.listdir(path) if fn.endswith(".safetensors")
+        )
+    except OSError:
+        return 0
+
+
 class _Reader:
     """Reads named tensors, keeping one open handle per file."""
 
@@ -77,7 +87,10 @@ def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) ->
     raise ValueError(f"the checkpoint has no tensor for {name}")
 
 
-def load_text_model(path: str, text_config, device: str | torch.device, dtype: torch.dtype) -> nn.Module:
+def load_text_model(
+    path: str, text_config, device: str | torch.device, dtype: torch.dtype, progress=None
+) -> nn.Module:
+    """``progress(done, total)``: bytes filled into the model's tensors so far, of all of them."""
     from transformers import AutoModelForCausalLM
 
     keys = weight_map(path)
@@ -85,15 +98,20 @@ def load_text_model(path: str, text_config, device: str | torch.device, dtype: t
         model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
     tied = bool(getattr(text_config, "tie_word_embeddings", False))
     read = _Reader(path, keys)
+    todo = [
+        (n, t) for n, t in model.state_dict(keep_vars=True).items() if not (tied and n == "lm_head.weight")
+    ]
+    total, done = sum(t.numel() * t.element_size() for _, t in todo), 0
     try:
         with torch.no_grad():
-            for name, t in model.state_dict(keep_vars=True).items():
-                if tied and name == "lm_head.weight":
-                    continue
+            for name, t in todo:
                 src = _fetch(name, t.shape, keys, read)
                 if tuple(src.shape) != tuple(t.shape):
                     raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)}, model {tuple(t.shape)}")
                 t.copy_(src)
+                done += t.numel() * t.element_size()
+                if progress is not None:
+                    progress(done, total)
     finally:
         read.close()
     if tied:

@@ -12,7 +12,7 @@ import pytest
 
 from console.devhost import DevHostThread
 from tests.support.core_util import CT, alive, cli, conn_args, wait_until
-from tests.support.trainer_run import events, steps, tiny_flags
+from tests.support.trainer_run import events, startup, steps, tiny_flags
 
 pytestmark = pytest.mark.slow
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
@@ -50,12 +50,22 @@ def test_launch_status_logs_restart_stop(host, tiny_assets):
         assert code_dir.startswith(str(ct_dir / ".dflash-console" / "code") + "/")  # the deployed copy
         assert (run_dir / "train.log").exists()
         assert [e["name"] for e in events(run_dir)][:1] == ["started"]
+        # launch follows the start-up to the first step: one plain line a phase (no terminal), in order
+        said = [ln[len("start-up: ") :] for ln in r.stdout.splitlines() if ln.startswith("start-up: ")]
+        order = ["starting", "building the drafter", "loading the target", "target loaded", "waiting for"]
+        idx = [next(i for i, ln in enumerate(said) if ln.startswith(p)) for p in order]
+        assert idx == sorted(idx), said
+        assert said[-1].startswith("first step ") and "compile cache cold" in said[-1], said
+        assert startup(run_dir, phase="first_step")  # launch returned after it
 
         r = cli("status", *args, "--run-dir", str(run_dir), "--json")
         assert r.returncode == 0, r.stderr
         st = json.loads(r.stdout)
         assert st["trainer"]["pid"] == run["pid"] and st["trainer"]["source"] == "run.json"
         assert st["drafter"] == {"arch": "dflash", "name": "DFlash 1", "block_size": 8}  # from run.json argv
+        su = st["startup"]
+        assert su["active"] is False and su["phase"] == "trained" and su["first_step_s"] > 0
+        assert su["cache"] == "cold" and su["expected_s"] is None  # a first start: nothing to go by
         wait_until(lambda: steps(run_dir), 120, "a training step")
         r = cli("status", *args, "--run-dir", str(run_dir))
         assert r.returncode == 0 and f"pid {run['pid']}" in r.stdout and "step " in r.stdout
@@ -65,6 +75,11 @@ def test_launch_status_logs_restart_stop(host, tiny_assets):
         r = cli("restart", *args, "--run-dir", str(run_dir), "--yes", "--timeout", "120", timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "[saved]" in r.stdout and "[exited]" in r.stdout
+        # the second start of the run: estimated from the first, its compile cache reused
+        said = [ln for ln in r.stdout.splitlines() if ln.startswith("start-up: ")]
+        assert said and said[-1].startswith("start-up: first step ") and "(last start " in said[-1], said
+        assert "compile cache warm" in said[-1]
+        assert any("first step in ~" in ln for ln in said), said  # an estimate while it started
         assert not alive(pids[0])
         run2 = json.loads((run_dir / "run.json").read_text())
         pids.append(run2["pid"])

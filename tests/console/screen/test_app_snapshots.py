@@ -3,7 +3,7 @@ from a recorded tiny-trainer run with a frozen clock (tests/support/replay.py). 
 change with ``pytest tests/console/screen/test_app_snapshots.py --snapshot-update`` and look at the SVGs."""
 
 from console.app import ConsoleApp
-from console.core.events import TrainerFound
+from console.core.events import Record, TrainerFound
 from console.core.state import ConsoleState
 from tests.support.replay import recorded
 
@@ -68,6 +68,55 @@ def test_main_screen_with_an_active_alert(snap_compare):
         app.feed([TrainerFound(None)])
         now[0] += 12.0
         app.health_hooks.tick()
+        app.refresh_now(plots=True)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_main_screen_during_a_start_up(snap_compare):
+    """A restart of the recorded run, 14 s in, reading its target: the panel's start-up row (bar, bytes, rate,
+    the estimate from the last start), from synthetic start-up records."""
+    events, last_t = recorded()
+    t0 = last_t + 60.0
+    restart = [
+        {"t": t0, "kind": "event", "name": "started", "pid": 4242, "step": 21, "expected_first_step_s": 38.5},
+        {"t": t0 + 0.4, "kind": "startup", "phase": "compile_cache", "elapsed_s": 0.4, "state": "warm"},
+        {"t": t0 + 5.0, "kind": "startup", "phase": "building_drafter", "elapsed_s": 5.0, "device": "cuda:1"},
+        {
+            "t": t0 + 6.0,
+            "kind": "startup",
+            "phase": "loading_target",
+            "elapsed_s": 6.0,
+            "bytes": 0,
+            "total_bytes": 16 * 2**30,
+            "device": "cuda:0",
+        },
+        {
+            "t": t0 + 13.0,
+            "kind": "startup",
+            "phase": "loading_target",
+            "elapsed_s": 13.0,
+            "bytes": 7 * 2**30,
+            "total_bytes": 16 * 2**30,
+            "device": "cuda:0",
+        },
+    ]
+
+    def clock() -> float:
+        return t0 + 14.0
+
+    app = ConsoleApp(
+        None,
+        state=ConsoleState(clock=clock),
+        target="127.0.0.1 · CT 200 (recorded)",
+        clock=clock,
+        tick_s=3600,
+    )
+
+    async def run_before(pilot) -> None:
+        await _settle(pilot)
+        app.feed([Record(r) for r in restart])
         app.refresh_now(plots=True)
         await pilot.pause()
 

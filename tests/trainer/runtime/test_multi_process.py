@@ -15,8 +15,10 @@ import pytest
 from tests.support.trainer_run import (
     Trainer,
     events,
+    phases,
     records,
     session_members,
+    startup,
     steps,
     tiny_flags,
     wait_for_record,
@@ -99,6 +101,28 @@ def test_ddp_replicas_match_one_process_and_sigint_stops_every_rank(tiny_assets,
         )
         wb = dict(load_drafter(checkpoint.latest(str(root)) + "/drafter")[0].named_parameters())
         assert all((wa[x] - wb[x]).abs().max().item() < 1e-4 for x in wa)
+
+    # start-up: the one process's phases in order; the workers' relayed by the launcher, tagged by rank
+    assert phases(startup(single_dir)) == [
+        "compile_cache",
+        "building_drafter",
+        "loading_target",
+        "target_loaded",
+        "queue_filling",
+        "first_step",
+    ]
+    assert phases(startup(multi_dir, rank=None)) == ["compile_cache"]  # the launcher's own
+    assert phases(startup(multi_dir, rank=0)) == ["loading_target", "target_loaded"]  # target0
+    for r in (1, 2):  # drafter replicas; replica 0 (the saver) writes the first step
+        want = ["building_drafter", "queue_filling"] + (["first_step"] if r == 1 else [])
+        assert phases(startup(multi_dir, rank=r)) == want, startup(multi_dir, rank=r)
+    for d in (single_dir, multi_dir):
+        load = startup(d, phase="loading_target")
+        assert load[0]["bytes"] == 0 and load[-1]["bytes"] == load[-1]["total_bytes"] > 0
+        first = startup(d, phase="first_step")
+        assert len(first) == 1 and first[0]["step"] == 1
+        elapsed = [r["elapsed_s"] for r in startup(d)]
+        assert first[0]["seconds"] == max(elapsed) > 0  # counted from the launch, for every process
 
     # every worker's meter reaches the launcher's metrics.jsonl
     thr = [r for r in records(multi_dir) if r["kind"] == "throughput"]

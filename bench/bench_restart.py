@@ -1,0 +1,156 @@
+"""Launch to first step, cold and warm (issue 22): the same run launched twice, the second with ``--resume auto``.
+
+    PYTHONPATH=. python bench/bench_restart.py --out $OUT --parts one,two     # one H200 (both roles), two H200s
+    PYTHONPATH=. python bench/bench_restart.py --tiny --out /tmp/br           # CPU: the tiny shape, one process
+
+For each part: a fresh run directory; launch ``python -m trainer.pipeline`` (bench/bench_pipeline.py's
+reference shape: random-weight Qwen3-8B-shaped target in ``--work``, 5-layer drafter, 8192-token sequences),
+wait for its ``first_step`` start-up record, let it train ``--steps`` more steps, SIGINT (it saves a
+checkpoint), wait for its exit; then launch the same run again with ``--resume auto`` (the warm restart:
+the run's compile cache, startup.json) and do the same. Reported per launch, from the run's own start-up
+records (docs/run-directory.md): ``first_step`` seconds (launch to the first optimizer step, counted from
+the launcher's process start), when the target was loaded, when the drafters waited for the queue, the
+compile cache's state; and the bench's own wall time from ``Popen`` to seeing the first step. Results:
+``results.json`` and a Markdown table in ``--out``. Goal (issue 22): warm <= 15 s at the 8B shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_pipeline import REF, TINY, flags, log, make_data, make_target  # noqa: E402
+
+
+def records(path: str) -> list[dict]:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return out
+
+
+def launch_once(argv: list[str], run: str, since: int, steps: int, timeout: float, env: dict) -> dict:
+    """One launch: wait for its first step (and ``steps`` more), SIGINT, wait; its start-up figures."""
+    metrics = os.path.join(run, "metrics.jsonl")
+    t0 = time.time()
+    p = subprocess.Popen(
+        [sys.executable, "-m", "trainer.pipeline", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=open(os.path.join(run + ".log"), "a"),  # noqa: SIM115 - the child's
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    seen_first, wall = None, None
+    try:
+        while time.time() - t0 < timeout and p.poll() is None:
+            recs = records(metrics)[since:]
+            first = [r for r in recs if r.get("kind") == "startup" and r.get("phase") == "first_step"]
+            if first and seen_first is None:
+                seen_first, wall = first[0], time.time() - t0
+            done = [r for r in recs if r.get("kind") == "step"]
+            if seen_first is not None and len(done) >= steps:
+                break
+            time.sleep(0.2)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    recs = records(metrics)[since:]
+    su = [r for r in recs if r.get("kind") == "startup"]
+
+    def at(phase: str) -> float | None:
+        got = [r["elapsed_s"] for r in su if r.get("phase") == phase]
+        return max(got) if got else None
+
+    cache = next((r for r in su if r.get("phase") == "compile_cache"), {})
+    return {
+        "first_step_s": (seen_first or {}).get("seconds"),
+        "wall_to_first_step_s": wall,
+        "target_loaded_s": at("target_loaded"),
+        "queue_filling_s": at("queue_filling"),
+        "cache": cache.get("state"),
+        "cache_reason": cache.get("reason"),
+        "exit": rc,
+        "records": len(recs),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_restart"))
+    ap.add_argument("--work", default="/dev/shm/dflash_bench")
+    ap.add_argument("--parts", default="one,two", help="one: both roles on GPU 0; two: target 0, drafter 1")
+    ap.add_argument("--tiny", action="store_true", help="the tiny shape on CPU (part: cpu)")
+    ap.add_argument("--steps", type=int, default=3, help="steps after the first before the SIGINT")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--seq", type=int, default=8192)
+    ap.add_argument("--layers", type=int, default=5)
+    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--anchors", type=int, default=512)
+    ap.add_argument("--depth", type=int, default=8)
+    ap.add_argument("--sequences", type=int, default=200)
+    a = ap.parse_args()
+    if a.tiny:
+        a.seq, a.layers, a.block, a.anchors, a.sequences, a.parts = 256, 1, 8, 32, 200, "cpu"
+    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(a.work, exist_ok=True)
+    target, data = os.path.join(a.work, "target"), os.path.join(a.work, "data")
+    make_target(target, a.tiny)
+    make_data(data, a.sequences, a.seq, (TINY if a.tiny else REF)["vocab_size"])
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+    if a.tiny:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    layouts = {"cpu": ("cpu", "cpu"), "one": ("0", "0"), "two": ("0", "1")}
+    results = {}
+    for part in a.parts.split(","):
+        tg, dg = layouts[part]
+        run = os.path.join(a.work, f"restart_{part}")
+        shutil.rmtree(run, ignore_errors=True)
+        argv = flags(a, target, data, run, tg, dg, 100000)
+        out = []
+        for i, resume in enumerate(("none", "auto")):
+            argv = [*argv[: argv.index("--resume") + 1], resume, *argv[argv.index("--resume") + 2 :]]
+            since = len(records(os.path.join(run, "metrics.jsonl")))
+            r = launch_once(argv, run, since, a.steps, a.timeout, env)
+            r["launch"] = "cold" if i == 0 else "warm"
+            log(f"{part} {r['launch']}: {json.dumps(r)}")
+            out.append(r)
+        results[part] = out
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    rows = [
+        "| part | launch | launch to first step (s) | bench wall (s) | target loaded at (s) | queue waited from (s) | compile cache |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for part, rs in results.items():
+        for r in rs:
+            rows.append(
+                f"| {part} | {r['launch']} | {r['first_step_s']} | {r['wall_to_first_step_s'] and round(r['wall_to_first_step_s'], 2)} "
+                f"| {r['target_loaded_s']} | {r['queue_filling_s']} | {r['cache']} |"
+            )
+    table = "\n".join(rows)
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The run's compile cache (trainer/runtime/compile_cache.py): reused by the same code and shapes, never by a
+changed trainer file, torch or graph-shaping flag, and the reason says which."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainer.runtime import compile_cache
+
+ROOT = Path(__file__).resolve().parents[3]
+ENV_KEYS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", compile_cache.ENV, "DFLASH_COMPILE_CACHE")
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for k in ENV_KEYS:
+        monkeypatch.delenv(k, raising=False)  # restored after the test
+    return monkeypatch
+
+
+def flags(tiny_assets, **over) -> argparse.Namespace:
+    base = {k: None for k in compile_cache.GRAPH_FLAGS}
+    base.update(target_model=str(tiny_assets / "target"), token_budget=1024, max_seq_len=256, block_size=8)
+    base.update(over)
+    return argparse.Namespace(**base)
+
+
+def test_same_code_and_shapes_reuse_it_a_change_never_does(tiny_assets, tmp_path, env):
+    code = tmp_path / "code" / "trainer"
+    shutil.copytree(ROOT / "trainer", code, ignore=shutil.ignore_patterns("__pycache__"))
+    run = tmp_path / "run"
+
+    first = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert first["state"] == "cold" and first["dir"] == str(run / "compile_cache")
+    inductor = run / "compile_cache" / "inductor"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(inductor)  # where torch's caches go now
+    (inductor / "fxgraph-entry").write_text("compiled")  # what a compile leaves there
+
+    again = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert again["state"] == "warm" and again["key"] == first["key"]
+    assert (inductor / "fxgraph-entry").exists()  # reused
+
+    (code / "model.py").write_text((code / "model.py").read_text() + "\n# edited\n")
+    edited = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert edited["state"] == "stale" and edited["key"] != first["key"]
+    assert "trainer code: trainer/model.py" in edited["reason"], edited["reason"]
+    assert not (inductor / "fxgraph-entry").exists()  # the stale artifacts are gone, never loaded
+
+    (inductor / "fxgraph-entry").write_text("compiled")
+    shaped = compile_cache.prepare(str(run), flags(tiny_assets, token_budget=2048), str(code))
+    assert shaped["state"] == "stale" and "flags: --token-budget" in shaped["reason"], shaped["reason"]
+    assert "trainer code" not in shaped["reason"]
+    assert not (inductor / "fxgraph-entry").exists()
+    assert (
+        compile_cache.prepare(str(run), flags(tiny_assets, token_budget=2048), str(code))["state"] == "warm"
+    )
+
+
+def test_it_can_be_turned_off(tiny_assets, tmp_path, env):
+    env.setenv("DFLASH_COMPILE_CACHE", "0")
+    got = compile_cache.prepare(str(tmp_path / "run"), flags(tiny_assets))
+    assert got["state"] == "off" and "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    assert not (tmp_path / "run" / "compile_cache").exists()

@@ -1,0 +1,202 @@
+"""The run's compile cache: torch's on-disk compile caches kept in the run directory for the next launch.
+
+``prepare(run_dir, args, devices)`` (the launcher, or the single process, before anything compiles) keys
+the cache by the trainer's code (every ``.py`` file of the ``trainer`` package), the torch and Python
+versions, the target's config.json and the flags that change compiled graphs (``GRAPH_FLAGS``), then:
+
+- the same key as the cache in ``RUN_DIR/compile_cache/`` -> ``warm``: reused;
+- another key -> ``stale``: the old cache is deleted (never reused) and the reason names what changed
+  (``trainer code: trainer/model.py``, ``torch 2.11.0 -> 2.12.0``, ``flags: --token-budget``, ...);
+- none -> ``cold``.
+
+It points torch at the folder (``TORCHINDUCTOR_CACHE_DIR``: inductor's FX graph cache, AOT autograd
+cache and, below it, Triton's kernels; ``TRITON_CACHE_DIR``), turns those caches on, and returns what the
+``compile_cache`` start-up event says. The environment carries it to the workers. ``DFLASH_COMPILE_CACHE=0``
+leaves torch's defaults alone (state ``off``).
+
+``load_mega(name)`` / ``save_mega(name)``: torch.compiler's portable "mega-cache" (torch >= 2.7:
+``save_cache_artifacts`` / ``load_cache_artifacts``) of one process, saved after its first step and loaded
+before it compiles, a second path to warm caches when the local ones are gone (another container).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from trainer.run.rundir import atomic_write_text
+
+CACHE_DIR = "compile_cache"
+KEY_FILE = "key.json"
+ENV = "DFLASH_COMPILE_CACHE_DIR"  # set by prepare(): the keyed folder (workers read it)
+# the flags whose values shape the compiled graphs (and so the cached kernels)
+GRAPH_FLAGS = (
+    "token_budget",
+    "max_seq_len",
+    "max_batch_size",
+    "block_size",
+    "max_anchors",
+    "num_draft_layers",
+    "target_layer_ids",
+    "layer_types",
+    "sliding_window",
+    "use_soft_labels",
+    "noise_type",
+    "target_gpus",
+    "drafter_gpus",
+)
+
+
+def trainer_dir() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_hashes(root: str | None = None) -> dict[str, str]:
+    """``{"trainer/x.py": sha256}`` for every Python file of the trainer package."""
+    root = root or trainer_dir()
+    base = os.path.dirname(root)
+    out = {}
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        for fn in sorted(files):
+            if fn.endswith(".py"):
+                p = os.path.join(d, fn)
+                with open(p, "rb") as f:
+                    out[os.path.relpath(p, base)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def torch_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "unknown"
+
+
+def components(args, code_root: str | None = None) -> dict[str, Any]:
+    try:
+        with open(os.path.join(args.target_model, "config.json"), "rb") as f:
+            target = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        target = None
+    flags = {k: getattr(args, k, None) for k in GRAPH_FLAGS}
+    return {
+        "code": code_hashes(code_root),
+        "torch": torch_version(),
+        "python": sys.version.split()[0],
+        "target_config": target,
+        "flags": json.loads(json.dumps(flags, default=str)),
+        "compile": os.environ.get("DFLASH_COMPILE", "1"),
+    }
+
+
+def key_of(comp: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(comp, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
+    parts = []
+    oc, nc = old.get("code") or {}, new.get("code") or {}
+    files = sorted(f for f in set(oc) | set(nc) if oc.get(f) != nc.get(f))
+    if files:
+        shown = ", ".join(files[:4]) + (f" (+{len(files) - 4} more)" if len(files) > 4 else "")
+        parts.append(f"trainer code: {shown}")
+    for k in ("torch", "python"):
+        if old.get(k) != new.get(k):
+            parts.append(f"{k} {old.get(k)} -> {new.get(k)}")
+    if old.get("target_config") != new.get("target_config"):
+        parts.append("target config.json")
+    of, nf = old.get("flags") or {}, new.get("flags") or {}
+    flags = sorted(k for k in set(of) | set(nf) if of.get(k) != nf.get(k))
+    if flags:
+        parts.append("flags: " + ", ".join("--" + k.replace("_", "-") for k in flags))
+    if old.get("compile") != new.get("compile"):
+        parts.append("DFLASH_COMPILE")
+    return "; ".join(parts) or "unknown"
+
+
+def prepare(run_dir: str, args, code_root: str | None = None) -> dict[str, Any]:
+    """Key, check, clean and point torch at the run's compile cache; the ``compile_cache`` event's fields."""
+    if os.environ.get("DFLASH_COMPILE_CACHE", "1") == "0":
+        return {"state": "off", "reason": "DFLASH_COMPILE_CACHE=0"}
+    folder = os.path.join(run_dir, CACHE_DIR)
+    comp = components(args, code_root)
+    key = key_of(comp)
+    state, reason = "cold", "no cache in this run directory yet"
+    try:
+        with open(os.path.join(folder, KEY_FILE), encoding="utf-8") as f:
+            old = json.load(f)
+        if old.get("key") == key:
+            state, reason = "warm", "same trainer code, torch and shapes"
+        else:
+            state, reason = "stale", "changed: " + what_changed(old.get("components") or {}, comp)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if state != "warm":
+        shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "inductor"), exist_ok=True)
+    if state != "warm":
+        atomic_write_text(os.path.join(folder, KEY_FILE), json.dumps({"key": key, "components": comp}))
+    use(folder)
+    return {"state": state, "key": key, "dir": folder, "reason": reason}
+
+
+def use(folder: str) -> None:
+    """Point torch's compile caches at ``folder`` (the environment: read when torch compiles)."""
+    os.environ[ENV] = folder
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "inductor", "triton")
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    if "torch._inductor.config" in sys.modules:  # already imported: set it there too
+        cfg = sys.modules["torch._inductor.config"]
+        with contextlib.suppress(AttributeError):
+            cfg.fx_graph_cache = True
+            cfg.autograd_cache = True
+
+
+def _mega_path(name: str) -> str | None:
+    folder = os.environ.get(ENV)
+    return os.path.join(folder, f"mega-{name}.bin") if folder else None
+
+
+def load_mega(name: str) -> bool:
+    """Load this process's saved mega-cache, if there is one (before anything compiles)."""
+    path = _mega_path(name)
+    if path is None or not os.path.exists(path):
+        return False
+    try:
+        import torch
+
+        with open(path, "rb") as f:
+            torch.compiler.load_cache_artifacts(f.read())
+        return True
+    except Exception:  # noqa: BLE001 - an unreadable cache is only a cold start
+        return False
+
+
+def save_mega(name: str) -> int:
+    """Save this process's compile artifacts (after its first step); bytes written, 0 if none."""
+    path = _mega_path(name)
+    if path is None:
+        return 0
+    try:
+        import torch
+
+        got = torch.compiler.save_cache_artifacts()
+        if not got or not got[0]:
+            return 0
+        tmp = path + f".tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(got[0])
+        os.replace(tmp, path)
+        return len(got[0])
+    except Exception:  # noqa: BLE001 - best effort
+        return 0
