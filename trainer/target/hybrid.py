@@ -436,8 +436,8 @@ def capture_hybrid_fast(model, base, input_ids, doc_ids, target_layer_ids, need_
         cu = cu_cpu.to(dev, non_blocking=True)
         taps = taps.to(dev, non_blocking=True) if taps is not None else None
         segments = list(zip(cu_cpu[:-1].tolist(), cu_cpu[1:].tolist(), strict=True))
-        if attn == "varlen":
-            amask = (cu.to(torch.int32), T)
+        if attn == "varlen":  # max length N, not the longest document: one compiled graph per token count
+            amask = (cu.to(torch.int32), N)
         elif attn == "flex":
             from trainer.target.direct import _flex_mask
 
@@ -453,8 +453,9 @@ def capture_hybrid_fast(model, base, input_ids, doc_ids, target_layer_ids, need_
             layer = layers[i]
             if _is_linear(layer):
                 q, k, v, z, g, beta = lin_in(layer, h, taps)
-                if backend == "fla":
-                    o = _rule_fla(q, k, v, g, beta, cu, cu_cpu)
+                if backend == "fla":  # the kernels index [1, N, heads, dim] as contiguous (no-op copies)
+                    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+                    o = _rule_fla(q, k, v, g.contiguous(), beta.contiguous(), cu, cu_cpu)
                 else:
                     o = _rule_torch(q, k, v, g, beta, segments)
                 h = lin_out(layer, h, o.to(v.dtype), z)
