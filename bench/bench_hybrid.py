@@ -41,6 +41,17 @@ from trainer.target.capture import capture  # noqa: E402
 from trainer.target.hybrid import prepare_hybrid  # noqa: E402
 
 LAYERS = [1, 16, 31, 46, 61]
+STEPS = (
+    "direct_packed",
+    "direct_single",
+    "hooks_single",
+    "packed_vs_alone",
+    "packed_vs_alone_direct",
+    "direct_packed_soft",
+    "profile",
+    "accuracy_fp32",
+)
+ACC_LENS = (3000, 1, 3, 64, 1900, 3224)  # accuracy_fp32's packed row: 1 token, < conv width, one chunk, long
 
 
 def text_config(tiny: bool):
@@ -121,15 +132,71 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def accuracy_fp32(tiny: bool, device: str) -> dict:
+    """The first 4 layers (3 Gated DeltaNet, 1 attention) at the exact layer shape in fp32: the issue-14 path in
+    plain PyTorch (fp32, dense document mask) is the reference; then in bf16: transformers (hooks, one-document
+    row), the fast path (eager) and the issue-14 path, one-document and packed (ACC_LENS) rows. Relative L2
+    error per layer (packed: over the whole row; every document starts from zero state in the reference)."""
+    cfg = text_config(tiny)
+    cfg.num_hidden_layers = 4
+    cfg.layer_types = cfg.layer_types[:4]
+    cfg._attn_implementation = "sdpa"
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty_like(p).uniform_(0.005, 0.1).log())
+    model.eval().requires_grad_(False)
+    lens = (40, 1, 3, 10, 42) if tiny else ACC_LENS
+    T = sum(lens)
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, cfg.vocab_size - 1, (1, T), generator=g).to(device)
+    rows = {
+        "single": torch.zeros(1, T, dtype=torch.long),
+        "packed": torch.cat([torch.full((n,), i) for i, n in enumerate(lens)]).view(1, T),
+    }
+    layers = [0, 1, 2, 3]
+    ref = {}
+    prepare_hybrid(model, attn="sdpa", linear="torch", fast=False)
+    for k, d in rows.items():
+        ref[k] = capture(model, ids, d.to(device), layers)[0]
+    model.to(torch.bfloat16)
+    H = cfg.hidden_size
+    out: dict = {"lens": list(lens)}
+
+    def errs(got, k):
+        return [
+            rel(got[..., i * H : (i + 1) * H], ref[k][..., i * H : (i + 1) * H]) for i in range(len(layers))
+        ]
+
+    model._dflash_capture = None
+    out["hooks_bf16_single"] = errs(capture(model, ids, rows["single"].to(device), layers)[0], "single")
+    for label, kw in (
+        ("fast_eager_bf16", {"fast": True, "compile": False}),
+        ("issue14_bf16", {"fast": False}),
+    ):
+        prepare_hybrid(model, **kw)
+        for k, d in rows.items():
+            out[f"{label}_{k}"] = errs(capture(model, ids, d, layers)[0], k)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny random hybrid model on the CPU (smoke run)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip steps that would end past this")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_hybrid"))
     a = ap.parse_args()
     t_start = time.perf_counter()
+    steps = set(a.steps.split(","))
+    if steps - set(STEPS):
+        ap.error(f"unknown steps {sorted(steps - set(STEPS))}")
     os.makedirs(a.out, exist_ok=True)
     raise_compile_limits()
     device = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
@@ -183,6 +250,8 @@ def main() -> None:
 
     def direct(name: str, ids, doc, need_final: bool, min_left: float):
         nonlocal fast
+        if name not in steps:
+            return
         if left() < min_left:
             res["steps"][name] = {"skipped": f"{left():.0f} s left"}
             return
@@ -222,7 +291,9 @@ def main() -> None:
 
     # the hook path (transformers' own forward) on the one-document rows: time, and the reference
     name = "hooks_single"
-    if left() > 60:
+    if name not in steps:
+        pass
+    elif left() > 60:
         entry = {}
         try:
             model._dflash_capture = None
@@ -259,7 +330,9 @@ def main() -> None:
 
     # packed vs alone: each document of the packed row through the hook path alone (exact per document)
     name = "packed_vs_alone"
-    if "direct_packed" in outs and left() > 45:
+    if name not in steps:
+        pass
+    elif "direct_packed" in outs and left() > 45:
         entry = {"docs": []}
         try:
             model._dflash_capture = None
@@ -300,9 +373,54 @@ def main() -> None:
     else:
         res["steps"][name] = {"skipped": f"{left():.0f} s left"}
 
+    # packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation
+    name = "packed_vs_alone_direct"
+    if name not in steps:
+        pass
+    elif left() > 45:
+        entry = {"docs": []}
+        try:
+            model._dflash_capture = prepare_hybrid(model, fast=True, compile=False)
+            got = capture(model, ids_packed, doc_packed, layers)[0]
+            if "direct_packed" in outs:
+                entry["compiled_vs_eager_packed"] = rel(outs["direct_packed"], got)
+            H = cfg.hidden_size
+            s = 0
+            for n in lens:
+                if left() < 30:
+                    entry["cut"] = "time budget"
+                    break
+                alone = capture(model, ids_packed[:, s : s + n], torch.zeros(1, n, dtype=torch.long), layers)[
+                    0
+                ]
+                piece = got[:, s : s + n]
+                entry["docs"].append(
+                    {
+                        "start": s,
+                        "len": n,
+                        "rel_err": rel(piece, alone),
+                        "by_layer": [
+                            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H])
+                            for k in range(len(layers))
+                        ],
+                    }
+                )
+                s += n
+            errs = [d["rel_err"] for d in entry["docs"]]
+            entry["max_rel_err"] = max(errs) if errs else None
+            del got
+        except Exception as e:  # noqa: BLE001
+            entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        save()
+    else:
+        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+
     direct("direct_packed_soft", ids_packed, doc_packed, True, 90)
 
-    if fast is not None and left() > 40:
+    if "profile" in steps and fast is not None and left() > 40:
         model._dflash_capture = fast
         try:
             res["steps"]["profile"] = profile(
@@ -313,6 +431,18 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             res["steps"]["profile"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
             traceback.print_exc()
+        save()
+    outs.clear()
+    model = None  # free the 27B model before the fp32 accuracy model (the closures above are done)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    if "accuracy_fp32" in steps and left() > 40:
+        try:
+            res["steps"]["accuracy_fp32"] = accuracy_fp32(a.tiny, device)
+        except Exception as e:  # noqa: BLE001
+            res["steps"]["accuracy_fp32"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            traceback.print_exc()
+        print("accuracy_fp32", json.dumps(res["steps"]["accuracy_fp32"]), flush=True)
     save()
     res["total_s"] = time.perf_counter() - t_start
     save()
