@@ -1,6 +1,7 @@
 """Drafter training step alone: context tok/s, TFLOP/s and MFU on the reference shape (Qwen3-8B width).
 
     PYTHONPATH=. python bench/bench_drafter.py --out $OUT             # on the H200
+    PYTHONPATH=. python bench/bench_drafter.py --target qwen3.6-27b --configs seed --out $OUT  # the seeds' target
     PYTHONPATH=. python bench/bench_drafter.py --tiny --out /tmp/bd   # CPU smoke run (SDPA path)
 
 One step = sample_anchors, drafter forward (FlexAttention, compiled layers), chunked DFlash loss, backward,
@@ -47,8 +48,16 @@ CONFIGS = {
 }
 
 
-def target_config(tiny: bool):
+TARGETS = ("qwen3-8b", "qwen3.6-27b")
+
+
+def target_config(tiny: bool, target: str = "qwen3-8b"):
     from transformers import Qwen3Config
+
+    if target == "qwen3.6-27b":  # the seeds' target: its text shape (bench_hybrid.text_config)
+        from bench.bench_hybrid import text_config
+
+        return text_config(tiny)
 
     if tiny:
         return Qwen3Config(
@@ -79,7 +88,13 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
     T = c["T"] if not tiny else max(64, c["T"] // 128)
     A = c["anchors"] if not tiny else max(4, c["anchors"] // 128)
     bs = c["block"]
-    layer_ids = [1, 3, 5, 6, 7] if tiny else [1, 9, 17, 25, 33]
+    n_target = int(getattr(tcfg, "num_hidden_layers", 36))
+    if tiny:
+        layer_ids = [1, 3, 5, 6, 7]
+    elif n_target == 64:  # the seeds' capture layers for Qwen3.6-27B
+        layer_ids = [1, 16, 31, 46, 61]
+    else:
+        layer_ids = [1, 9, 17, 25, 33]
     cfg = DraftConfig.from_target_config(tcfg, num_draft_layers=5, block_size=bs, target_layer_ids=layer_ids)
     shape = Shape(
         hidden=cfg.hidden_size,
@@ -198,6 +213,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small shapes on the CPU (smoke run)")
     ap.add_argument("--configs", default="main_eager,main,main_sync,packed,seed")
+    ap.add_argument(
+        "--target", choices=TARGETS, default="qwen3-8b", help="the target whose shape the drafter takes"
+    )
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", default="main")
@@ -223,7 +241,8 @@ def main() -> None:
     }
     res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
     print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
-    tcfg = target_config(a.tiny)
+    tcfg = target_config(a.tiny, a.target)
+    res["target"] = a.target
     for name in a.configs.split(","):
         entry = run_config(name, CONFIGS[name], tcfg, device, a, res["matmul_tflops"])
         try:

@@ -10,6 +10,7 @@ import torch
 # kernel name -> class, first match wins
 _CLASSES = [
     ("attention", re.compile(r"flash|fmha|attn|attention|flex|sdpa|varlen", re.I)),
+    ("gated delta (fla)", re.compile(r"delta|wy_|kkt|solve_tril|l2norm|chunk_local_cumsum|chunk_fwd", re.I)),
     ("matmul", re.compile(r"gemm|cutlass|nvjet|sm90_xmma|cublas|wgmma|matmul|_mm_|addmm", re.I)),
     ("fused (triton)", re.compile(r"^triton_", re.I)),
     ("copy/cast", re.compile(r"copy|cast|memcpy|memset|fill", re.I)),

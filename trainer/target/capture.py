@@ -22,7 +22,8 @@
   the text model only (``loading.load_text_model``: no vision tower, no MTP head, no layer past the last
   one needed) and switches ``capture`` to ``hybrid.capture_hybrid`` on every device: each document of a
   packed row starts from zero conv and recurrent state (plain PyTorch on CPU; flash-linear-attention's
-  varlen kernels on CUDA, a RuntimeError naming the package when it is missing).
+  varlen kernels on CUDA, a RuntimeError naming the package when it is missing). On CUDA it takes the fast
+  path (``hybrid.prepare_hybrid(fast=True)``: flattened rows, compiled regions; see hybrid.py).
 - ``prepare_capture(model, attn="auto", compile=None)``: switches ``capture`` to the direct path for
   pre-norm Qwen3 / Qwen2 / Llama / Mistral decoders (``DIRECT_MODEL_TYPES``): our own loop over
   ``layers[:last + 1]`` using the layers' weights (no hooks, no transformers mask building), attention

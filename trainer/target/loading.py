@@ -4,7 +4,8 @@ Qwen3.5 / Qwen3.6 checkpoints are multimodal (``Qwen3_5ForConditionalGeneration`
 ``model.language_model.*``, a vision tower under ``model.visual.*`` and an MTP head under ``mtp.*``.
 ``load_text_model(path, text_config, device, dtype)`` builds the text-only causal LM
 (``AutoModelForCausalLM.from_config(text_config)``: ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM``) with
-the (possibly cut) text config, then fills each of its tensors from the safetensors files by name with
+the (possibly cut) text config (under transformers' ``no_init_weights``: no random initialisation of
+tensors about to be overwritten, which at 27B costs seconds even on the GPU), then fills each of its tensors from the safetensors files by name with
 ``safe_open(...).get_tensor(key)``: ``model.X`` from ``model.language_model.X`` (multimodal layout) or
 ``model.X`` (text layout), ``lm_head.weight`` as is. Nothing else is read: not the vision tower, not the
 MTP head, not the decoder layers past the config's ``num_hidden_layers``. Per-expert MoE tensors
@@ -87,6 +88,20 @@ def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) ->
     raise ValueError(f"the checkpoint has no tensor for {name}")
 
 
+def _no_init():
+    """transformers' context that skips weight initialisation (a no-op context where it is missing)."""
+    import contextlib
+
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        try:
+            from transformers.modeling_utils import no_init_weights
+        except ImportError:
+            return contextlib.nullcontext()
+    return no_init_weights()
+
+
 def load_text_model(
     path: str, text_config, device: str | torch.device, dtype: torch.dtype, progress=None
 ) -> nn.Module:
@@ -94,7 +109,7 @@ def load_text_model(
     from transformers import AutoModelForCausalLM
 
     keys = weight_map(path)
-    with torch.device(device):
+    with torch.device(device), _no_init():  # every tensor is read below: no random init first
         model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
     tied = bool(getattr(text_config, "tie_word_embeddings", False))
     read = _Reader(path, keys)

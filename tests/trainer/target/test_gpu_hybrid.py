@@ -1,4 +1,4 @@
-"""The CUDA capture of a hybrid target (flash-linear-attention's varlen Gated DeltaNet, bf16) against the
+"""The CUDA capture of a hybrid target (the fast path: flash-linear-attention's varlen Gated DeltaNet, bf16) vs the
 CPU path (plain PyTorch, fp32) on packed rows: equal within bf16 noise, per document.
 
 Run on a GPU machine with fla installed: ``PYTHONPATH=. python -m pytest tests/trainer/target/test_gpu_hybrid.py

@@ -1,0 +1,471 @@
+"""Hybrid target capture (Qwen3.6-27B text shape, random weights built on the GPU): tok/s, TFLOP/s, correctness.
+
+    PYTHONPATH=. python bench/bench_hybrid.py --out $OUT            # one H200, flash-linear-attention installed
+    PYTHONPATH=. python bench/bench_hybrid.py --tiny --out /tmp/bh  # CPU smoke run (tiny shape, eager)
+
+The shape is /work/shared/targets/qwen3.6-27b-text.json's (64 layers, 3 Gated DeltaNet : 1 gated attention,
+hidden 5120, 16 key / 48 value heads of 128, 24 q / 4 kv heads of 256, vocab 248,320); captured layers
+[1, 16, 31, 46, 61] (62 layers run), or all 64 + the final norm with soft labels. 49,152 tokens per call:
+``packed`` = one row of documents of 1,024-8,192 tokens, ``single`` = 6 rows of 8,192 (one document each).
+Steps (in this order, each written to OUT/bench_hybrid.json as it ends; a step is skipped when the time
+budget ``--budget-s`` would be passed):
+- ``direct_packed``, ``direct_single``: the fast hybrid path (``prepare_hybrid(fast=True)``: compiled regions,
+  fla's varlen kernels); ``direct_packed_soft``: the same with ``need_final_hidden`` (64 layers);
+- ``hooks_single``: transformers' forward with hooks (the reference; it refuses packed rows), and the
+  relative error of ``direct_single`` against it per captured layer;
+- ``packed_vs_alone``: each document of the packed row captured alone by the hook path against its slice
+  of ``direct_packed`` (relative L2 error per document, per captured layer);
+- ``profile``: GPU time by kernel class over one ``direct_packed`` call.
+FLOPs: the projections and MLP of each layer (2 x params x tokens) plus full attention's QK/PV under the
+document-causal mask; the Gated DeltaNet recurrence and the conv are not counted (they are not matmuls of the
+weights). ``mfu_measured`` is against the bf16 8192^3 matmul rate measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.bench_target import packed_docs, raise_compile_limits  # noqa: E402
+from bench.flops import causal_pairs, measure_matmul_tflops, rates  # noqa: E402
+from bench.prof import profile, timed  # noqa: E402
+from trainer.target.capture import capture  # noqa: E402
+from trainer.target.hybrid import prepare_hybrid  # noqa: E402
+
+LAYERS = [1, 16, 31, 46, 61]
+STEPS = (
+    "direct_packed",
+    "direct_single",
+    "hooks_single",
+    "packed_vs_alone",
+    "packed_vs_alone_direct",
+    "direct_packed_soft",
+    "profile",
+    "accuracy_fp32",
+)
+ACC_LENS = (3000, 1, 3, 64, 1900, 3224)  # accuracy_fp32's packed row: 1 token, < conv width, one chunk, long
+
+
+def text_config(tiny: bool):
+    from transformers import Qwen3_5TextConfig
+
+    if tiny:
+        from trainer.data.tiny import hybrid_text_config
+
+        return Qwen3_5TextConfig(**hybrid_text_config(False))
+    return Qwen3_5TextConfig(
+        hidden_size=5120,
+        intermediate_size=17408,
+        num_hidden_layers=64,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 16,
+        full_attention_interval=4,
+        num_attention_heads=24,
+        num_key_value_heads=4,
+        head_dim=256,
+        attn_output_gate=True,
+        linear_num_key_heads=16,
+        linear_num_value_heads=48,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        rms_norm_eps=1e-6,
+        vocab_size=248320,
+        max_position_embeddings=262144,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10_000_000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_interleaved": True,
+            "mrope_section": [11, 11, 10],
+        },
+    )
+
+
+def build(tiny: bool, device: str):
+    """The text causal LM, built and initialised on ``device`` (bf16 there on CUDA), never through a CPU copy."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = text_config(tiny)
+    cfg._attn_implementation = "sdpa"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    finally:
+        torch.set_default_dtype(old)
+    with torch.no_grad():  # slow decay (a trained model's long memory): state leaks between documents show
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty_like(p, dtype=torch.float32).uniform_(0.005, 0.1).log())
+    return model.eval().requires_grad_(False), cfg
+
+
+def flops_per_call(cfg, n_layers: int, tokens: int, pairs: int) -> int:
+    H, inter = cfg.hidden_size, cfg.intermediate_size
+    kd = cfg.linear_num_key_heads * cfg.linear_key_head_dim
+    vd = cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    lin = H * (2 * kd + vd) + H * vd + 2 * H * cfg.linear_num_value_heads + vd * H
+    qd, kvd = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    att = H * 2 * qd + 2 * H * kvd + qd * H
+    mlp = 3 * H * inter
+    total = 0
+    for i in range(n_layers):
+        full = cfg.layer_types[i] == "full_attention"
+        total += 2 * ((att if full else lin) + mlp) * tokens
+        if full:
+            total += 4 * cfg.num_attention_heads * cfg.head_dim * pairs
+    return total
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def accuracy_fp32(tiny: bool, device: str) -> dict:
+    """The first 4 layers (3 Gated DeltaNet, 1 attention) at the exact layer shape in fp32: the issue-14 path in
+    plain PyTorch (fp32, dense document mask) is the reference; then in bf16: transformers (hooks, one-document
+    row), the fast path (eager) and the issue-14 path, one-document and packed (ACC_LENS) rows. Relative L2
+    error per layer (packed: over the whole row; every document starts from zero state in the reference)."""
+    cfg = text_config(tiny)
+    cfg.num_hidden_layers = 4
+    cfg.layer_types = cfg.layer_types[:4]
+    cfg._attn_implementation = "sdpa"
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty_like(p).uniform_(0.005, 0.1).log())
+    model.eval().requires_grad_(False)
+    lens = (40, 1, 3, 10, 42) if tiny else ACC_LENS
+    T = sum(lens)
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, cfg.vocab_size - 1, (1, T), generator=g).to(device)
+    rows = {
+        "single": torch.zeros(1, T, dtype=torch.long),
+        "packed": torch.cat([torch.full((n,), i) for i, n in enumerate(lens)]).view(1, T),
+    }
+    layers = [0, 1, 2, 3]
+    ref = {}
+    prepare_hybrid(model, attn="sdpa", linear="torch", fast=False)
+    for k, d in rows.items():
+        ref[k] = capture(model, ids, d.to(device), layers)[0]
+    model.to(torch.bfloat16)
+    H = cfg.hidden_size
+    out: dict = {"lens": list(lens)}
+
+    def errs(got, k):
+        return [
+            rel(got[..., i * H : (i + 1) * H], ref[k][..., i * H : (i + 1) * H]) for i in range(len(layers))
+        ]
+
+    model._dflash_capture = None
+    out["hooks_bf16_single"] = errs(capture(model, ids, rows["single"].to(device), layers)[0], "single")
+    for label, kw in (
+        ("fast_eager_bf16", {"fast": True, "compile": False}),
+        ("issue14_bf16", {"fast": False}),
+    ):
+        prepare_hybrid(model, **kw)
+        for k, d in rows.items():
+            out[f"{label}_{k}"] = errs(capture(model, ids, d, layers)[0], k)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tiny", action="store_true", help="tiny random hybrid model on the CPU (smoke run)")
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--budget-s", type=float, default=480.0, help="skip steps that would end past this")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_hybrid"))
+    a = ap.parse_args()
+    t_start = time.perf_counter()
+    steps = set(a.steps.split(","))
+    if steps - set(STEPS):
+        ap.error(f"unknown steps {sorted(steps - set(STEPS))}")
+    os.makedirs(a.out, exist_ok=True)
+    raise_compile_limits()
+    device = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
+    if a.tiny:
+        a.iters, a.warmup = 1, 1
+        rows, T, lo, hi, layers = 2, 96, 8, 40, [0, 3, 5, 7]
+    else:
+        rows, T, lo, hi, layers = 6, 8192, 1024, 8192, LAYERS
+    N = rows * T
+    import transformers
+
+    res: dict = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "tokens_per_call": N,
+        "capture_layers": layers,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "steps": {},
+    }
+    try:
+        import fla
+
+        res["fla"] = getattr(fla, "__version__", "?")
+    except ImportError:
+        res["fla"] = None
+
+    def save():
+        with open(os.path.join(a.out, "bench_hybrid.json"), "w") as f:
+            json.dump(res, f, indent=1)
+
+    def left() -> float:
+        return a.budget_s - (time.perf_counter() - t_start)
+
+    res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
+    print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
+    t0 = time.perf_counter()
+    model, cfg = build(a.tiny, device)
+    res["build_s"] = time.perf_counter() - t0
+    print(f"built {cfg.num_hidden_layers} layers on {device} in {res['build_s']:.1f} s", flush=True)
+    g = torch.Generator().manual_seed(0)
+    ids_single = torch.randint(0, cfg.vocab_size - 1, (rows, T), generator=g).to(device)
+    doc_single = torch.zeros(rows, T, dtype=torch.long)
+    ids_packed = torch.randint(0, cfg.vocab_size - 1, (1, N), generator=g).to(device)
+    doc_packed = packed_docs(1, N, 1, lo, hi)
+    lens = torch.unique_consecutive(doc_packed[0], return_counts=True)[1].tolist()
+    res["packed_doc_lengths"] = lens
+    outs: dict[str, torch.Tensor] = {}
+    fast = None
+
+    def direct(name: str, ids, doc, need_final: bool, min_left: float):
+        nonlocal fast
+        if name not in steps:
+            return
+        if left() < min_left:
+            res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+            return
+        entry: dict = {}
+        try:
+            if fast is None:
+                fast = prepare_hybrid(model, fast=True, compile=device == "cuda")
+            model._dflash_capture = fast
+            entry["mode"] = {k: v for k, v in fast.items() if k != "steps"}
+
+            def fn(ids=ids, doc=doc):  # doc ids on the host: no device sync
+                return capture(model, ids, doc, layers, need_final_hidden=need_final)
+
+            entry.update(timed(fn, a.iters, a.warmup))
+            n_layers = cfg.num_hidden_layers if need_final else max(layers) + 1
+            flops = flops_per_call(cfg, n_layers, ids.numel(), causal_pairs(doc))
+            entry.update(
+                tok_s=ids.numel() / entry["s_per_iter"],
+                layers_run=n_layers,
+                flops_per_call=flops,
+                **rates(flops, entry["s_per_iter"], res["matmul_tflops"]),
+            )
+            if device == "cuda":
+                entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                torch.cuda.reset_peak_memory_stats()
+            if not need_final:
+                outs[name] = fn()[0]
+        except Exception as e:  # noqa: BLE001 - report and go on
+            entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        save()
+
+    direct("direct_packed", ids_packed, doc_packed, False, 0)
+    direct("direct_single", ids_single, doc_single, False, 60)
+
+    # the hook path (transformers' own forward) on the one-document rows: time, and the reference
+    name = "hooks_single"
+    if name not in steps:
+        pass
+    elif left() > 60:
+        entry = {}
+        try:
+            model._dflash_capture = None
+
+            def hook_fn():
+                return capture(model, ids_single, doc_single.to(device), layers)[0]
+
+            entry.update(timed(hook_fn, max(1, a.iters - 1), 1))
+            flops = flops_per_call(cfg, max(layers) + 1, N, causal_pairs(doc_single))
+            entry.update(
+                tok_s=N / entry["s_per_iter"], **rates(flops, entry["s_per_iter"], res["matmul_tflops"])
+            )
+            ref = hook_fn()
+            if "direct_single" in outs:
+                H = cfg.hidden_size
+                got = outs["direct_single"]
+                entry["direct_rel_err"] = rel(got, ref)
+                entry["direct_rel_err_by_layer"] = [
+                    rel(got[..., k * H : (k + 1) * H], ref[..., k * H : (k + 1) * H])
+                    for k in range(len(layers))
+                ]
+            del ref
+            if device == "cuda":
+                entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+                torch.cuda.reset_peak_memory_stats()
+        except Exception as e:  # noqa: BLE001
+            entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        save()
+    else:
+        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+
+    # packed vs alone: each document of the packed row through the hook path alone (exact per document)
+    name = "packed_vs_alone"
+    if name not in steps:
+        pass
+    elif "direct_packed" in outs and left() > 45:
+        entry = {"docs": []}
+        try:
+            model._dflash_capture = None
+            got = outs["direct_packed"]
+            H = cfg.hidden_size
+            s = 0
+            for n in lens:
+                if left() < 30:
+                    entry["cut"] = "time budget"
+                    break
+                alone = capture(
+                    model,
+                    ids_packed[:, s : s + n],
+                    torch.zeros(1, n, dtype=torch.long, device=device),
+                    layers,
+                )[0]
+                piece = got[:, s : s + n]
+                entry["docs"].append(
+                    {
+                        "start": s,
+                        "len": n,
+                        "rel_err": rel(piece, alone),
+                        "by_layer": [
+                            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H])
+                            for k in range(len(layers))
+                        ],
+                    }
+                )
+                s += n
+            errs = [d["rel_err"] for d in entry["docs"]]
+            entry["max_rel_err"] = max(errs) if errs else None
+        except Exception as e:  # noqa: BLE001
+            entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        save()
+    else:
+        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+
+    # packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation
+    name = "packed_vs_alone_direct"
+    if name not in steps:
+        pass
+    elif left() > 45:
+        entry = {"docs": []}
+        try:
+            model._dflash_capture = prepare_hybrid(model, fast=True, compile=False)
+            got = capture(model, ids_packed, doc_packed, layers)[0]
+            if "direct_packed" in outs:
+                entry["compiled_vs_eager_packed"] = rel(outs["direct_packed"], got)
+            H = cfg.hidden_size
+            s = 0
+            for n in lens:
+                if left() < 30:
+                    entry["cut"] = "time budget"
+                    break
+                alone = capture(model, ids_packed[:, s : s + n], torch.zeros(1, n, dtype=torch.long), layers)[
+                    0
+                ]
+                piece = got[:, s : s + n]
+                entry["docs"].append(
+                    {
+                        "start": s,
+                        "len": n,
+                        "rel_err": rel(piece, alone),
+                        "by_layer": [
+                            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H])
+                            for k in range(len(layers))
+                        ],
+                    }
+                )
+                s += n
+            errs = [d["rel_err"] for d in entry["docs"]]
+            entry["max_rel_err"] = max(errs) if errs else None
+            del got
+        except Exception as e:  # noqa: BLE001
+            entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        save()
+    else:
+        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+
+    direct("direct_packed_soft", ids_packed, doc_packed, True, 90)
+
+    if "profile" in steps and fast is not None and left() > 40:
+        model._dflash_capture = fast
+        try:
+            res["steps"]["profile"] = profile(
+                lambda: capture(model, ids_packed, doc_packed, layers),
+                1,
+                os.path.join(a.out, "profile_hybrid_direct_packed.txt"),
+            )
+        except Exception as e:  # noqa: BLE001
+            res["steps"]["profile"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            traceback.print_exc()
+        save()
+    outs.clear()
+    model = None  # free the 27B model before the fp32 accuracy model (the closures above are done)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    if "accuracy_fp32" in steps and left() > 40:
+        try:
+            res["steps"]["accuracy_fp32"] = accuracy_fp32(a.tiny, device)
+        except Exception as e:  # noqa: BLE001
+            res["steps"]["accuracy_fp32"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            traceback.print_exc()
+        print("accuracy_fp32", json.dumps(res["steps"]["accuracy_fp32"]), flush=True)
+    save()
+    res["total_s"] = time.perf_counter() - t_start
+    save()
+
+    print(f"\n{'step':22s} {'tok/s':>8s} {'TFLOP/s':>8s} {'%meas':>6s} {'1st s':>6s} {'peak GiB':>8s}")
+    for name, e in res["steps"].items():
+        if "tok_s" in e:
+            print(
+                f"{name:22s} {e['tok_s']:8.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
+                f"{e['first_call_s']:6.1f} {e.get('peak_mem_gib', 0):8.1f}"
+            )
+        elif name == "packed_vs_alone" and "docs" in e:
+            print(f"{name:22s} {len(e['docs'])} docs, max rel err {e.get('max_rel_err')}")
+        else:
+            print(f"{name:22s} {str(e)[:100]}")
+    h = res["steps"].get("hooks_single", {})
+    if "direct_rel_err_by_layer" in h:
+        print(
+            "direct_single vs hooks_single, rel err by layer:",
+            [f"{x:.1e}" for x in h["direct_rel_err_by_layer"]],
+        )
+    print(f"total {res['total_s']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
