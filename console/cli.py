@@ -1,11 +1,14 @@
 """``dflash-console``: status, launch, deploy, stop, restart and logs of a remote trainer; connect; demo.
 
-    dflash-console status|launch|deploy|stop|restart|logs HOST [--ct N] [-p PORT] [-l USER] [-i KEY]
+    dflash-console status|launch|deploy|stop|restart|logs TARGET [--ct N] [-p PORT] [-l USER] [-i KEY]
         [-F CONFIG] [-J JUMP] [--known-hosts FILE] [--run-dir DIR]
 
+TARGET is [user@]host or a name of the config file's [targets] (console/core/targets.py).
+
 Exit codes: 0 done (stop: the trainer exited after saving); 1 other errors, a declined confirmation;
-2 bad usage; 3 still running at the timeout; 4 no trainer; 5 refused (the PID is no longer that
-trainer); 6 the trainer exited without a checkpoint_saved. docs/cli.md has the details.
+2 bad usage (also: a target that names several runs, an unknown name); 3 still running at the
+timeout; 4 no trainer; 5 refused (the PID is no longer that trainer); 6 the trainer exited without a
+checkpoint_saved; 7 refused: the target is read-only in the config. docs/cli.md has the details.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import json
 import os
 import shlex
+import socket
 import sys
 import time
 
@@ -34,6 +38,7 @@ EXIT_STILL_RUNNING = 3  # still running at the timeout
 EXIT_NO_TRAINER = 4
 EXIT_REFUSED = 5  # the PID is no longer that trainer
 EXIT_NO_CHECKPOINT = 6  # the trainer exited without a checkpoint_saved
+EXIT_READONLY = 7  # refused: the target is `readonly = true` in the config
 EXIT_INTERRUPTED = 130  # Ctrl-C
 
 EXIT_CODES = {
@@ -65,14 +70,17 @@ def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = 
         )
     else:
         p.add_argument(
-            "host", metavar="HOST", help="[user@]host, as for ssh (Host aliases of ~/.ssh/config work)"
+            "host",
+            metavar="TARGET",
+            help="[user@]host as for ssh (Host aliases of ~/.ssh/config work), or a name of the config "
+            "file's [targets]; one run",
         )
     g = p.add_argument_group("connection (as ssh)")
     g.add_argument(
         "--ct",
         type=int,
         metavar="N",
-        action="append" if multi else "store",
+        action="append",
         help="Proxmox container: run everything via `pct exec N --`"
         + ("; repeat for several containers of the host" if multi else ""),
     )
@@ -109,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dflash-console",
         description="Drive a DFlash trainer on a remote host (or in a Proxmox container) over one SSH connection.",
         epilog="Exit codes: 0 ok; 1 error or declined; 2 usage; 3 still running at timeout; 4 no trainer; "
-        "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint.",
+        "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint; 7 the target is read-only.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -265,6 +273,60 @@ def resolve_targets(args):
     )
 
 
+ONE_RUN = ("launch", "deploy", "stop", "restart", "logs")
+CHANGING = ("launch", "deploy", "stop", "restart")
+
+
+def resolve_one_target(args):
+    """The one run the positional names (a config name or HOST [--ct N]); ConfigError when it is not
+    exactly one run or the config file is unusable."""
+    from console.core.config import load
+    from console.core.targets import resolve_one
+
+    base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
+    target, _named = resolve_one(
+        args.host, base, ct=args.ct, run_dir=getattr(args, "run_dir", None), config=load()
+    )
+    return target
+
+
+def _readonly_refusal(args, target) -> int | None:
+    """EXIT_READONLY with a message when ``target`` is read-only and the command changes the remote."""
+    from console.core.config import config_path
+
+    if args.command in CHANGING and target.readonly:
+        err(
+            f"{target.name} ({target.where}) is read-only (readonly = true in {config_path()}); "
+            f"{args.command} refused, nothing was done"
+        )
+        return EXIT_READONLY
+    return None
+
+
+def _connect_failed(args, e: Exception) -> int:
+    """A connection that failed: exit 2 when the target is neither a config name nor a host that
+    resolves (most likely a misspelt name), else 1."""
+    from console.core.config import ConfigError, config_path, load
+    from console.core.targets import names
+
+    err(str(e))
+    if not isinstance(e.__cause__, socket.gaierror):
+        return EXIT_ERROR
+    given = args.host if isinstance(args.host, list) else [args.host]
+    try:
+        known = names(load())
+    except ConfigError:
+        known = []
+    unknown = [h for h in given if h not in known]
+    if len(given) != 1 or not unknown:
+        return EXIT_ERROR
+    err(
+        f"{unknown[0]!r} is neither a target of {config_path()} "
+        f"({', '.join(known) if known else 'it names none'}) nor a host that resolves"
+    )
+    return EXIT_USAGE
+
+
 def _single(args, target) -> None:
     """Point the one-run commands' flags at ``target`` (a config name or HOST --ct N)."""
     args.target = target
@@ -287,7 +349,7 @@ async def cmd_status(args) -> int:
         return EXIT_USAGE
     if len(targets) > 1:
         if getattr(args, "check", False):
-            err("--check takes one target")
+            err(f"--check takes one run; {' '.join(args.host)} names {len(targets)}")
             return EXIT_USAGE
         return await cmd_status_many(args, targets)
     _single(args, targets[0])
@@ -696,6 +758,10 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # `status HOST --ct 200 NAME`: targets after the flags are targets too
         if args.command in ("status", "connect") and not any(e.startswith("-") for e in extra):
             args.host += extra
+        elif args.command in ONE_RUN and not any(e.startswith("-") for e in extra):
+            parser.error(
+                f"{args.command} acts on one run: give one target, not {' '.join([args.host, *extra])}"
+            )
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.trainer_flags = trainer_flags or []
@@ -709,6 +775,18 @@ def main(argv: list[str] | None = None) -> int:
         from console import demo
 
         return demo.run(args) or 0
+    if args.command in ONE_RUN and not (args.command == "logs" and is_record(args.host)):
+        from console.core.config import ConfigError
+
+        try:
+            target = resolve_one_target(args)
+        except ConfigError as e:
+            err(str(e))
+            return EXIT_USAGE
+        refused = _readonly_refusal(args, target)
+        if refused is not None:
+            return refused
+        _single(args, target)
     runner = {
         "status": cmd_status,
         "launch": cmd_launch,
@@ -732,7 +810,9 @@ def main(argv: list[str] | None = None) -> int:
     except control.ControlError as e:
         err(str(e))
         code = exit_code(e.outcome)
-    except (ConnectError, HelperStartError, NotConnected, HelperError, OSError, asyncssh.Error) as e:
+    except ConnectError as e:
+        code = _connect_failed(args, e)
+    except (HelperStartError, NotConnected, HelperError, OSError, asyncssh.Error) as e:
         err(str(e))
         code = EXIT_ERROR
     if from_shell:

@@ -140,3 +140,43 @@ def resolve(
             raise ConfigError(f"{t.where} ({t.run_dir or 'any run dir'}) is given twice")
         seen.add(key)
     return out
+
+
+def resolve_one(
+    name: str,
+    base: ConnectOptions,
+    ct: list[int] | None = None,
+    run_dir: str | None = None,
+    config: dict | None = None,
+    path: Path | str | None = None,
+) -> tuple[Target, bool]:
+    """The one run of ``stop``/``restart``/``launch``/``deploy``/``logs``/``status --check``: ``name``
+    through :func:`resolve`, and whether it is a config name. A config name takes no ``--ct`` (the
+    entry names its container); ``--run-dir`` fills in an entry without ``run_dir`` and must match
+    one that has it. Anything that names more than one run is a :class:`ConfigError`."""
+    named = targets_from_config(config or {}, path)
+    is_name = name in named
+    if is_name and ct:
+        raise ConfigError(
+            f"{name} is a target of {path or config_path()}; --ct goes with a HOST, not a target name"
+        )
+    found = resolve([name], base, cts=ct or None, run_dir=run_dir, config=config, path=path)
+    if len(found) != 1:
+        runs = ", ".join(t.where for t in found)
+        raise ConfigError(
+            f"{name} with --ct {' --ct '.join(map(str, ct or []))} names {len(found)} runs ({runs}); this command acts on one: give one --ct"
+        )
+    t = found[0]
+    if is_name and run_dir is not None:
+        if t.run_dir is None:
+            t = replace(t, run_dir=run_dir)
+        elif t.run_dir != run_dir:
+            raise ConfigError(
+                f"{name} of {path or config_path()} has run_dir {t.run_dir!r}; --run-dir {run_dir!r} differs"
+            )
+    return t, is_name
+
+
+def names(config: dict | None = None, path: Path | str | None = None) -> list[str]:
+    """The config's target names (for messages)."""
+    return sorted(targets_from_config(config or {}, path))
