@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "launch",
-        help="start the trainer: launch HOST [options] -- TRAINER_FLAGS",
-        usage="dflash-console launch HOST [options] -- TRAINER_FLAGS",
+        help="start the trainer: launch TARGET [options] -- TRAINER_FLAGS",
+        usage="dflash-console launch TARGET [options] -- TRAINER_FLAGS",
     )
     _conn_flags(p)
     p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter (default python3)")
@@ -345,6 +345,11 @@ async def cmd_status(args) -> int:
     try:
         targets = resolve_targets(args)
     except ConfigError as e:
+        if getattr(args, "check", False):  # the monitoring convention: cannot look is UNKNOWN
+            from console.core.check import UNKNOWN, line
+
+            print(line("unknown", f"cannot check: {e}"))
+            return UNKNOWN
         err(str(e))
         return EXIT_USAGE
     if len(targets) > 1:

@@ -80,6 +80,8 @@ def test_unknown_name_and_several_runs_are_usage_errors(named):
     r = cli("logs", "no-such-run.invalid", "-n", "3")
     assert r.returncode == 2, r.stderr
     assert "neither a target of" in r.stderr and "(main, ro)" in r.stderr
+    r = cli("status", "no-such-run.invalid", "--check")  # the monitoring convention: UNKNOWN
+    assert r.returncode == 3 and r.stdout.startswith("DFLASH UNKNOWN: cannot check"), r.stdout
     r = cli("stop", "main", "ro", "--yes")  # two names
     assert r.returncode == 2 and "acts on one run" in r.stderr
     r = cli("stop", "127.0.0.1", "--ct", "200", "--ct", "201", "--yes")  # a HOST naming two runs

@@ -6,7 +6,7 @@ import pytest
 
 from console.core.config import ConfigError
 from console.core.options import ConnectOptions
-from console.core.targets import resolve, targets_from_config
+from console.core.targets import resolve, resolve_one, targets_from_config
 
 BASE = ConnectOptions(host="-", port=2222, known_hosts="/kh", identity_files=["/k"], config_files=[])
 
@@ -62,3 +62,21 @@ def test_bad_entries_name_the_file_and_the_key(entry, says):
 def test_the_same_run_twice_is_an_error():
     with pytest.raises(ConfigError, match="given twice"):
         resolve(["h", "h"], BASE, cts=[200])
+
+
+def test_one_run_for_the_single_run_commands():
+    cfg = {"targets": {"main": {"host": "gpu1", "container": 200, "run_dir": "/r"}, "bare": {"host": "gpu2"}}}
+    t, named = resolve_one("main", BASE, config=cfg)
+    assert named and (t.options.host, t.ct, t.run_dir) == ("gpu1", 200, "/r")
+    t, named = resolve_one("main", BASE, run_dir="/r", config=cfg)  # the same run dir: fine
+    assert t.run_dir == "/r"
+    t, named = resolve_one("bare", BASE, run_dir="/x", config=cfg)  # fills in what the entry lacks
+    assert named and t.run_dir == "/x" and t.ct is None
+    t, named = resolve_one("h1", BASE, ct=[201], run_dir="/y", config=cfg)
+    assert not named and (t.options.host, t.ct, t.run_dir) == ("h1", 201, "/y")
+    with pytest.raises(ConfigError, match="differs"):
+        resolve_one("main", BASE, run_dir="/other", config=cfg)
+    with pytest.raises(ConfigError, match="--ct goes with a HOST"):
+        resolve_one("main", BASE, ct=[201], config=cfg)
+    with pytest.raises(ConfigError, match="names 2 runs"):
+        resolve_one("h1", BASE, ct=[200, 201], config=cfg)
