@@ -150,7 +150,7 @@ def resolve_one(
     config: dict | None = None,
     path: Path | str | None = None,
 ) -> tuple[Target, bool]:
-    """The one run of ``stop``/``restart``/``launch``/``deploy``/``logs``/``status --check``: ``name``
+    """The one run of ``stop``/``restart``/``launch``/``deploy``/``logs``: ``name``
     through :func:`resolve`, and whether it is a config name. A config name takes no ``--ct`` (the
     entry names its container); ``--run-dir`` fills in an entry without ``run_dir`` and must match
     one that has it. Anything that names more than one run is a :class:`ConfigError`."""
