@@ -38,10 +38,10 @@ from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.palette import ConsoleCommands
 from console.screens.stop_dialog import StopDialog
+from console.widgets.accept_plot import AcceptPlot
 from console.widgets.connection_bar import ConnectionBar
 from console.widgets.gpu_table import GpuTable
 from console.widgets.log_view import LogPane
-from console.widgets.accept_plot import AcceptPlot
 from console.widgets.loss_plot import LossPlot
 from console.widgets.queue_gauge import QueueGauge
 from console.widgets.tok_s_plot import TokSPlot

@@ -27,7 +27,9 @@ class AcceptPlot(CachedPlot):
         plt.clear_data()
         plt.title("acceptance length" if est or real else "acceptance length: none yet")
         if est:
-            plt.plot([h[0] for h in est], [h[1] for h in est], marker="braille", color="cyan", label="estimate")
+            plt.plot(
+                [h[0] for h in est], [h[1] for h in est], marker="braille", color="cyan", label="estimate"
+            )
         if real:
             # few points (one per evaluated checkpoint): large markers joined by a line
             plt.plot([h[0] for h in real], [h[1] for h in real], marker="hd", color="green", label="eval")

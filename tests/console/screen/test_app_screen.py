@@ -168,7 +168,10 @@ async def test_acceptance_graph_shows_the_estimate_and_the_measured_points():
         assert "acceptance length: none yet" in empty and "estimate" not in empty, empty
         assert app.w_accept.region.width >= 36 and app.w_loss.region.y == app.w_accept.region.y  # beside loss
         est = [Record({**step(T0 + i, i, total=400), "accept_len_est": 1.2 + i / 100}) for i in range(5, 121)]
-        evals = [Record({"t": T0 + 200 + s, "kind": "eval", "step": s, "accept_len": v}) for s, v in ((40, 1.9), (120, 3.5))]
+        evals = [
+            Record({"t": T0 + 200 + s, "kind": "eval", "step": s, "accept_len": v})
+            for s, v in ((40, 1.9), (120, 3.5))
+        ]
         app.feed(est + evals)
         app.refresh_now(plots=True)
         await pilot.pause()
