@@ -38,6 +38,7 @@ from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.palette import ConsoleCommands
 from console.screens.stop_dialog import StopDialog
+from console.widgets.accept_plot import AcceptPlot
 from console.widgets.connection_bar import ConnectionBar
 from console.widgets.gpu_table import GpuTable
 from console.widgets.log_view import LogPane
@@ -211,6 +212,7 @@ class ConsoleApp(App):
         self.w_training = TrainingPanel(id="training")
         self.w_toks = TokSPlot(id="toks")
         self.w_loss = LossPlot(id="loss")
+        self.w_accept = AcceptPlot(id="accept")
         self.w_log = LogPane(max_lines=self.log_max_lines, id="logpane")
         yield self.w_conn
         with Horizontal(id="top"):
@@ -221,6 +223,7 @@ class ConsoleApp(App):
         with Horizontal(id="plots"):
             yield self.w_toks
             yield self.w_loss
+            yield self.w_accept
         yield self.w_log
         yield Footer()
 
@@ -350,6 +353,7 @@ class ConsoleApp(App):
         if self.is_running and self.w_toks.is_mounted:
             self.w_toks.update_from(self.state)
             self.w_loss.update_from(self.state)
+            self.w_accept.update_from(self.state)
 
     def _tick(self) -> None:
         """Ages and countdowns move with the clock even when no data arrives."""

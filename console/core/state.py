@@ -123,6 +123,10 @@ class ConsoleState:
     def __post_init__(self) -> None:
         self.tok_hist: deque[tuple[float, float, dict[str, float]]] = deque(maxlen=self.history)
         self.loss_hist: deque[tuple[int, float]] = deque(maxlen=self.history)
+        # acceptance length by step: the trainer's estimate (step records' accept_len_est) and the
+        # measured value (eval records), two series of one graph
+        self.accept_est_hist: deque[tuple[int, float]] = deque(maxlen=self.history)
+        self.eval_hist: deque[tuple[int, float]] = deque(maxlen=self.history)
         self.events: deque[EventLine] = deque(maxlen=self.max_events)
         self._steps: deque[tuple[float, int]] = deque(maxlen=64)  # (t, step) for the ETA
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
@@ -249,6 +253,8 @@ class ConsoleState:
         self.last_step_t = t
         if self.step is not None and self.loss is not None:
             self.loss_hist.append((self.step, self.loss))
+        if self.step is not None and self.accept_len_est is not None and "accept_len_est" in rec:
+            self.accept_est_hist.append((self.step, self.accept_len_est))
 
     def _on_eval(self, rec: dict, t: float | None) -> None:
         value, step = _num(rec.get("accept_len")), rec.get("step")
@@ -256,6 +262,8 @@ class ConsoleState:
             return
         self.eval_accept_len = value
         self.eval_step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        if self.eval_step is not None:
+            self.eval_hist.append((self.eval_step, value))
         self._event(t, f"eval: acceptance length {value:.2f} at step {step}")
 
     def acceptance(self) -> tuple[float | None, str]:

@@ -4,6 +4,7 @@ exactly (the uninterrupted run's steps bit for bit); its checkpoints hold the DF
 from __future__ import annotations
 
 import json
+import math
 import signal
 
 import pytest
@@ -13,6 +14,7 @@ from tests.support.trainer_run import Trainer, events, run, steps, tiny_flags, w
 pytestmark = pytest.mark.slow
 
 N = 6
+SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")
 EXTRA = (
     "--max-steps",
     str(N),
@@ -55,6 +57,12 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
     for s in resumed:
         r = ref_steps[s["step"]]
         assert (s["loss"], s["grad_norm"], s["acc"]) == (r["loss"], r["grad_norm"], r["acc"]), s["step"]
+        assert [s[f] for f in SELECTOR_FIELDS] == [r[f] for f in SELECTOR_FIELDS], s["step"]
+    for s in ref_steps.values():  # the selector's own figures; the step loss is the drafter's plus its loss
+        sel_loss, recall, acc = (s[f] for f in SELECTOR_FIELDS)
+        assert all(math.isfinite(v) for v in (sel_loss, recall, acc)), s
+        assert 0.0 < sel_loss <= s["loss"] + 1e-9, s
+        assert 0.0 <= acc <= recall <= 1.0, s  # a teacher-forced hit needs the label among the candidates
     first, last = ref_steps[1], ref_steps[N]
     assert last["loss"] < first["loss"]  # it learns
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)

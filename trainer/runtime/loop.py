@@ -32,6 +32,7 @@ from trainer.runtime.startup_steps import first_batch_events, load_target_events
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
 EST_WINDOW = 50  # steps in the running mean of accept_len_est
+SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")  # DFlash 2's step-record fields
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
 
 LOG_PREFIX = ""  # a worker's "[drafter0 cuda:1] "
@@ -495,9 +496,12 @@ class Trainer:
                 break
             self.cursor = g0 + A * D
             norm = self.role.clip()
-            # one packed vector: loss sum, chain sum, acc sums, accept_len sum, blocks, tokens (summed over replicas)
+            # one packed vector (summed over replicas): DFlash 2's selector sums (loss, recall, acc; none for
+            # DFlash 1), loss sum, chain sum, acc sums, accept_len sum, blocks, tokens
+            sel_names = [k for k in SELECTOR_FIELDS if k in micro[0]]
             packed = torch.cat(
                 [
+                    *(torch.stack([m[k].double() for m in micro]).sum().view(1) for k in sel_names),
                     torch.stack([m["loss"].double() for m in micro]).sum().view(1),
                     torch.stack([m["chain_sum"].double() for m in micro]).sum().view(1),
                     torch.stack([m["acc"].double() for m in micro]).sum(0),
@@ -510,6 +514,8 @@ class Trainer:
                 packed = self.dist.sum_metrics(packed)
             vals = torch.cat([packed, norm.double().view(1).to(packed.device)]).tolist()
             n = A * D
+            selector = {k: v / n for k, v in zip(sel_names, vals[: len(sel_names)], strict=True)}
+            vals = vals[len(sel_names) :]
             loss_f, chain, acc = vals[0] / n, vals[1], [x / n for x in vals[2:-4]]
             accept, blocks, tokens, norm_f = vals[-4] / n, int(vals[-3]), int(vals[-2]), vals[-1]
             self.step += 1
@@ -552,6 +558,7 @@ class Trainer:
                         tokens=tokens,
                         blocks=blocks,
                         noise=noise,
+                        **selector,
                     )
                     if self.step % a.log_every == 0 or self.step == self.total_steps:
                         log(

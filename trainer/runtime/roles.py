@@ -224,8 +224,11 @@ class DrafterRole:
                 if (
                     selector is not None
                 ):  # DFlash 2: its selector's loss, added with weight 1 (drafting.selector)
-                    sel, _ = selector_loss(out, selector, self.head.lm_head.weight, ids, anchors, self.gamma)
+                    sel, sel_metrics = selector_loss(
+                        out, selector, self.head.lm_head.weight, ids, anchors, self.gamma
+                    )
                     loss = loss + sel
+                    metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}
             if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()

@@ -197,3 +197,18 @@ def test_acceptance_shows_the_newest_eval_else_the_estimate_marked():
     assert acceptance(None, {"accept_len_est": 2.9, "accept_len": 0.5, "step": 3})["source"] == "estimate"
     assert acceptance(None, {"accept_len": 0.5, "step": 3}) == {"value": 0.5, "source": "old", "step": 3}
     assert acceptance(None, None) is None
+
+
+def test_acceptance_histories_fold_estimates_and_evals_bounded():
+    st = ConsoleState(clock=lambda: T0, history=4)
+    st.apply_record(step(T0, 1))  # an old run's record: no estimate, no point
+    assert list(st.accept_est_hist) == [] and list(st.eval_hist) == []
+    for i in range(2, 8):
+        st.apply_record({**step(T0 + i, i), "accept_len_est": 1.0 + i / 10})
+    st.apply_record({**step(T0 + 8, 8), "accept_len_est": None})  # no blocks this step: nothing plotted
+    assert list(st.accept_est_hist) == [(4, 1.4), (5, 1.5), (6, 1.6), (7, 1.7)]  # bounded like loss_hist
+    st.apply_record({"t": T0 + 9, "kind": "eval", "step": 5, "accept_len": 2.5})  # evals land late
+    st.apply_record({"t": T0 + 9, "kind": "eval", "step": 5, "accept_len": None})  # no value: ignored
+    st.apply_record({"t": T0 + 10, "kind": "eval", "step": 8, "accept_len": 2.75})
+    assert list(st.eval_hist) == [(5, 2.5), (8, 2.75)]
+    assert list(st.accept_est_hist)[-1] == (7, 1.7)  # the eval records do not touch the estimate series

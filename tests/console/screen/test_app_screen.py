@@ -150,3 +150,33 @@ async def test_palette_lists_the_actions():
             "help",
             "quit",
         ]
+
+
+def _region_text(app, widget) -> str:
+    r = widget.region
+    lines = screen_text(app).splitlines()[r.y : r.y + r.height]
+    return "\n".join(line[r.x : r.x + r.width] for line in lines)
+
+
+async def test_acceptance_graph_shows_the_estimate_and_the_measured_points():
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([Record(step(T0 - 60 + i, i, total=400)) for i in range(1, 5)])  # an old run's records
+        app.refresh_now(plots=True)
+        await pilot.pause()
+        empty = _region_text(app, app.w_accept)
+        assert "acceptance length: none yet" in empty and "estimate" not in empty, empty
+        assert app.w_accept.region.width >= 36 and app.w_loss.region.y == app.w_accept.region.y  # beside loss
+        est = [Record({**step(T0 + i, i, total=400), "accept_len_est": 1.2 + i / 100}) for i in range(5, 121)]
+        evals = [
+            Record({"t": T0 + 200 + s, "kind": "eval", "step": s, "accept_len": v})
+            for s, v in ((40, 1.9), (120, 3.5))
+        ]
+        app.feed(est + evals)
+        app.refresh_now(plots=True)
+        await pilot.pause()
+        text = _region_text(app, app.w_accept)
+        assert "acceptance length" in text and "none yet" not in text, text
+        assert "estimate" in text and "eval" in text, text  # the two series, labelled
+        assert text.count("●") == 2, text  # one marker per eval record
+        assert "3.50" in text and "120" in text, text  # the y axis reaches the measured value; x is the step
