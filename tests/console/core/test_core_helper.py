@@ -6,6 +6,8 @@ import asyncio
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +84,12 @@ async def test_spawn_detached_wait_exit_and_log(helper, tmp_path):
 async def test_kill_checks_the_process_first(helper):
     p = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
+        # Popen returns once exec has begun; /proc/PID/cmdline reads empty until the new program's
+        # arguments are in place (a window that a loaded machine widens): wait for them
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{p.pid}/cmdline").read_bytes() != b"sleep\x0030\x00":
+            assert time.monotonic() < deadline, "sleep 30 never showed its command line"
+            await asyncio.sleep(0.01)
         st = start_time(p.pid)
         r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"start_time": st + 1})
         assert r == {**r, "sent": False, "reason": "mismatch"}
