@@ -30,7 +30,7 @@ class TokSPlot(CachedPlot):
             return
         self._seen = key
         plt = self.plt
-        plt.title(f"tok/s, {state.avg_window_s:g} s mean  (total = drafters' sum)")
+        plt.title(f"tok/s, {state.avg_window_s:g} s mean")  # 'total' is the drafters' sum (the panel says so)
         plt.clear_data()
         if hist:
             t_end = hist[-1][0]
