@@ -55,3 +55,17 @@ def random_embed(seed: int = 2, vocab: int = VOCAB, hidden: int = 64) -> torch.n
 
 def frozen_head_of(model) -> FrozenHead:
     return FrozenHead.from_model(model)
+
+
+def tiny_prompts(tiny_assets, n: int) -> list[list[int]]:
+    """The first ``n`` prompts of the tiny data set: each line's tokens up to its first trained token."""
+    import json
+
+    prompts = []
+    with open(tiny_assets / "data" / "train.jsonl") as f:
+        for line in f:
+            rec = json.loads(line)
+            prompts.append(rec["input_ids"][: rec["loss_mask"].index(1)])
+            if len(prompts) == n:
+                break
+    return prompts

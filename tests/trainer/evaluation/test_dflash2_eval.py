@@ -13,8 +13,6 @@ reject it.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -81,19 +79,13 @@ def test_the_same_test_rejects_the_wrong_proposal_distribution():
 
 @pytest.fixture(scope="module")
 def setup(tiny_assets):
-    from tests.support.model_util import tiny_drafter
+    from tests.support.model_util import tiny_drafter, tiny_prompts
     from trainer.evaluation.load import load_target_model
 
     torch.manual_seed(0)
     model = load_target_model(str(tiny_assets / "target"), "cpu", torch.float32)
     target = CachedTarget(model, [1, 3])
-    prompts = []
-    with open(tiny_assets / "data" / "train.jsonl") as f:
-        for line in f:
-            rec = json.loads(line)
-            prompts.append(rec["input_ids"][: rec["loss_mask"].index(1)])
-            if len(prompts) == 1:
-                break
+    prompts = tiny_prompts(tiny_assets, 1)
     drafter, _ = tiny_drafter(
         target_config=model.config,
         block_size=8,

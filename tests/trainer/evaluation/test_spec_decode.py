@@ -3,8 +3,6 @@ drafter, on the tiny target (trainer.tiny; fp32 on CPU)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -39,18 +37,13 @@ class Oracle:
 
 @pytest.fixture(scope="module")
 def setup(tiny_assets):
+    from tests.support.model_util import tiny_prompts
     from trainer.evaluation.load import load_target_model
 
     torch.manual_seed(0)
     model = load_target_model(str(tiny_assets / "target"), "cpu", torch.float32)
     target = CachedTarget(model, [1, 3])
-    prompts = []
-    with open(tiny_assets / "data" / "train.jsonl") as f:
-        for line in f:
-            rec = json.loads(line)
-            prompts.append(rec["input_ids"][: rec["loss_mask"].index(1)])
-            if len(prompts) == 3:
-                break
+    prompts = tiny_prompts(tiny_assets, 3)
     refs = [p + target_generate(target, p, NEW + 2 * BS).tokens for p in prompts]
     return model, target, prompts, refs
 
