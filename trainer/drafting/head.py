@@ -8,6 +8,10 @@
   ``<same prefix>norm.weight``, ``lm_head.weight``; ``mtp``/``visual`` keys skipped), so text models and
   multimodal wrappers (``model.language_model.*``) both work. Zero-centred norms (Qwen3-Next / Qwen3.5, which
   compute ``(1 + w) * x``) are stored as ``1 + w`` here.
+  ``shared={"embed_tokens": t, "norm": t, "lm_head": t}`` (any subset): tensors already in memory (the target's
+  own, loaded in this process on ``device`` in ``dtype``: runtime/shared_head.py) used as they are, sharing
+  their storage, instead of reading them; the file is read only for the ones missing. A shared zero-centred
+  norm weight becomes ``1 + w`` (a new tensor of ``hidden`` values: the only copy).
 - ``FrozenHead.from_model(hf_model)`` shares the modules of a loaded transformers model (tests).
 - ``forward(h)`` / ``logits(h)`` = ``lm_head(h)`` for hidden states that are already normed (the drafter's
   output, or the target's ``last_hidden_state``); ``logits(h, prenorm=True)`` applies ``norm`` first.
@@ -19,6 +23,7 @@ import json
 import os
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
 from trainer.drafting.norm import RMSNorm
@@ -67,8 +72,9 @@ class FrozenHead(nn.Module):
         target_path: str | os.PathLike,
         dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
+        shared: dict[str, torch.Tensor] | None = None,
     ) -> FrozenHead:
-        from safetensors import safe_open
+        shared = {k: v.detach() for k, v in (shared or {}).items() if v is not None}
 
         target_path = os.fspath(target_path)
         with open(os.path.join(target_path, "config.json")) as f:
@@ -86,13 +92,15 @@ class FrozenHead(nn.Module):
             raise ValueError(f"no final norm {norm_key!r} next to {embed_key!r} in {target_path}")
         head_key = _pick(key_to_file, "lm_head.weight")
 
-        def read(key: str) -> torch.Tensor:
+        def read(key: str, name: str) -> torch.Tensor:
+            if name in shared:  # the target's own tensor: same storage, nothing read
+                return shared[name]
             with safe_open(os.path.join(target_path, key_to_file[key]), framework="pt", device="cpu") as f:
                 t = f.get_tensor(key)
             return t.to(device=device, dtype=dtype or t.dtype)
 
-        embed_w = read(embed_key)
-        norm_w = read(norm_key)
+        embed_w = read(embed_key, "embed_tokens")
+        norm_w = read(norm_key, "norm")
         if model_type in _ZERO_CENTRED_NORM:
             norm_w = (norm_w.float() + 1.0).to(norm_w.dtype)
         vocab, hidden = embed_w.shape
@@ -101,7 +109,7 @@ class FrozenHead(nn.Module):
         lm_head = nn.Linear(hidden, vocab, bias=False, device="meta")
         # tied when the checkpoint has no lm_head (tie_word_embeddings); else the stored one
         lm_head.weight = (
-            embed.weight if head_key is None else nn.Parameter(read(head_key), requires_grad=False)
+            embed.weight if head_key is None else nn.Parameter(read(head_key, "lm_head"), requires_grad=False)
         )
         return cls(embed, _frozen_norm(norm_w, eps), lm_head)
 
@@ -115,8 +123,6 @@ def weight_map(path: str) -> dict[str, str]:
     single = os.path.join(path, "model.safetensors")
     if not os.path.exists(single):
         raise FileNotFoundError(f"no model.safetensors(.index.json) in {path}")
-    from safetensors import safe_open
-
     with safe_open(single, framework="pt", device="cpu") as f:
         return {k: "model.safetensors" for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
 

@@ -135,8 +135,9 @@ class Trainer:
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
 
     # -- setup -----------------------------------------------------------------------------------------
-    def setup_model(self) -> None:
-        """Data, plan, drafter, head, optimizer, resume (everything but the hidden-state source)."""
+    def setup_model(self, defer_head: bool = False) -> None:
+        """Data, plan, drafter, head, optimizer, resume (everything but the hidden-state source).
+        ``defer_head``: leave ``self.head`` None (setup builds it from the target loaded in this process)."""
         a = self.args
         self.t0 = time.monotonic()
         ds = load_dir(a.data_dir, a.max_seq_len)  # before the heavy imports: bad data fails fast
@@ -169,8 +170,12 @@ class Trainer:
         compile_cache.load_mega(self.mega_name)
         self.drafter = DFlashDrafter(cfg).to(ddev)
         self.drafter.train()
-        self.head = FrozenHead.from_pretrained(
-            a.target_model, dtype=torch.bfloat16 if cuda else torch.float32, device=ddev
+        self.head_dtype = torch.bfloat16 if cuda else torch.float32
+        # built after the target when one shares this process, device and dtype (setup: no second read)
+        self.head = (
+            None
+            if defer_head
+            else FrozenHead.from_pretrained(a.target_model, dtype=self.head_dtype, device=ddev)
         )
         self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=a.lr, weight_decay=a.weight_decay)
         self.generator = torch.Generator(device=ddev)
@@ -208,20 +213,26 @@ class Trainer:
         from trainer.runtime.gpu_meter import role_meter
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
+        from trainer.runtime.shared_head import head_from_target
 
         check_devices(self.devices)
-        self.setup_model()
+        tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
+        # a target on the drafter's device in the head's dtype (cuda -> bf16, cpu -> fp32 on both sides):
+        # the frozen head shares its embed_tokens / norm / lm_head instead of reading them again
+        share = next((d for d in self.devices.target if d == self.device), None)
+        self.setup_model(defer_head=share is not None)
         a, cfg = self.args, self.cfg
         self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
         lock = launch_lock(self.devices)  # target threads and the drafter in this one process
-        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)), lock=lock)
-        tdtype = torch.bfloat16 if self.devices.target[0].startswith("cuda") else torch.float32
         self.target_roles = []
         for d, m in zip(self.devices.target, self.target_meters, strict=True):
             model = load_target_events(self.startup, a, d, tdtype, cfg.target_layer_ids)
+            if d == share and self.head is None:
+                self.head = head_from_target(a.target_model, model, d, self.head_dtype)
             self.target_roles.append(
                 TargetRole(model, d, cfg.target_layer_ids, a.use_soft_labels, m, lock=lock)
             )
+        self.make_role(role_meter(self.device, "drafter", gpu_uuid(self.device)), lock=lock)
         self.queue = HiddenStateQueue(a.hs_queue_depth, start=self.cursor)
         per = hidden_batch_bytes(a, cfg, 2 if tdtype == torch.bfloat16 else 4)
         for d in self.devices.target:  # the queued batches live on the target's device until taken
