@@ -3,8 +3,8 @@
 - ``load_target(path, device, dtype, target_layer_ids, need_final_hidden=False)``:
   ``AutoModelForCausalLM.from_pretrained(path)`` (a local directory; nothing is downloaded), frozen, eval.
   Without ``need_final_hidden`` the config is cut to ``max(target_layer_ids) + 1`` decoder layers before
-  loading, so the later layers are neither loaded nor run (the final norm and lm_head still load; they are
-  unused).
+  loading, so the later layers are neither loaded nor run (the final norm and lm_head still load: the capture
+  does not use them, but in one process the drafter's frozen head shares them: runtime/shared_head.py).
 - ``capture(model, input_ids, doc_ids, target_layer_ids, need_final_hidden=False)
   -> (hidden_cat (B, T, n*H), final_hidden (B, T, H) or None)``: runs the base decoder (``model.model``,
   never the LM head) under ``torch.no_grad``, takes the output of decoder layer ``i`` for each ``i`` in
