@@ -34,7 +34,6 @@ RANK = {OK: 0, NOTE: 1, WARNING: 2, CRITICAL: 3}
 class HealthConfig:
     """Thresholds: the ``[health]`` section of the config file (console/core/config.py)."""
 
-    exit_grace_s: float = 0.3  # a trainer's exit waits this long for its `stopped` record
     stale_metrics_s: float = 120.0  # no metrics record for this long while the trainer lives
     startup_grace_s: float = 600.0  # ... before the first record of a run (a big target loads slowly)
     tok_s_ratio: float = 0.5  # tok/s under this share of its median ...
@@ -313,8 +312,9 @@ class Health:
         if f.trainer_alive is False and f.started and not f.stop_requested:
             reason = (f.stopped or {}).get("reason")
             clean = reason in ("finished", "signal")
-            grace_over = f.exit_seen_at is None or now - f.exit_seen_at >= c.exit_grace_s - 1e-6
-            if not clean and (f.stopped is not None or grace_over):
+            # no grace wait: the session delivers metrics.jsonl to its end before it reports the exit
+            # (Session._trainer_exited), so a `stopped` record the trainer wrote is already here
+            if not clean:
                 if f.stopped is not None:
                     what = f"trainer stopped: {reason} (exit {f.stopped.get('exit_code')})"
                 else:

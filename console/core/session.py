@@ -262,9 +262,26 @@ class Session:
             self._trainer_known = True
             self._emit(TrainerFound(trainer))
 
+    async def _trainer_exited(self, helper: Helper, trainer: TrainerInfo) -> None:
+        """The trainer exited: first read metrics.jsonl and train.log to their end and deliver what
+        they still held (its last records, `stopped` among them, may not have been polled yet), and
+        only then say it is gone, so that whoever hears of the exit has already seen its last words."""
+        async with self._attach_lock:
+            for tail in (self._metrics_tail, self._log_tail):
+                if tail is None:
+                    continue
+                with contextlib.suppress(HelperError):
+                    await tail.drain(helper)
+                if not helper.closed:
+                    tail.attach(helper)  # a trainer resumed in the same run dir appends to the same files
+        if self.trainer is trainer:
+            self._set_trainer(None)
+
     async def _refresh_trainer(self) -> TrainerInfo | None:
         helper = self.need_helper()
         trainer, run = await control.find_trainer(helper, self.run_dir)
+        if trainer is None and self.trainer is not None:  # it exited while we were not watching
+            await self._trainer_exited(helper, self.trainer)
         if run is not None:
             self.run = run
         if trainer is not None and self.run_dir is None and trainer.run_dir:
@@ -291,7 +308,7 @@ class Session:
                     await asyncio.sleep(self.rescan_s)
                     continue
                 if r.get("exited") and self.trainer is trainer:
-                    self._set_trainer(None)
+                    await self._trainer_exited(helper, trainer)
 
     # --- streams ------------------------------------------------------------------------------------
 

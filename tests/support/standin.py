@@ -8,6 +8,8 @@ without torch: for the console's stop tests that need exact control over what th
   ``STANDIN_RELEASE`` exists, then saves and exits 0;
 - ``fail``: the save fails as on a full disk: an ``error`` event, ``stopped`` with reason
   ``checkpoint_failed``, exit 4; ``latest`` still names the checkpoint of step 5 it made at start.
+- ``finish``: no SIGINT: once the path ``STANDIN_RELEASE`` exists it writes its last step records and
+  ``stopped`` with reason ``finished`` in one write and exits 0 at once (a clean end of training).
 It prints ``signals N`` (how many SIGINTs it got) last.
 """
 
@@ -39,7 +41,7 @@ signals = []
 signal.signal(signal.SIGINT, lambda s, f: signals.append(s))
 metrics.write(ev("started", pid=os.getpid(), step=5))
 print("training", flush=True)
-while not signals:
+while not signals and mode != "finish":
     time.sleep(0.01)
 ckpt = os.path.join(ckroot, "step_00000007")
 def saved():
@@ -50,6 +52,13 @@ def saved():
 def leave(code):
     print(f"signals {len(signals)}", flush=True)
     sys.exit(code)
+if mode == "finish":
+    while not os.path.exists(os.environ["STANDIN_RELEASE"]):
+        time.sleep(0.01)
+    steps = b"".join((json.dumps({"t": time.time(), "kind": "step", "step": i, "loss": 1.0}) + "\n").encode()
+                     for i in range(6, 9))
+    metrics.write(steps + ev("stopped", reason="finished", exit_code=0))
+    leave(0)
 if mode == "fast":
     metrics.write(ev("stop_requested", signal="SIGINT") + ev("checkpoint_saving", step=7, expected_s=None)
                   + saved() + ev("stopped", reason="signal", exit_code=0))

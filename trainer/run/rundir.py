@@ -7,9 +7,11 @@ a line, flushed per line, written under a lock so that threads never interleave 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -144,25 +146,111 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class MetricsWriter:
-    """Appends records to metrics.jsonl; thread-safe, one flush per line."""
+# a full disk (or quota), a failing disk: the record is dropped and training goes on
+_DROP_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 
-    def __init__(self, path: str):
+
+class MetricsWriter:
+    """Appends records to metrics.jsonl; thread-safe, one write per line.
+
+    A write that fails with ENOSPC, EDQUOT or EIO drops that record (a torn line is cut off again) and
+    training goes on: the first failure of a streak is said once on stderr (train.log) with the free
+    space, every dropped record is counted, and the first write that succeeds again is preceded by a
+    ``metrics_dropped`` event with the count. Other errors are raised.
+
+    Test hook: ``DFLASH_TEST_ENOSPC_METRICS=3,4`` makes those writes of the process (1-based) fail as a
+    full disk does (half the line written, then ENOSPC)."""
+
+    def __init__(self, path: str, *, err: Callable[[str], None] | None = None):
         self.path = path
         self._lock = threading.Lock()
-        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the run
+        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the run
         self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each record once written
+        self.dropped = 0  # records dropped in the current streak of failed writes
+        self.dropped_total = 0
+        self._dropped_since: float | None = None
+        self._torn = False  # a failed write left part of a line that could not be cut off
+        self._err = err or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._writes = 0
+        self._fail = {
+            int(x) for x in os.environ.get("DFLASH_TEST_ENOSPC_METRICS", "").split(",") if x.strip()
+        }
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"t": time.time(), "kind": kind, **fields}
-        line = json.dumps(_clean(rec), allow_nan=False) + "\n"
+        line = (json.dumps(_clean(rec), allow_nan=False) + "\n").encode()
         with self._lock:
             if self._f is not None:
-                self._f.write(line)
-                self._f.flush()
+                self._write_or_drop(rec, line)
         for cb in self.listeners:
             cb(rec)
         return rec
+
+    def _write_or_drop(self, rec: dict[str, Any], line: bytes) -> None:
+        if not self.dropped:
+            self._put(line, rec)
+            return
+        # writes failed before: the note of what was lost goes first, in the same write as the record
+        # (a note that fits where the record does not would start a new streak with every record)
+        n = self.dropped
+        note = {
+            "t": rec["t"],
+            "kind": "event",
+            "name": "metrics_dropped",
+            "count": n,
+            "since": self._dropped_since,
+        }
+        if self._put(json.dumps(note).encode() + b"\n" + line, rec):
+            self._err(f"metrics.jsonl: writes succeed again; {n} record(s) were dropped")
+            self.dropped, self._dropped_since = 0, None
+
+    def _put(self, data: bytes, rec: dict[str, Any]) -> bool:
+        """Write ``data`` whole, or drop ``rec`` (counted; said once per streak) and answer False."""
+        fd = self._f.fileno()
+        try:
+            start = os.fstat(fd).st_size
+        except OSError:
+            start = None
+        try:
+            if self._torn:
+                self._writeall(b"\n")  # end the torn line: readers skip it as one bad line
+                self._torn = False
+            self._writes += 1
+            if self._writes in self._fail:
+                self._writeall(data[: len(data) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self._writeall(data)
+            return True
+        except OSError as e:
+            if e.errno not in _DROP_ERRNOS:
+                raise
+            self._cut(fd, start)
+            if not self.dropped:
+                self._dropped_since = rec["t"]
+                self._err(
+                    f"warning: metrics.jsonl: a write failed: {e} ({_free(self.path)}); the {rec['kind']} "
+                    "record was dropped, and records are dropped (and counted) until writes succeed "
+                    "again; training goes on"
+                )
+            self.dropped += 1
+            self.dropped_total += 1
+            return False
+
+    def _writeall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = self._f.write(view)
+            view = view[n:]
+
+    def _cut(self, fd: int, start: int | None) -> None:
+        """Cut off what a failed write left (a part of a line), or mark the line torn."""
+        try:
+            if start is None:
+                self._torn = True
+            elif os.fstat(fd).st_size > start:
+                os.ftruncate(fd, start)
+        except OSError:
+            self._torn = True
 
     def event(self, name: str, **fields: Any) -> dict[str, Any]:
         return self.write("event", name=name, **fields)
@@ -172,6 +260,14 @@ class MetricsWriter:
             if self._f is not None:
                 self._f.close()
                 self._f = None
+
+
+def _free(path: str) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        return f"{shutil.disk_usage(folder).free / 1e6:.1f} MB free on {folder}"
+    except OSError:
+        return f"free space on {folder} unknown"
 
 
 class RoleMeter:
