@@ -132,6 +132,28 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+def vs_alone(entry: dict, model, ids, got, lens, layers, H: int, left, doc_device="cpu") -> None:
+    """Each document of the packed row ``got`` (captured features) against that document captured alone by
+    the model's current capture path (document ids on ``doc_device``): relative error in all and per captured
+    layer, into ``entry``."""
+    s = 0
+    for n in lens:
+        if left() < 30:
+            entry["cut"] = "time budget"
+            break
+        alone = capture(
+            model, ids[:, s : s + n], torch.zeros(1, n, dtype=torch.long, device=doc_device), layers
+        )[0]
+        piece = got[:, s : s + n]
+        by_layer = [
+            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H]) for k in range(len(layers))
+        ]
+        entry["docs"].append({"start": s, "len": n, "rel_err": rel(piece, alone), "by_layer": by_layer})
+        s += n
+    errs = [d["rel_err"] for d in entry["docs"]]
+    entry["max_rel_err"] = max(errs) if errs else None
+
+
 def accuracy_fp32(tiny: bool, device: str) -> dict:
     """The first 4 layers (3 Gated DeltaNet, 1 attention) at the exact layer shape in fp32: the issue-14 path in
     plain PyTorch (fp32, dense document mask) is the reference; then in bf16: transformers (hooks, one-document
@@ -337,33 +359,7 @@ def main() -> None:
         try:
             model._dflash_capture = None
             got = outs["direct_packed"]
-            H = cfg.hidden_size
-            s = 0
-            for n in lens:
-                if left() < 30:
-                    entry["cut"] = "time budget"
-                    break
-                alone = capture(
-                    model,
-                    ids_packed[:, s : s + n],
-                    torch.zeros(1, n, dtype=torch.long, device=device),
-                    layers,
-                )[0]
-                piece = got[:, s : s + n]
-                entry["docs"].append(
-                    {
-                        "start": s,
-                        "len": n,
-                        "rel_err": rel(piece, alone),
-                        "by_layer": [
-                            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H])
-                            for k in range(len(layers))
-                        ],
-                    }
-                )
-                s += n
-            errs = [d["rel_err"] for d in entry["docs"]]
-            entry["max_rel_err"] = max(errs) if errs else None
+            vs_alone(entry, model, ids_packed, got, lens, layers, cfg.hidden_size, left, device)
         except Exception as e:  # noqa: BLE001
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             traceback.print_exc()
@@ -384,30 +380,7 @@ def main() -> None:
             got = capture(model, ids_packed, doc_packed, layers)[0]
             if "direct_packed" in outs:
                 entry["compiled_vs_eager_packed"] = rel(outs["direct_packed"], got)
-            H = cfg.hidden_size
-            s = 0
-            for n in lens:
-                if left() < 30:
-                    entry["cut"] = "time budget"
-                    break
-                alone = capture(model, ids_packed[:, s : s + n], torch.zeros(1, n, dtype=torch.long), layers)[
-                    0
-                ]
-                piece = got[:, s : s + n]
-                entry["docs"].append(
-                    {
-                        "start": s,
-                        "len": n,
-                        "rel_err": rel(piece, alone),
-                        "by_layer": [
-                            rel(piece[..., k * H : (k + 1) * H], alone[..., k * H : (k + 1) * H])
-                            for k in range(len(layers))
-                        ],
-                    }
-                )
-                s += n
-            errs = [d["rel_err"] for d in entry["docs"]]
-            entry["max_rel_err"] = max(errs) if errs else None
+            vs_alone(entry, model, ids_packed, got, lens, layers, cfg.hidden_size, left)
             del got
         except Exception as e:  # noqa: BLE001
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
