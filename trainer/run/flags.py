@@ -294,7 +294,7 @@ def validate(args: argparse.Namespace) -> Devices:
         raise FlagError("--weight-decay", f"must be >= 0, got {args.weight_decay}")
     if args.grad_clip < 0:
         raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
-    resolve_arch(args)  # here: after any other resolution of an unset --block-size
+    check_arch_flags(args)
     if args.block_size < 2:
         raise FlagError(
             "--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}"
@@ -506,13 +506,10 @@ ARCHS = ("dflash", "dflash2")
 _DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", "--selector-top-k")
 
 
-def resolve_arch(args: argparse.Namespace) -> None:
-    """The four DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored); an ``--block-size``
-    still unset gets the architecture's default: 16 (DFlash 1) or 8 (DFlash 2, as published). Idempotent."""
-    arch = getattr(args, "arch", None) or "dflash"
-    if args.block_size is None:
-        args.block_size = 8 if arch == "dflash2" else 16
-    if arch != "dflash2":
+def check_arch_flags(args: argparse.Namespace) -> None:
+    """The four DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored); ``--arch`` and an
+    unset ``--block-size`` are resolved before (``resolve_defaults``)."""
+    if args.arch != "dflash2":
         for flag in _DFLASH2_FLAGS:
             if getattr(args, flag[2:].replace("-", "_"), None) is not None:
                 raise FlagError(flag, "applies to --arch dflash2 only")
