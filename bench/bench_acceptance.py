@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python bench/bench_acceptance.py --out $OUT              # one H200 (~7 min)
     PYTHONPATH=. python bench/bench_acceptance.py --tiny --out /tmp/ba    # CPU smoke run (~1 min)
+    PYTHONPATH=. python bench/bench_acceptance.py --out $OUT --parallel --drafter-steps 1500 \
+        --blocks 8:2:dflash,8:2:dflash2,16:3                               # one H200, drafters at once
 
 Seeded, offline, on text every machine has: the Python standard library's own ``*.py`` sources.
 1. corpus: the stdlib's ``.py`` files in name order, as bytes (byte-level vocabulary: 256 bytes, then
@@ -11,8 +13,12 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
    scratch (AdamW 1e-3 cosine, bf16 autocast, 64 x 512 bytes a step); reports its next-byte accuracy on
    held-out chunks; saved as a transformers directory;
 3. drafters: ``python -m trainer.pipeline`` on the training chunks, block 8 / 2 layers and block 16 / 3
-   layers, both roles on GPU 0; the last step record's ``accept_len_est`` (running mean of the last 50
-   steps) and ``accept_len`` (the old formula);
+   layers, both roles on GPU 0, with ``--use-soft-labels`` (the seeds' setting; ``--hard-labels`` trains on
+   the data bytes); the last step record's ``accept_len_est`` (running mean of the last 50 steps; with soft
+   labels judged by the target's own argmax), ``accept_len_est_data`` (the same chains against the data) and
+   ``accept_len`` (the old formula); ``--parallel`` trains every drafter at once, then evaluates every one
+   at once (the target is so small that one run leaves the GPU mostly idle; speed-ups are then measured
+   under that shared load);
 4. real acceptance: ``python -m trainer.evaluate`` of each final export on 32 held-out prompts (the first
    128 bytes of held-out chunks) x 128 new tokens, greedy; acceptance, per position, speed-up over the target
    alone in the same run, greedy match, the wall time of the evaluation (its cost).
@@ -139,7 +145,8 @@ def env() -> dict:
     return e
 
 
-def train_drafter(cfg, work, out, block, layers, seed, arch=None) -> dict:
+def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
+    """Launch ``trainer.pipeline`` for one drafter; ``finish_drafter`` waits for it and reads its records."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
     run = os.path.join(work, f"run_{tag}")
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
@@ -152,33 +159,49 @@ def train_drafter(cfg, work, out, block, layers, seed, arch=None) -> dict:
             "--resume", "none"]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
-    t0 = time.monotonic()
-    with open(os.path.join(out, f"train_{tag}.log"), "w") as log:
-        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT).returncode
+    if soft:
+        argv += ["--use-soft-labels"]
+    log = open(os.path.join(out, f"train_{tag}.log"), "w")  # noqa: SIM115 (closed by finish_drafter)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
+    return proc, log, run, time.monotonic()
+
+
+def finish_drafter(started) -> dict:
+    proc, log, run, t0 = started
+    rc = proc.wait()
+    log.close()
     with open(os.path.join(run, "metrics.jsonl")) as f:
         recs = [json.loads(x) for x in f if x.strip()]
     st = [r for r in recs if r["kind"] == "step"]
     return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "run_dir": run,
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
             "accept_len_est_step_last": st[-1].get("accept_len_est_step") if st else None,
+            "accept_len_est_vs": st[-1].get("accept_len_est_vs", "data") if st else None,
+            "accept_len_est_data": st[-1].get("accept_len_est_data") if st else None,
             "accept_len_old": st[-1].get("accept_len") if st else None,
             "loss": st[-1].get("loss") if st else None,
             "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
 
 
-def evaluate(cfg, work, out, block, arch=None) -> dict:
+def start_eval(cfg, work, out, block, arch=None):
+    """Launch ``trainer.evaluate`` of one drafter's final export; ``finish_eval`` waits and parses it."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
     argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
             "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, "heldout"),
             "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
             str(PROMPT), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
-    t0 = time.monotonic()
-    r = subprocess.run(argv, capture_output=True, text=True, env=env(), cwd=ROOT)
-    with open(os.path.join(out, f"eval_{tag}.log"), "w") as f:
-        f.write(r.stderr)
-    if r.returncode != 0:
-        return {"rc": r.returncode, "stderr": r.stderr[-2000:]}
-    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
+    return p, os.path.join(out, f"eval_{tag}.log"), time.monotonic()
+
+
+def finish_eval(started) -> dict:
+    p, log_path, t0 = started
+    stdout, stderr = p.communicate()
+    with open(log_path, "w") as f:
+        f.write(stderr)
+    if p.returncode != 0 or not stdout.strip():
+        return {"rc": p.returncode, "stderr": stderr[-2000:]}
+    rep = json.loads(stdout.strip().splitlines()[-1])
     rep["wall_seconds_with_load"] = time.monotonic() - t0
     return rep
 
@@ -195,8 +218,19 @@ def main() -> int:
         help="block:layers[:arch],... (arch dflash or dflash2; e.g. 8:2:dflash,8:2:dflash2 compares DFlash 1 and 2 "
         "with the same data, steps, learning rate and block size)",
     )
+    ap.add_argument(
+        "--drafter-steps", type=int, default=None, help="optimizer steps per drafter (default: 400; tiny 20)"
+    )
+    ap.add_argument(
+        "--parallel", action="store_true", help="train all drafters at once, then evaluate all at once"
+    )
+    ap.add_argument(
+        "--hard-labels", action="store_true", help="train on the data tokens (default: --use-soft-labels)"
+    )
     a = ap.parse_args()
-    cfg = TINY if a.tiny else FULL
+    cfg = dict(TINY if a.tiny else FULL)
+    if a.drafter_steps:
+        cfg["drafter_steps"] = a.drafter_steps
     work = a.work or ("/tmp/dflash_accept" if a.tiny else "/dev/shm/dflash_accept")
     os.makedirs(a.out, exist_ok=True)
     res: dict = {"config": cfg, "seed": a.seed, "command": sys.argv}
@@ -214,18 +248,37 @@ def main() -> int:
     res["target"] = train_target(cfg, train, held, os.path.join(work, "target"), a.seed)
     res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
     save()
+    specs = []
     for spec in a.blocks.split(","):
         parts = spec.split(":")
-        block, layers = int(parts[0]), int(parts[1])
-        arch = parts[2] if len(parts) > 2 else None
-        d = train_drafter(cfg, work, a.out, block, layers, a.seed, arch)
-        e = evaluate(cfg, work, a.out, block, arch)
-        real, est = e.get("mean_accept_len"), d.get("accept_len_est")
-        res[f"block{block}" + (f"_{arch}" if arch else "")] = {"layers": layers, "arch": arch or "dflash", "train": d, "eval": e,
-                                "estimate_over_real": est / real if real and est else None}  # fmt: skip
+        specs.append((int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else None))
+    # --parallel: every drafter trains at once (this target is so small that one run leaves the GPU mostly
+    # idle), then every evaluation runs at once; their speed-ups are then measured under that shared load
+    groups = [specs] if a.parallel else [[x] for x in specs]
+    trained: dict = {}
+    for group in groups:
+        started = [
+            (x, start_drafter(cfg, work, a.out, x[0], x[1], a.seed, x[2], soft=not a.hard_labels))
+            for x in group
+        ]
+        for x, st in started:
+            trained[x] = finish_drafter(st)
+        res["phase_seconds"]["drafters" if a.parallel else f"drafter_{x[0]}_{x[2] or 'dflash'}"] = (
+            time.monotonic() - t0
+        )
         save()
-        print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "old": d.get("accept_len_old"),
-                          "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
+        evals = [(x, start_eval(cfg, work, a.out, x[0], x[2])) for x in group]
+        for (block, layers, arch), st in evals:
+            d, e = trained[(block, layers, arch)], finish_eval(st)
+            real, est = e.get("mean_accept_len"), d.get("accept_len_est")
+            est_data = d.get("accept_len_est_data")
+            res[f"block{block}" + (f"_{arch}" if arch else "")] = {"layers": layers, "arch": arch or "dflash", "train": d, "eval": e,
+                                    "estimate_over_real": est / real if real and est else None,
+                                    "estimate_data_over_real": est_data / real if real and est_data else None}  # fmt: skip
+            save()
+            print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
+                              "est_data": est_data, "old": d.get("accept_len_old"),
+                              "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
     res["total_seconds"] = time.monotonic() - t0
     save()
     return 0

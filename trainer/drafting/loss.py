@@ -17,11 +17,13 @@ target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
 - Metrics (tensors; no host sync here): ``acc`` ``(bs-1,)`` per position k=1..bs-1 (argmax == input_ids
   token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i`` (the old estimate: it treats
   positions as independent and leaves out the bonus token), ``n_blocks`` (real blocks), ``chain_sum``: the sum
-  over real blocks of the consecutive correct positions after the anchor (``1 + chain_sum / n_blocks`` is the
-  step's honest estimate of the acceptance length, ``accept_len_est``: what a verify step would accept,
-  counted per block, plus the bonus token).
+  over real blocks of the consecutive positions after the anchor that a greedy verifier would accept
+  (``1 + chain_sum / n_blocks`` is the step's estimate of the acceptance length, ``accept_len_est``: counted
+  per block, plus the bonus token). The verifier's choice at a slot is the target's own argmax there when
+  soft labels give the target's logits (the same chunked pass), else the data token; ``chain_sum_data``
+  always counts against the data token.
   ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
-  "n_blocks": int, "accept_len_est": float}`` with one device sync.
+  "n_blocks": int, "accept_len_est": float, "accept_len_est_data": float}`` with one device sync.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from trainer.drafting.head import FrozenHead
 
 
 def _ce_chunk(logits, labels, w, soft_logits):
-    """One chunk: (sum_i w_i CE_i, argmax, dCE/dlogits * w in the logits' dtype). Compiled on CUDA (one
-    fused pass over the chunk's logits instead of a dozen fp32 ones); the same function eagerly elsewhere."""
+    """One chunk: (sum_i w_i CE_i, argmax, the target's argmax (the soft labels' mode; the data labels
+    without them), dCE/dlogits * w in the logits' dtype). Compiled on CUDA (one fused pass over the chunk's
+    logits instead of a dozen fp32 ones); the same function eagerly elsewhere."""
     lf = logits.float()
     lse = torch.logsumexp(lf, dim=-1)
     pred = lf.argmax(-1)
@@ -46,11 +49,14 @@ def _ce_chunk(logits, labels, w, soft_logits):
         ce = lse - tgt_logit
         onehot = torch.arange(lf.shape[1], device=lf.device).unsqueeze(0) == labels.unsqueeze(1)
         g = probs - onehot.to(probs.dtype)
+        judge = labels
     else:
-        p = torch.softmax(soft_logits.float(), dim=-1)
+        sf = soft_logits.float()
+        p = torch.softmax(sf, dim=-1)
         ce = lse - (p * lf).sum(-1)
         g = probs - p
-    return (ce * w).sum(), pred, (g * w.unsqueeze(1)).to(logits.dtype)
+        judge = sf.argmax(-1)
+    return (ce * w).sum(), pred, judge, (g * w.unsqueeze(1)).to(logits.dtype)
 
 
 _COMPILED_CE = None
@@ -75,22 +81,23 @@ class _ChunkedCE(torch.autograd.Function):
         grad_h = torch.empty_like(h) if need_grad else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         pred = torch.empty(N, dtype=torch.long, device=h.device)
+        judge = torch.empty(N, dtype=torch.long, device=h.device)
         ce_chunk = _ce_chunk_fn(h.device)
         for s in range(0, N, chunk):
             e = min(N, s + chunk)
             logits = h[s:e] @ weight.t()
             soft = None if soft_h is None else soft_h[s:e] @ weight.t()
-            part, pred[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft)
+            part, pred[s:e], judge[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft)
             total = total + part
             if need_grad:
                 grad_h[s:e] = (g.to(weight.dtype) @ weight).to(h.dtype)
         if need_grad:
             ctx.save_for_backward(grad_h)
-        ctx.mark_non_differentiable(pred)
-        return total, pred
+        ctx.mark_non_differentiable(pred, judge)
+        return total, pred, judge
 
     @staticmethod
-    def backward(ctx, grad_total, _grad_pred):
+    def backward(ctx, grad_total, _grad_pred, _grad_judge):
         (grad_h,) = ctx.saved_tensors
         return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None
 
@@ -139,23 +146,35 @@ def dflash_loss(
         soft_h = torch.gather(target_final_hidden, 1, src.unsqueeze(-1).expand(-1, -1, H)).reshape(-1, H)
         soft_h = soft_h.to(head.lm_head.weight.dtype).detach()
     weight = head.lm_head.weight
-    total, pred = _ChunkedCE.apply(
+    total, pred, judge = _ChunkedCE.apply(
         h.to(weight.dtype), weight, labels.reshape(-1), w.reshape(-1).float(), soft_h, chunk_tokens
     )
     loss = total / w.sum().clamp(min=1e-12)
 
     with torch.no_grad():
-        correct = (pred.view(B, A, bs - 1) == labels) & slot_ok
+        pred = pred.view(B, A, bs - 1)
+        correct = (pred == labels) & slot_ok
         n_blocks = valid.sum()
         acc = correct.sum(dim=(0, 1)).float() / slot_ok.sum(dim=(0, 1)).clamp(min=1).float()
         accept_len = torch.cumprod(acc, dim=0).sum()
-        # per block: the consecutive correct positions after the anchor (what a verify step would accept)
-        chain_sum = (correct.long().cumprod(dim=2).sum(dim=2) * valid).sum()
-    return loss, {"acc": acc, "accept_len": accept_len, "n_blocks": n_blocks, "chain_sum": chain_sum}
+        # per block: the consecutive positions after the anchor a verify step would accept: the drafter's
+        # argmax equal to the target's own argmax there (with soft labels: what a greedy verifier checks),
+        # else to the data token (no target logits here)
+        agree = (pred == judge.view(B, A, bs - 1)) & slot_ok
+        chain_sum = (agree.long().cumprod(dim=2).sum(dim=2) * valid).sum()
+        chain_sum_data = (correct.long().cumprod(dim=2).sum(dim=2) * valid).sum()
+    return loss, {
+        "acc": acc,
+        "accept_len": accept_len,
+        "n_blocks": n_blocks,
+        "chain_sum": chain_sum,
+        "chain_sum_data": chain_sum_data,
+    }
 
 
 def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
-    """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int, "accept_len_est": float}``."""
+    """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int, "accept_len_est": float,
+    "accept_len_est_data": float}``."""
     acc = metrics["acc"].detach().float()
     packed = torch.cat(
         [
@@ -163,13 +182,15 @@ def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
             metrics["accept_len"].detach().float().view(1),
             metrics["n_blocks"].float().view(1),
             metrics["chain_sum"].float().view(1),
+            metrics["chain_sum_data"].float().view(1),
         ]
     )
     vals = packed.cpu().tolist()
-    blocks = int(vals[-2])
+    blocks = int(vals[-3])
     return {
         "acc": vals[: acc.numel()],
-        "accept_len": vals[-3],
+        "accept_len": vals[-4],
         "n_blocks": blocks,
-        "accept_len_est": 1.0 + vals[-1] / blocks if blocks else None,
+        "accept_len_est": 1.0 + vals[-2] / blocks if blocks else None,
+        "accept_len_est_data": 1.0 + vals[-1] / blocks if blocks else None,
     }

@@ -32,6 +32,19 @@ from trainer.runtime.startup_steps import first_batch_events, load_target_events
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
 NAN_LIMIT = 5  # consecutive NaN steps that stop the run
 EST_WINDOW = 50  # steps in the running mean of accept_len_est
+
+
+def running_estimate(window: list[tuple[float, ...]]) -> tuple[float | None, float | None]:
+    """``(accept_len_est, the same against the data)`` over the window's ``(chain, blocks[, chain_data])``
+    entries (a checkpoint written before the data chain was kept has pairs: the data chain is then the chain)."""
+    blocks = sum(e[1] for e in window)
+    if not blocks:
+        return None, None
+    return 1.0 + sum(e[0] for e in window) / blocks, 1.0 + sum(
+        e[2] if len(e) > 2 else e[0] for e in window
+    ) / blocks
+
+
 SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")  # DFlash 2's step-record fields
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
 
@@ -130,7 +143,8 @@ class Trainer:
         self.workers = []
         self.queue = None
         self.trained = False  # an optimizer step was applied in this process
-        self.est_window: list[tuple[float, float]] = []  # (chain sum, blocks) of the last EST_WINDOW steps
+        # (chain sum, blocks, chain sum against the data) of the last EST_WINDOW steps
+        self.est_window: list[tuple[float, ...]] = []
         self.startup = None  # a run.startup.StartupEvents: start-up events until the first step
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
 
@@ -515,6 +529,7 @@ class Trainer:
                     *(torch.stack([m[k].double() for m in micro]).sum().view(1) for k in sel_names),
                     torch.stack([m["loss"].double() for m in micro]).sum().view(1),
                     torch.stack([m["chain_sum"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["chain_sum_data"].double() for m in micro]).sum().view(1),
                     torch.stack([m["acc"].double() for m in micro]).sum(0),
                     torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
                     torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
@@ -527,7 +542,7 @@ class Trainer:
             n = A * D
             selector = {k: v / n for k, v in zip(sel_names, vals[: len(sel_names)], strict=True)}
             vals = vals[len(sel_names) :]
-            loss_f, chain, acc = vals[0] / n, vals[1], [x / n for x in vals[2:-4]]
+            loss_f, chain, chain_data, acc = vals[0] / n, vals[1], vals[2], [x / n for x in vals[3:-4]]
             accept, blocks, tokens, norm_f = vals[-4] / n, int(vals[-3]), int(vals[-2]), vals[-1]
             self.step += 1
             if not (np.isfinite(loss_f) and np.isfinite(norm_f)):
@@ -548,9 +563,14 @@ class Trainer:
             else:
                 nan_streak = 0
                 self.role.apply(lr)
-                self.est_window = [*self.est_window, (chain, float(blocks))][-EST_WINDOW:]
-                est_blocks = sum(b for _, b in self.est_window)
-                est = 1.0 + sum(c for c, _ in self.est_window) / est_blocks if est_blocks else None
+                self.est_window = [*self.est_window, (chain, float(blocks), chain_data)][-EST_WINDOW:]
+                est, est_data = running_estimate(self.est_window)
+                # the estimate's judge: the target's own argmax (soft labels carry its logits) or the data
+                judge = (
+                    {"accept_len_est_vs": "target", "accept_len_est_data": est_data}
+                    if a.use_soft_labels
+                    else {}
+                )
                 self.trained = True
                 epoch = self.plan.epoch_progress(self.cursor)
                 if self.saver:
@@ -564,6 +584,7 @@ class Trainer:
                         accept_len=accept,
                         accept_len_est=est,
                         accept_len_est_step=1.0 + chain / blocks if blocks else None,
+                        **judge,
                         lr=lr,
                         grad_norm=norm_f,
                         tokens=tokens,

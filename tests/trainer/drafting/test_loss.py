@@ -132,6 +132,32 @@ def test_accept_len_est_counts_chains_per_block_where_errors_correlate():
     assert f["accept_len_est"] == pytest.approx(2.5)
 
 
+def test_accept_len_est_is_judged_by_the_targets_argmax_when_soft_labels_give_it():
+    """A greedy verifier accepts a slot when the drafter's argmax is the target's argmax there, whatever the
+    data token: with soft labels the chain counts against the target (slot k: its logits at a + k - 1),
+    and ``accept_len_est_data`` keeps the count against the data."""
+    head = FrozenHead(torch.nn.Embedding(V, V), torch.nn.Identity(), torch.nn.Linear(V, V, bias=False))
+    with torch.no_grad():
+        head.lm_head.weight.copy_(torch.eye(V) * 20)
+    ids = torch.arange(30).remainder(V).unsqueeze(0)
+    anchors = torch.tensor([[0, 10]])
+    target = torch.zeros(1, 30, V)  # the target's mode at position t (predicting t + 1): data token + 3
+    for t in range(29):
+        target[0, t, (ids[0, t + 1] + 3) % V] = 1.0
+    d = torch.zeros(1, 2, BS, V)
+    for k in range(1, BS):
+        d[0, 0, k, (ids[0, k] + 3) % V] = 1.0  # block 0: the target's choice everywhere
+        d[0, 1, k, ids[0, 10 + k]] = 1.0  # block 1: the data everywhere
+    d[0, 0, 3, 0] = 5.0  # block 0's last slot: neither
+    _, m = dflash_loss(d, head, ids, anchors, gamma=7.0, target_final_hidden=target)
+    f = metrics_to_floats(m)
+    assert f["accept_len_est"] == pytest.approx(1.0 + (2 + 0) / 2)  # chains 2 and 0 against the target
+    assert f["accept_len_est_data"] == pytest.approx(1.0 + (0 + 3) / 2)  # chains 0 and 3 against the data
+    _, m = dflash_loss(d, head, ids, anchors, gamma=7.0)  # no target logits: judged by the data
+    f = metrics_to_floats(m)
+    assert f["accept_len_est"] == f["accept_len_est_data"] == pytest.approx(2.5)
+
+
 def test_soft_labels_match_the_definition_and_use_the_previous_position():
     head = _head(3)
     g = torch.Generator().manual_seed(4)
