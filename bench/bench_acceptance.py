@@ -111,7 +111,7 @@ def train_target(cfg, train: bytes, held: bytes, out_dir: str, seed: int) -> dic
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step % 100 == 0 or step == steps - 1:
-            losses.append((step, float(loss)))
+            losses.append((step, float(loss.detach())))
             print(
                 f"target step {step}/{steps} loss {float(loss):.3f} ({time.monotonic() - t0:.0f}s)",
                 flush=True,
@@ -183,15 +183,17 @@ def finish_drafter(started) -> dict:
             "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
 
 
-def start_eval(cfg, work, out, block, arch=None):
-    """Launch ``trainer.evaluate`` of one drafter's final export; ``finish_eval`` waits and parses it."""
+def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
+    """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
+    ``train``: chunks of the training files) cut to ``prompt_len`` bytes; ``finish_eval`` waits and parses it."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
     argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
-            "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, "heldout"),
+            "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, prompts),
             "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
-            str(PROMPT), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
+            str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
-    return p, os.path.join(out, f"eval_{tag}.log"), time.monotonic()
+    name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
+    return p, os.path.join(out, f"eval_{tag}{name}.log"), time.monotonic()
 
 
 def finish_eval(started) -> dict:
@@ -227,7 +229,14 @@ def main() -> int:
     ap.add_argument(
         "--hard-labels", action="store_true", help="train on the data tokens (default: --use-soft-labels)"
     )
+    ap.add_argument(
+        "--prompt-sets",
+        default="",
+        help="more evaluations of every drafter: set:len,... (set heldout or "
+        "train (chunks of the training files); len: prompt bytes); the main one is heldout:128",
+    )
     a = ap.parse_args()
+    prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
     cfg = dict(TINY if a.tiny else FULL)
     if a.drafter_steps:
         cfg["drafter_steps"] = a.drafter_steps
@@ -245,6 +254,7 @@ def main() -> int:
                      "python": sys.version.split()[0]}  # fmt: skip
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
     write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), chunks(held, 4 * cfg["prompts"], a.seed + 2))
+    write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))
     res["target"] = train_target(cfg, train, held, os.path.join(work, "target"), a.seed)
     res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
     save()
@@ -268,6 +278,9 @@ def main() -> int:
         )
         save()
         evals = [(x, start_eval(cfg, work, a.out, x[0], x[2])) for x in group]
+        extra = [
+            ((x, ps), start_eval(cfg, work, a.out, x[0], x[2], *ps)) for x in group for ps in prompt_sets
+        ]
         for (block, layers, arch), st in evals:
             d, e = trained[(block, layers, arch)], finish_eval(st)
             real, est = e.get("mean_accept_len"), d.get("accept_len_est")
@@ -279,6 +292,14 @@ def main() -> int:
             print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
                               "est_data": est_data, "old": d.get("accept_len_old"),
                               "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
+        for ((block, _, arch), (ps, plen)), st in extra:  # the same drafters on other prompt sets
+            e = finish_eval(st)
+            key = f"block{block}" + (f"_{arch}" if arch else "")
+            res[key][f"eval_{ps}{plen}"] = e
+            est, real = res[key]["train"].get("accept_len_est"), e.get("mean_accept_len")
+            save()
+            print(json.dumps({"block": block, "arch": arch or "dflash", "prompts": ps, "prompt_len": plen, "real": real,
+                              "est_over_real": est / real if est and real else None}), flush=True)  # fmt: skip
     res["total_seconds"] = time.monotonic() - t0
     save()
     return 0
