@@ -14,8 +14,9 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
    held-out chunks; saved as a transformers directory;
 3. drafters: ``python -m trainer.pipeline`` on the training chunks, block 8 / 2 layers and block 16 / 3
    layers, both roles on GPU 0, with ``--use-soft-labels`` (the seeds' setting; ``--hard-labels`` trains on
-   the data bytes); the last step record's ``accept_len_est`` (running mean of the last 50 steps; with soft
-   labels judged by the target's own argmax), ``accept_len_est_data`` (the same chains against the data) and
+   the data bytes); the last step record's ``accept_len_est`` (running mean of the last 50 steps: the blocks
+   walked as decoding would; with soft labels judged by the target's own argmax), ``accept_len_est_uniform``
+   (the mean over uniformly sampled anchors: the estimate before the walk) and
    ``accept_len`` (the old formula); ``--parallel`` trains every drafter at once, then evaluates every one
    at once (the target is so small that one run leaves the GPU mostly idle; speed-ups are then measured
    under that shared load);
@@ -177,7 +178,7 @@ def finish_drafter(started) -> dict:
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
             "accept_len_est_step_last": st[-1].get("accept_len_est_step") if st else None,
             "accept_len_est_vs": st[-1].get("accept_len_est_vs", "data") if st else None,
-            "accept_len_est_data": st[-1].get("accept_len_est_data") if st else None,
+            "accept_len_est_uniform": st[-1].get("accept_len_est_uniform") if st else None,
             "accept_len_old": st[-1].get("accept_len") if st else None,
             "loss": st[-1].get("loss") if st else None,
             "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
@@ -284,13 +285,13 @@ def main() -> int:
         for (block, layers, arch), st in evals:
             d, e = trained[(block, layers, arch)], finish_eval(st)
             real, est = e.get("mean_accept_len"), d.get("accept_len_est")
-            est_data = d.get("accept_len_est_data")
+            est_uniform = d.get("accept_len_est_uniform")
             res[f"block{block}" + (f"_{arch}" if arch else "")] = {"layers": layers, "arch": arch or "dflash", "train": d, "eval": e,
                                     "estimate_over_real": est / real if real and est else None,
-                                    "estimate_data_over_real": est_data / real if real and est_data else None}  # fmt: skip
+                                    "estimate_uniform_over_real": est_uniform / real if real and est_uniform else None}  # fmt: skip
             save()
             print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
-                              "est_data": est_data, "old": d.get("accept_len_old"),
+                              "est_uniform": est_uniform, "old": d.get("accept_len_old"),
                               "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
         for ((block, _, arch), (ps, plen)), st in extra:  # the same drafters on other prompt sets
             e = finish_eval(st)

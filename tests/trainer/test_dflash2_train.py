@@ -58,7 +58,7 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
         r = ref_steps[s["step"]]
         assert (s["loss"], s["grad_norm"], s["acc"]) == (r["loss"], r["grad_norm"], r["acc"]), s["step"]
         assert [s[f] for f in SELECTOR_FIELDS] == [r[f] for f in SELECTOR_FIELDS], s["step"]
-        est = ("accept_len_est", "accept_len_est_data")  # both running means travel in the checkpoint
+        est = ("accept_len_est", "accept_len_est_uniform")  # both running means travel in the checkpoint
         assert [s[f] for f in est] == [r[f] for f in est], s["step"]
     for s in ref_steps.values():  # the selector's own figures; the step loss is the drafter's plus its loss
         sel_loss, recall, acc = (s[f] for f in SELECTOR_FIELDS)
@@ -66,7 +66,10 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
         assert 0.0 < sel_loss <= s["loss"] + 1e-9, s
         assert 0.0 <= acc <= recall <= 1.0, s  # a teacher-forced hit needs the label among the candidates
     for s in ref_steps.values():  # soft labels give the target's logits: the estimate is judged by its argmax
-        assert s["accept_len_est_vs"] == "target" and 1.0 <= s["accept_len_est_data"] <= 8.0, s
+        assert (
+            s["accept_len_est_vs"] == "target"
+            and 1.0 <= s["accept_len_est"] <= s["accept_len_est_uniform"] <= 8.0
+        ), s
     first, last = ref_steps[1], ref_steps[N]
     assert last["loss"] < first["loss"]  # it learns
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)

@@ -17,13 +17,14 @@ target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
 - Metrics (tensors; no host sync here): ``acc`` ``(bs-1,)`` per position k=1..bs-1 (argmax == input_ids
   token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i`` (the old estimate: it treats
   positions as independent and leaves out the bonus token), ``n_blocks`` (real blocks), ``chain_sum``: the sum
-  over real blocks of the consecutive positions after the anchor that a greedy verifier would accept
-  (``1 + chain_sum / n_blocks`` is the step's estimate of the acceptance length, ``accept_len_est``: counted
-  per block, plus the bonus token). The verifier's choice at a slot is the target's own argmax there when
-  soft labels give the target's logits (the same chunked pass), else the data token; ``chain_sum_data``
-  always counts against the data token.
+  over real blocks of the consecutive positions after the anchor that a greedy verifier would accept (its
+  choice at a slot is the target's own argmax there when soft labels give the target's logits (the same
+  chunked pass), else the data token); ``1 + chain_sum / n_blocks`` is the mean over uniformly sampled
+  anchors (``accept_len_est_uniform``: reads high, easy stretches hold many anchors); ``walk_tokens`` and
+  ``walk_steps``: the same chains walked as decoding would (``drafting.acceptance.decode_walk``), whose
+  ratio is the estimate ``accept_len_est``.
   ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
-  "n_blocks": int, "accept_len_est": float, "accept_len_est_data": float}`` with one device sync.
+  "n_blocks": int, "accept_len_est": float, "accept_len_est_uniform": float}`` with one device sync.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import math
 
 import torch
 
+from trainer.drafting.acceptance import decode_walk
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.head import FrozenHead
 
@@ -161,36 +163,38 @@ def dflash_loss(
         # argmax equal to the target's own argmax there (with soft labels: what a greedy verifier checks),
         # else to the data token (no target logits here)
         agree = (pred == judge.view(B, A, bs - 1)) & slot_ok
-        chain_sum = (agree.long().cumprod(dim=2).sum(dim=2) * valid).sum()
-        chain_sum_data = (correct.long().cumprod(dim=2).sum(dim=2) * valid).sum()
+        chain = agree.long().cumprod(dim=2).sum(dim=2) * valid
+        walk_tokens, walk_steps = decode_walk(anchors, chain, valid)
     return loss, {
         "acc": acc,
         "accept_len": accept_len,
         "n_blocks": n_blocks,
-        "chain_sum": chain_sum,
-        "chain_sum_data": chain_sum_data,
+        "chain_sum": chain.sum(),
+        "walk_tokens": walk_tokens,
+        "walk_steps": walk_steps,
     }
 
 
 def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:
     """One host sync: ``{"acc": [...], "accept_len": float, "n_blocks": int, "accept_len_est": float,
-    "accept_len_est_data": float}``."""
+    "accept_len_est_uniform": float}``."""
     acc = metrics["acc"].detach().float()
     packed = torch.cat(
         [
             acc,
-            metrics["accept_len"].detach().float().view(1),
-            metrics["n_blocks"].float().view(1),
-            metrics["chain_sum"].float().view(1),
-            metrics["chain_sum_data"].float().view(1),
+            *(
+                metrics[k].detach().float().view(1)
+                for k in ("accept_len", "n_blocks", "chain_sum", "walk_tokens", "walk_steps")
+            ),
         ]
     )
     vals = packed.cpu().tolist()
-    blocks = int(vals[-3])
+    accept, blocks, chain, tokens, steps = vals[acc.numel() :]
+    blocks = int(blocks)
     return {
         "acc": vals[: acc.numel()],
-        "accept_len": vals[-4],
+        "accept_len": accept,
         "n_blocks": blocks,
-        "accept_len_est": 1.0 + vals[-2] / blocks if blocks else None,
-        "accept_len_est_data": 1.0 + vals[-1] / blocks if blocks else None,
+        "accept_len_est": tokens / steps if steps else None,
+        "accept_len_est_uniform": 1.0 + chain / blocks if blocks else None,
     }

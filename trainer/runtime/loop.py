@@ -143,7 +143,7 @@ class Trainer:
         self.workers = []
         self.queue = None
         self.trained = False  # an optimizer step was applied in this process
-        # (chain sum, blocks, chain sum against the data) of the last EST_WINDOW steps
+        # (chain sum, blocks, walk tokens, walk steps) of the last EST_WINDOW steps (drafting.acceptance)
         self.est_window: list[tuple[float, ...]] = []
         self.startup = None  # a run.startup.StartupEvents: start-up events until the first step
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
@@ -529,7 +529,8 @@ class Trainer:
                     *(torch.stack([m[k].double() for m in micro]).sum().view(1) for k in sel_names),
                     torch.stack([m["loss"].double() for m in micro]).sum().view(1),
                     torch.stack([m["chain_sum"].double() for m in micro]).sum().view(1),
-                    torch.stack([m["chain_sum_data"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["walk_tokens"].double() for m in micro]).sum().view(1),
+                    torch.stack([m["walk_steps"].double() for m in micro]).sum().view(1),
                     torch.stack([m["acc"].double() for m in micro]).sum(0),
                     torch.stack([m["accept_len"].double() for m in micro]).sum().view(1),
                     torch.stack([m["n_blocks"].double() for m in micro]).sum().view(1),
@@ -542,7 +543,8 @@ class Trainer:
             n = A * D
             selector = {k: v / n for k, v in zip(sel_names, vals[: len(sel_names)], strict=True)}
             vals = vals[len(sel_names) :]
-            loss_f, chain, chain_data, acc = vals[0] / n, vals[1], vals[2], [x / n for x in vals[3:-4]]
+            loss_f, chain, walk_tok, walk_steps = vals[0] / n, vals[1], vals[2], vals[3]
+            acc = [x / n for x in vals[4:-4]]
             accept, blocks, tokens, norm_f = vals[-4] / n, int(vals[-3]), int(vals[-2]), vals[-1]
             self.step += 1
             if not (np.isfinite(loss_f) and np.isfinite(norm_f)):
@@ -563,14 +565,10 @@ class Trainer:
             else:
                 nan_streak = 0
                 self.role.apply(lr)
-                self.est_window = [*self.est_window, (chain, float(blocks), chain_data)][-EST_WINDOW:]
-                est, est_data = running_estimate(self.est_window)
-                # the estimate's judge: the target's own argmax (soft labels carry its logits) or the data
-                judge = (
-                    {"accept_len_est_vs": "target", "accept_len_est_data": est_data}
-                    if a.use_soft_labels
-                    else {}
-                )
+                self.est_window = [*self.est_window, (chain, float(blocks), walk_tok, walk_steps)][
+                    -EST_WINDOW:
+                ]
+                est, est_uniform = running_estimate(self.est_window)
                 self.trained = True
                 epoch = self.plan.epoch_progress(self.cursor)
                 if self.saver:
@@ -583,8 +581,10 @@ class Trainer:
                         acc=acc,
                         accept_len=accept,
                         accept_len_est=est,
-                        accept_len_est_step=1.0 + chain / blocks if blocks else None,
-                        **judge,
+                        accept_len_est_step=walk_tok / walk_steps if walk_steps else None,
+                        # judged by the target's own argmax where soft labels carry its logits, else the data
+                        accept_len_est_vs="target" if a.use_soft_labels else "data",
+                        accept_len_est_uniform=est_uniform,
                         lr=lr,
                         grad_norm=norm_f,
                         tokens=tokens,

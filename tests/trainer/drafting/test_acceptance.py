@@ -1,0 +1,62 @@
+"""The acceptance estimate walks a step's blocks as decoding would (trainer/drafting/acceptance.py)."""
+
+import random
+
+import pytest
+import torch
+
+from trainer.drafting.acceptance import decode_walk
+
+
+def _decode(anchors: list[int], chains: list[int]) -> tuple[int, int]:
+    """Decoding, step by step: accept chain + 1 tokens at an anchor, go on at the first anchor at or after
+    the bonus token's position."""
+    by_pos = dict(zip(anchors, chains, strict=True))
+    tokens = steps = 0
+    p = anchors[0] if anchors else None
+    while p is not None:
+        c = by_pos[p]
+        tokens, steps = tokens + c + 1, steps + 1
+        p = next((a for a in anchors if a >= p + c + 1), None)
+    return tokens, steps
+
+
+def _rows(rows):
+    A = max(len(r[0]) for r in rows)
+    anchors = torch.full((len(rows), A), -1)
+    chain = torch.zeros((len(rows), A), dtype=torch.long)
+    for i, (a, c) in enumerate(rows):
+        anchors[i, : len(a)] = torch.tensor(a, dtype=torch.long)
+        chain[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+    return anchors, chain, anchors >= 0
+
+
+def test_walk_equals_step_by_step_decoding_on_random_rows():
+    rng = random.Random(0)
+    for _ in range(30):
+        rows = []
+        for _ in range(rng.randint(1, 4)):
+            n = rng.randint(0, 40)
+            anchors = sorted(rng.sample(range(60), n))
+            rows.append((anchors, [rng.randint(0, 7) for _ in anchors]))
+        want = [_decode(a, c) for a, c in rows]
+        tok, steps = decode_walk(*_rows(rows))
+        assert (int(tok), int(steps)) == (sum(t for t, _ in want), sum(s for _, s in want))
+
+
+def test_an_easy_stretch_is_crossed_in_few_steps():
+    """Every position an anchor: 16 positions of full blocks (chain 3 at block 4) then 16 where nothing is
+    accepted. The mean over anchors of chain + 1 says (16 * 4 + 16 * 1) / 32 = 2.5; decoding crosses the easy
+    half in 4 steps and the hard half in 16: 32 tokens in 20 steps = 1.6."""
+    chains = [3] * 16 + [0] * 16
+    anchors = list(range(32))
+    tok, steps = decode_walk(*_rows([(anchors, chains)]))
+    assert (int(tok), int(steps)) == (32, 20)
+    assert sum(c + 1 for c in chains) / len(chains) == pytest.approx(2.5)
+
+
+def test_rows_without_anchors_count_nothing():
+    tok, steps = decode_walk(*_rows([([], []), ([5], [2])]))
+    assert (int(tok), int(steps)) == (3, 1)
+    with pytest.raises(ValueError, match="one"):
+        decode_walk(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 3, dtype=torch.bool))
