@@ -109,9 +109,11 @@ def _unary_topk(
     ids, vals = [], []
     for s in range(0, h.shape[0], chunk):
         logits = h[s : s + chunk].to(weight.dtype) @ weight.t()
-        v, i = logits.float().topk(k, dim=-1)
+        # top-k in the logits' own dtype (bf16 on CUDA): the same values as in fp32 (bf16 -> fp32 is exact),
+        # without an fp32 copy of a (chunk, vocab) tensor
+        v, i = logits.topk(k, dim=-1)
         ids.append(i)
-        vals.append(v)
+        vals.append(v.float())
     return torch.cat(ids), torch.cat(vals)
 
 
