@@ -182,10 +182,12 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops, arch: st
         with autocast:
             out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl=attn_impl)
             mark("forward")
-            loss, _m = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final)
-            if dflash2:  # as DrafterRole: the selector's loss added with weight 1
+            topk = cfg.selector_top_k if dflash2 else 0
+            loss, m = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final, topk=topk)
+            if dflash2:  # as DrafterRole: the candidates from the loss's logits, the selector's loss added
+                cands = (m.pop("topk_ids"), m.pop("topk_values"))
                 sel, _s = selector_loss(
-                    out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0
+                    out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, candidates=cands
                 )
                 loss = loss + sel
             mark("loss")

@@ -136,13 +136,13 @@ def dflash2_extra_flops(
 ) -> dict[str, int]:
     """The matmul FLOPs DFlash 2 adds to a training step (forward + backward), by part: the convolutions'
     ``kernel_projection`` (two per layer, ``H -> 2 * kernel * H / group``, on every block slot); the selector's
-    top-k ``lm_head`` pass (forward only), its ``hidden_projection`` (``H -> rank``) and bilinear term
-    (``top_k`` candidates of ``rank``) on the scored slots. The convolutions' elementwise work is not counted."""
+    ``hidden_projection`` (``H -> rank``) and bilinear term (``top_k`` candidates of ``rank``) on the scored
+    slots. The top-k candidates come from the loss's own logits (no second ``lm_head`` pass); elementwise
+    work and the top-k selection are not counted."""
     H = shape.hidden
     proj = 2 * kernel * (H // group)
     return {
         "dflash2_conv": 6 * n_layers * 2 * H * proj * query_slots,
-        "dflash2_topk": 2 * H * shape.vocab * scored_slots,
         "dflash2_selector": 6 * (H * rank + top_k * rank) * scored_slots,
     }
 

@@ -111,15 +111,18 @@ def test_compiled_training_steps_with_the_selector_learn_and_stay_finite():
     doc[:, 128:] = 1
     hidden, final = capture(target, ids, doc, cfg.target_layer_ids, need_final_hidden=True)
     losses, sel_losses = [], []
+    K = drafter.candidate_selector.top_k
     for _ in range(8):
         anchors = sample_anchors(doc, torch.ones_like(ids, dtype=torch.bool), cfg.block_size, 32, g)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16):  # as DrafterRole: the candidates from the loss
             out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl="flex")
-            loss, _ = dflash_loss(
-                out, head, ids, anchors, gamma=7.0, target_final_hidden=final, chunk_tokens=128
+            loss, lm = dflash_loss(
+                out, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=128, topk=K
             )
+            assert lm["topk_ids"].shape == (out[:, :, 1:].numel() // cfg.hidden_size, K)
+            cands = (lm["topk_ids"], lm["topk_values"])
             sel, m = selector_loss(
-                out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, chunk_tokens=128
+                out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, candidates=cands
             )
         opt.zero_grad()
         (loss + sel).backward()
