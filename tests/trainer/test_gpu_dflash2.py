@@ -94,6 +94,14 @@ def test_flex_compiled_matches_sdpa_forward_and_gradients_with_the_convolutions(
     for n, want in ref_grads.items():  # relative to the tensor's norm: sums over thousands of slots
         err = ((grads[n] - want).norm() / want.norm().clamp(min=1e-12)).item()
         assert err < 1e-3, (n, err)
+    # other documents and anchors through the same compiled step: each batch's mask, never the first one's
+    doc2 = torch.zeros_like(ids)
+    doc2[:, 90:] = 1
+    anchors2 = torch.tensor([[5, 50, 88, 91, 110, 120, 130], [1, 2, 60, 95, 100, -1, -1]], device=DEV)
+    with torch.no_grad():
+        want = drafter(th, ids, doc2, anchors2, embed, attn_impl="sdpa")
+        got = drafter(th, ids, doc2, anchors2, embed, attn_impl="flex")
+    torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4)
 
 
 def test_compiled_training_steps_with_the_selector_learn_and_stay_finite():
