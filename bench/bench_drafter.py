@@ -3,6 +3,7 @@
     PYTHONPATH=. python bench/bench_drafter.py --out $OUT             # on the H200
     PYTHONPATH=. python bench/bench_drafter.py --target qwen3.6-27b --configs seed --out $OUT  # the seeds' target
     PYTHONPATH=. python bench/bench_drafter.py --tiny --out /tmp/bd   # CPU smoke run (SDPA path)
+    PYTHONPATH=. python bench/bench_drafter.py --arch dflash,dflash2 --configs main,seed --out $OUT  # DFlash 2's cost
 
 One step = sample_anchors, drafter forward (FlexAttention, compiled layers), chunked DFlash loss, backward,
 grad-norm clip and AdamW: what ``trainer.runtime.roles.DrafterRole`` does per micro-batch plus the optimizer step,
@@ -14,6 +15,12 @@ bf16 target hidden states). Configurations (``--configs``):
 - ``packed``: one row of 49152 tokens packed with documents of 1024..8192 tokens, 3072 anchors (512 per 8192);
 - ``seed``: the seed's settings: a 49152-token row, max 1024 anchors, block 32, soft labels (peak memory).
 FLOPs per bench/flops.py (attention under the actual mask, from the sampled anchors).
+
+``--arch dflash,dflash2`` runs every configuration for each architecture (DFlash 2 with the published module
+sizes: conv kernel 2, groups of 16, selector rank 256, top 16; the same block size as DFlash 1, so the two differ
+only by the modules) and prints DFlash 2's step time and peak memory against DFlash 1's. A DFlash 2 step adds
+the convolutions in every layer and the selector's loss (its top-k ``lm_head`` pass, bilinear scores and
+backward), as ``DrafterRole`` does; its entries are named ``<config>:dflash2``.
 """
 
 from __future__ import annotations
@@ -30,13 +37,22 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.bench_target import packed_docs, raise_compile_limits  # noqa: E402
-from bench.flops import QWEN3_8B, Shape, drafter_pairs, drafter_step_flops, measure_matmul_tflops, rates  # noqa: E402
+from bench.flops import (  # noqa: E402
+    QWEN3_8B,
+    Shape,
+    dflash2_extra_flops,
+    drafter_pairs,
+    drafter_step_flops,
+    measure_matmul_tflops,
+    rates,
+)
 from bench.prof import profile, timed  # noqa: E402
 from trainer.drafting import loss as loss_mod  # noqa: E402
-from trainer.drafting.config import DraftConfig  # noqa: E402
+from trainer.drafting.config import DFLASH2_DEFAULTS, DraftConfig  # noqa: E402
 from trainer.drafting.head import FrozenHead, _frozen_norm  # noqa: E402
 from trainer.drafting.loss import dflash_loss  # noqa: E402
 from trainer.drafting.masks import sample_anchors  # noqa: E402
+from trainer.drafting.selector import selector_loss  # noqa: E402
 from trainer.model import DFlashDrafter  # noqa: E402
 
 CONFIGS = {
@@ -49,6 +65,11 @@ CONFIGS = {
 
 
 TARGETS = ("qwen3-8b", "qwen3.6-27b")
+ARCHS = ("dflash", "dflash2")
+
+
+def entry_name(config: str, arch: str) -> str:
+    return config if arch == "dflash" else f"{config}:{arch}"
 
 
 def target_config(tiny: bool, target: str = "qwen3-8b"):
@@ -83,7 +104,7 @@ def target_config(tiny: bool, target: str = "qwen3-8b"):
     )
 
 
-def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
+def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops, arch: str = "dflash") -> dict:
     tiny = device == "cpu"
     T = c["T"] if not tiny else max(64, c["T"] // 128)
     A = c["anchors"] if not tiny else max(4, c["anchors"] // 128)
@@ -95,7 +116,15 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         layer_ids = [1, 16, 31, 46, 61]
     else:
         layer_ids = [1, 9, 17, 25, 33]
-    cfg = DraftConfig.from_target_config(tcfg, num_draft_layers=5, block_size=bs, target_layer_ids=layer_ids)
+    dflash2 = arch == "dflash2"
+    cfg = DraftConfig.from_target_config(
+        tcfg,
+        num_draft_layers=5,
+        block_size=bs,
+        target_layer_ids=layer_ids,
+        arch=arch,
+        dflash2={} if dflash2 else None,
+    )
     shape = Shape(
         hidden=cfg.hidden_size,
         intermediate=cfg.intermediate_size,
@@ -153,7 +182,14 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         with autocast:
             out = drafter(hidden, ids, doc, anchors, head.embed_tokens, attn_impl=attn_impl)
             mark("forward")
-            loss, _m = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final)
+            topk = cfg.selector_top_k if dflash2 else 0
+            loss, m = dflash_loss(out, head, ids, anchors, gamma=7.0, target_final_hidden=final, topk=topk)
+            if dflash2:  # as DrafterRole: the candidates from the loss's logits, the selector's loss added
+                cands = (m.pop("topk_ids"), m.pop("topk_values"))
+                sel, _s = selector_loss(
+                    out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, candidates=cands
+                )
+                loss = loss + sel
             mark("loss")
         loss.backward()
         mark("backward")
@@ -164,6 +200,8 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         last["anchors"], last["loss"] = anchors, loss
 
     entry: dict = {
+        "arch": arch,
+        **({f: getattr(cfg, f) for f in DFLASH2_DEFAULTS} if dflash2 else {}),
         "T": T,
         "max_anchors": A,
         "block_size": bs,
@@ -187,6 +225,20 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
             pairs,
             soft_labels=c["soft"],
         )
+        if dflash2:
+            parts.update(
+                dflash2_extra_flops(
+                    shape,
+                    cfg.num_draft_layers,
+                    anchors.numel() * bs,
+                    anchors.numel() * (bs - 1),
+                    cfg.conv_kernel_size,
+                    cfg.conv_group_size,
+                    cfg.selector_rank,
+                    cfg.selector_top_k,
+                )
+            )
+            parts["total"] = sum(v for k, v in parts.items() if k != "total")
         entry.update(
             {
                 "anchors_real": n_real,
@@ -200,7 +252,8 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops) -> dict:
         if device == "cuda":
             entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if name in a.profile.split(","):
-            entry["profile"] = profile(step, 2, os.path.join(a.out, f"profile_drafter_{name}.txt"))
+            fn = f"profile_drafter_{entry_name(name, arch).replace(':', '_')}.txt"
+            entry["profile"] = profile(step, 2, os.path.join(a.out, fn))
     except Exception as e:  # noqa: BLE001 - report and go on
         entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         traceback.print_exc()
@@ -216,12 +269,23 @@ def main() -> None:
     ap.add_argument(
         "--target", choices=TARGETS, default="qwen3-8b", help="the target whose shape the drafter takes"
     )
+    ap.add_argument(
+        "--arch",
+        default="dflash",
+        help="drafter architecture(s), comma-separated: dflash, dflash2 (dflash,dflash2 compares them)",
+    )
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--profile", default="main")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_drafter"))
     ap.add_argument("--dump-after", type=int, default=0, help="dump all threads' stacks after N s (hangs)")
     a = ap.parse_args()
+    archs = a.arch.split(",")
+    if not archs or any(x not in ARCHS for x in archs):
+        ap.error(f"--arch takes {' or '.join(ARCHS)} (comma-separated), got {a.arch!r}")
+    names = a.configs.split(",")
+    if any(n not in CONFIGS for n in names):
+        ap.error(f"--configs takes {', '.join(CONFIGS)} (comma-separated), got {a.configs!r}")
     os.makedirs(a.out, exist_ok=True)
     raise_compile_limits()
     if a.dump_after:
@@ -243,8 +307,8 @@ def main() -> None:
     print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
     tcfg = target_config(a.tiny, a.target)
     res["target"] = a.target
-    for name in a.configs.split(","):
-        entry = run_config(name, CONFIGS[name], tcfg, device, a, res["matmul_tflops"])
+    for name, arch in ((n, x) for n in names for x in archs):
+        entry = run_config(name, CONFIGS[name], tcfg, device, a, res["matmul_tflops"], arch)
         try:
             from torch._dynamo.utils import counters
 
@@ -253,9 +317,13 @@ def main() -> None:
             }
         except Exception:  # noqa: BLE001
             pass
-        res["configs"][name] = entry
+        res["configs"][entry_name(name, arch)] = entry
+        if arch == "dflash2":
+            res["dflash2_vs_dflash"] = dflash2_vs_dflash(res["configs"])
         print(
-            name, json.dumps({k: v for k, v in entry.items() if k not in ("profile", "dynamo")}), flush=True
+            entry_name(name, arch),
+            json.dumps({k: v for k, v in entry.items() if k not in ("profile", "dynamo")}),
+            flush=True,
         )
         with open(os.path.join(a.out, "bench_drafter.json"), "w") as f:
             json.dump(res, f, indent=1)
@@ -263,16 +331,39 @@ def main() -> None:
             torch.cuda.empty_cache()
 
     print(
-        f"\n{'config':12s} {'ctx tok/s':>10s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'s/step':>7s} {'1st s':>6s} {'peak GiB':>8s}"
+        f"\n{'config':20s} {'ctx tok/s':>10s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'s/step':>7s} {'1st s':>6s} {'peak GiB':>8s}"
     )
     for name, e in res["configs"].items():
         if "error" in e:
-            print(f"{name:12s} ERROR {e['error'][:100]}")
+            print(f"{name:20s} ERROR {e['error'][:100]}")
             continue
         print(
-            f"{name:12s} {e['ctx_tok_s']:10.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
+            f"{name:20s} {e['ctx_tok_s']:10.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
             f"{100 * e['mfu_datasheet']:6.1f} {e['s_per_iter']:7.3f} {e['first_call_s']:6.1f} {e.get('peak_mem_gib', 0):8.1f}"
         )
+    for name, d in res.get("dflash2_vs_dflash", {}).items():
+        peak = f", peak memory {d['peak_mem_gib_extra']:+.2f} GiB" if "peak_mem_gib_extra" in d else ""
+        print(
+            f"DFlash 2 vs DFlash 1, {name}: step time x{d['step_time_ratio']:.3f} ({d['step_s_extra']:+.4f} s){peak}"
+        )
+
+
+def dflash2_vs_dflash(configs: dict) -> dict:
+    """Per configuration run under both architectures: DFlash 2's step time and peak memory against DFlash 1's."""
+    out = {}
+    for name, e1 in configs.items():
+        e2 = configs.get(entry_name(name, "dflash2"))
+        if e1.get("arch") != "dflash" or not e2 or "error" in e1 or "error" in e2:
+            continue
+        d = {
+            "step_time_ratio": e2["s_per_iter"] / e1["s_per_iter"],
+            "step_s_extra": e2["s_per_iter"] - e1["s_per_iter"],
+        }
+        if "peak_mem_gib" in e1 and "peak_mem_gib" in e2:
+            d["peak_mem_gib_extra"] = e2["peak_mem_gib"] - e1["peak_mem_gib"]
+            d["peak_mem_ratio"] = e2["peak_mem_gib"] / e1["peak_mem_gib"]
+        out[name] = d
+    return out
 
 
 if __name__ == "__main__":

@@ -124,6 +124,29 @@ def drafter_step_flops(
     return parts
 
 
+def dflash2_extra_flops(
+    shape: Shape,
+    n_layers: int,
+    query_slots: int,
+    scored_slots: int,
+    kernel: int,
+    group: int,
+    rank: int,
+    top_k: int,
+) -> dict[str, int]:
+    """The matmul FLOPs DFlash 2 adds to a training step (forward + backward), by part: the convolutions'
+    ``kernel_projection`` (two per layer, ``H -> 2 * kernel * H / group``, on every block slot); the selector's
+    ``hidden_projection`` (``H -> rank``) and bilinear term (``top_k`` candidates of ``rank``) on the scored
+    slots. The top-k candidates come from the loss's own logits (no second ``lm_head`` pass); elementwise
+    work and the top-k selection are not counted."""
+    H = shape.hidden
+    proj = 2 * kernel * (H // group)
+    return {
+        "dflash2_conv": 6 * n_layers * 2 * H * proj * query_slots,
+        "dflash2_selector": 6 * (H * rank + top_k * rank) * scored_slots,
+    }
+
+
 def measure_matmul_tflops(device="cuda", n: int = 8192, reps: int = 20) -> float:
     """Median bf16 ``n x n x n`` matmul rate on random data, TFLOP/s."""
     g = torch.Generator(device=device).manual_seed(0)

@@ -23,6 +23,9 @@ target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
   anchors (``accept_len_est_uniform``: reads high, easy stretches hold many anchors); ``walk_tokens`` and
   ``walk_steps``: the same chains walked as decoding would (``drafting.acceptance.decode_walk``), whose
   ratio is the estimate ``accept_len_est``.
+  ``topk=K > 0`` (DFlash 2's selector, ``drafting.selector.selector_loss``): also ``topk_ids`` / ``topk_values``
+  ``(N, K)`` (long / fp32), the top ``K`` logits of every scored slot (``N = B * A * (bs - 1)``, block-major),
+  taken from the logits the loss computes anyway (no second ``lm_head`` pass); not metrics: pop them.
   ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
   "n_blocks": int, "accept_len_est": float, "accept_len_est_uniform": float}`` with one device sync.
 """
@@ -77,8 +80,10 @@ class _ChunkedCE(torch.autograd.Function):
     """sum_i w_i * CE(lm_head(h_i), label_i) with the gradient computed chunkwise in forward."""
 
     @staticmethod
-    def forward(ctx, h, weight, labels, w, soft_h, chunk):  # noqa: D401
+    def forward(ctx, h, weight, labels, w, soft_h, chunk, topk):  # noqa: D401
         N = h.shape[0]
+        top_ids = torch.empty(N, topk, dtype=torch.long, device=h.device)
+        top_vals = torch.empty(N, topk, dtype=torch.float32, device=h.device)
         need_grad = ctx.needs_input_grad[0]
         grad_h = torch.empty_like(h) if need_grad else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -90,18 +95,21 @@ class _ChunkedCE(torch.autograd.Function):
             logits = h[s:e] @ weight.t()
             soft = None if soft_h is None else soft_h[s:e] @ weight.t()
             part, pred[s:e], judge[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft)
+            if topk:  # in the logits' dtype: the same values as fp32 (bf16 -> fp32 is exact), no fp32 copy
+                v, top_ids[s:e] = logits.detach().topk(topk, dim=-1)
+                top_vals[s:e] = v
             total = total + part
             if need_grad:
                 grad_h[s:e] = (g.to(weight.dtype) @ weight).to(h.dtype)
         if need_grad:
             ctx.save_for_backward(grad_h)
-        ctx.mark_non_differentiable(pred, judge)
-        return total, pred, judge
+        ctx.mark_non_differentiable(pred, judge, top_ids, top_vals)
+        return total, pred, judge, top_ids, top_vals
 
     @staticmethod
-    def backward(ctx, grad_total, _grad_pred, _grad_judge):
+    def backward(ctx, grad_total, _grad_pred, _grad_judge, _grad_ids, _grad_vals):
         (grad_h,) = ctx.saved_tensors
-        return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None
+        return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None, None
 
 
 def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor:
@@ -122,6 +130,7 @@ def dflash_loss(
     gamma: float,
     target_final_hidden: torch.Tensor | None = None,
     chunk_tokens: int = 4096,
+    topk: int = 0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
@@ -148,8 +157,8 @@ def dflash_loss(
         soft_h = torch.gather(target_final_hidden, 1, src.unsqueeze(-1).expand(-1, -1, H)).reshape(-1, H)
         soft_h = soft_h.to(head.lm_head.weight.dtype).detach()
     weight = head.lm_head.weight
-    total, pred, judge = _ChunkedCE.apply(
-        h.to(weight.dtype), weight, labels.reshape(-1), w.reshape(-1).float(), soft_h, chunk_tokens
+    total, pred, judge, top_ids, top_vals = _ChunkedCE.apply(
+        h.to(weight.dtype), weight, labels.reshape(-1), w.reshape(-1).float(), soft_h, chunk_tokens, topk
     )
     loss = total / w.sum().clamp(min=1e-12)
 
@@ -165,7 +174,7 @@ def dflash_loss(
         agree = (pred == judge.view(B, A, bs - 1)) & slot_ok
         chain = agree.long().cumprod(dim=2).sum(dim=2) * valid
         walk_tokens, walk_steps = decode_walk(anchors, chain, valid)
-    return loss, {
+    metrics = {
         "acc": acc,
         "accept_len": accept_len,
         "n_blocks": n_blocks,
@@ -173,6 +182,9 @@ def dflash_loss(
         "walk_tokens": walk_tokens,
         "walk_steps": walk_steps,
     }
+    if topk:
+        metrics.update(topk_ids=top_ids, topk_values=top_vals)
+    return loss, metrics
 
 
 def metrics_to_floats(metrics: dict[str, torch.Tensor]) -> dict:

@@ -109,9 +109,11 @@ def _unary_topk(
     ids, vals = [], []
     for s in range(0, h.shape[0], chunk):
         logits = h[s : s + chunk].to(weight.dtype) @ weight.t()
-        v, i = logits.float().topk(k, dim=-1)
+        # top-k in the logits' own dtype (bf16 on CUDA): the same values as in fp32 (bf16 -> fp32 is exact),
+        # without an fp32 copy of a (chunk, vocab) tensor
+        v, i = logits.topk(k, dim=-1)
         ids.append(i)
-        vals.append(v)
+        vals.append(v.float())
     return torch.cat(ids), torch.cat(vals)
 
 
@@ -123,10 +125,13 @@ def selector_loss(
     anchors: torch.Tensor,
     gamma: float,
     chunk_tokens: int = 4096,
+    candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The selector's teacher-forced K-way cross-entropy over the slots ``k >= 1`` of real blocks, weighted as
     ``dflash_loss`` (``exp(-(k-1)/gamma)``), normalised by the weights' sum (0 with no real block).
-    Metrics: ``selector_recall`` (label among the unary top-k), ``selector_acc`` (teacher-forced argmax)."""
+    Metrics: ``selector_recall`` (label among the unary top-k), ``selector_acc`` (teacher-forced argmax).
+    ``candidates``: the unary top-k ``(ids, fp32 values)`` already taken by ``dflash_loss(..., topk=top_k)``
+    from the same logits (the trainer's way: no second ``lm_head`` pass); None: computed here."""
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
     device = draft_hidden.device
@@ -141,7 +146,13 @@ def selector_loss(
     w = (position_weights(bs, gamma, device)[1:].expand(B, A, bs - 1) * slot_ok).reshape(-1)
     h = draft_hidden[:, :, 1:, :].reshape(-1, H)
 
-    cand, unary = _unary_topk(h.detach(), lm_head_weight, selector.top_k, chunk_tokens)
+    if candidates is None:
+        cand, unary = _unary_topk(h.detach(), lm_head_weight, selector.top_k, chunk_tokens)
+    else:
+        cand, unary = candidates
+        if cand.shape != (h.shape[0], selector.top_k):
+            raise ValueError(f"candidates {tuple(cand.shape)} must be ({h.shape[0]}, {selector.top_k})")
+        cand, unary = cand.clone(), unary.clone()  # the label goes in place of the last candidate below
     hit = cand.eq(labels.unsqueeze(1))
     present = hit.any(dim=1)
     with torch.no_grad():  # the label's own logit where it takes the last candidate's place

@@ -49,6 +49,11 @@ GRAPH_FLAGS = (
     "noise_type",
     "target_gpus",
     "drafter_gpus",
+    "arch",
+    "conv_kernel_size",
+    "conv_group_size",
+    "selector_rank",
+    "selector_top_k",
 )
 
 

@@ -217,15 +217,21 @@ class DrafterRole:
         with no_sync:
             with self._autocast():
                 out = fwd(hidden, ids, docs, anchors, self.head.embed_tokens, attn_impl=self.attn_impl)
-                loss, metrics = dflash_loss(
-                    out, self.head, ids, anchors, self.gamma, target_final_hidden=final
-                )
                 selector = getattr(self.drafter, "candidate_selector", None)
-                if (
-                    selector is not None
-                ):  # DFlash 2: its selector's loss, added with weight 1 (drafting.selector)
+                loss, metrics = dflash_loss(
+                    out,
+                    self.head,
+                    ids,
+                    anchors,
+                    self.gamma,
+                    target_final_hidden=final,
+                    topk=selector.top_k if selector is not None else 0,
+                )
+                # DFlash 2: its selector's loss, added with weight 1 (drafting.selector)
+                if selector is not None:
+                    cands = (metrics.pop("topk_ids"), metrics.pop("topk_values"))  # from the loss's logits
                     sel, sel_metrics = selector_loss(
-                        out, selector, self.head.lm_head.weight, ids, anchors, self.gamma
+                        out, selector, self.head.lm_head.weight, ids, anchors, self.gamma, candidates=cands
                     )
                     loss = loss + sel
                     metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}

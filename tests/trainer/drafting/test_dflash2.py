@@ -256,3 +256,42 @@ def test_config_errors_name_the_field():
         256,
         16,
     )
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_candidates_taken_in_the_dflash_loss_equal_a_separate_pass(soft):
+    """The trainer takes the selector's top-k from the DFlash loss's own chunked logits (``topk=``): the same
+    candidates, values, selector loss and gradients as the selector's own ``lm_head`` pass, across chunks."""
+    from trainer.drafting.head import FrozenHead
+    from trainer.drafting.loss import dflash_loss
+
+    drafter, cfg = dflash2(block_size=4)
+    head = FrozenHead.from_model(tiny_target())
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 3, 4, cfg.hidden_size)
+    ids = torch.randint(0, 290, (2, 20))
+    anchors = torch.tensor([[0, 6, -1], [2, 9, 15]])
+    final = torch.randn(2, 20, cfg.hidden_size) if soft else None
+    sel, K = drafter.candidate_selector, drafter.candidate_selector.top_k
+    plain, pm = dflash_loss(hidden, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=5)
+    loss, m = dflash_loss(hidden, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=5, topk=K)
+    assert loss.item() == plain.item() and set(pm) == set(m) - {"topk_ids", "topk_values"}
+    logits = hidden[:, :, 1:].reshape(-1, cfg.hidden_size) @ head.lm_head.weight.t()
+    want_v, want_i = logits.topk(K, dim=-1)
+    assert torch.equal(m["topk_ids"], want_i) and m["topk_values"].dtype == torch.float32
+    torch.testing.assert_close(m["topk_values"], want_v)
+
+    def sel_run(cands):
+        h = hidden.clone().requires_grad_(True)
+        sel.zero_grad()
+        out, metrics = selector_loss(
+            h, sel, head.lm_head.weight, ids, anchors, 7.0, chunk_tokens=5, candidates=cands
+        )
+        out.backward()
+        return out.item(), metrics, h.grad, sel.successor_codebook.grad.clone()
+
+    a, b = sel_run(None), sel_run((m["topk_ids"], m["topk_values"]))
+    assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3])
+    assert torch.equal(m["topk_ids"], want_i)  # the selector's label swap worked on its own copy
+    with pytest.raises(ValueError, match="candidates"):
+        selector_loss(hidden, sel, head.lm_head.weight, ids, anchors, 7.0, candidates=(want_i[:, :2], want_v))

@@ -59,6 +59,10 @@ def test_same_code_and_shapes_reuse_it_a_change_never_does(tiny_assets, tmp_path
     assert (
         compile_cache.prepare(str(run), flags(tiny_assets, token_budget=2048), str(code))["state"] == "warm"
     )
+    # DFlash 2's modules change the drafter's graphs: another architecture or module size is another cache
+    d2 = dict(token_budget=2048, arch="dflash2", selector_rank=8)
+    arch = compile_cache.prepare(str(run), flags(tiny_assets, **d2), str(code))
+    assert arch["state"] == "stale" and "flags: --arch, --selector-rank" in arch["reason"], arch["reason"]
 
 
 def test_it_can_be_turned_off(tiny_assets, tmp_path, env):
