@@ -152,3 +152,58 @@ def test_sampling_with_the_real_drafter_verifies_against_the_targets_own_distrib
     target.check = False
     assert len(g.tokens) == NEW and g.rewind_forwards > 0
     assert target.checked - checked == len(g.accept_lens)  # every verify step matched a fresh forward
+
+
+def test_evaluate_on_a_hybrid_target_directory(tiny_hybrid_moe, tmp_path):
+    """``trainer.evaluate``'s own path (in process): the Qwen3.5 MoE directory as saved (multimodal wrapper),
+    a drafter built from its config, the report's roll-back count."""
+    from transformers import AutoConfig
+
+    from trainer.drafting.config import DraftConfig
+    from trainer.evaluation.run import build_parser, check_args, evaluate
+    from trainer.model import DFlashDrafter, save_drafter
+
+    target_dir = tiny_hybrid_moe / "target"
+    cfg = DraftConfig.from_target_config(
+        AutoConfig.from_pretrained(target_dir), num_draft_layers=1, block_size=4
+    )
+    torch.manual_seed(0)
+    save_drafter(DFlashDrafter(cfg), cfg, tmp_path / "drafter")
+    a = build_parser().parse_args(
+        [
+            "--target-model",
+            str(target_dir),
+            "--drafter",
+            str(tmp_path / "drafter"),
+            "--prompts",
+            str(tiny_hybrid_moe / "data"),
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "16",
+            "--device",
+            "cpu",
+            "--ignore-eos",
+        ]  # fmt: skip
+    )
+    check_args(a)
+    rep = evaluate(a)
+    assert rep["greedy_match"] is True and rep["new_tokens"] == 2 * 16
+    # one roll-back forward per verify step that rejected a draft
+    assert rep["rewind_forwards"] == rep["verify_steps"] - rep["histogram"][-1] > 0
+
+
+def test_a_sliding_window_target_is_refused_with_a_clear_error():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from trainer.evaluation.load import EvalError
+
+    cfg = Qwen3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, use_sliding_window=True, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    target = CachedTarget(Qwen3ForCausalLM(cfg).eval(), [0])
+    with pytest.raises(EvalError, match="layer 0 is sliding-window attention"):
+        speculative_generate(target, None, [1, 2, 3], 4)
