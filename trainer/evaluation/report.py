@@ -5,7 +5,9 @@
   accepted (with every position before it: acceptance is a prefix);
 - ``histogram[n - 1]``: verify steps with acceptance length n = 1 .. block_size;
 - ``spec_tok_s`` / ``target_tok_s``: new tokens over decode seconds (after the prefill), speculative and
-  target alone, in the same run; ``speedup`` = their ratio.
+  target alone, in the same run; ``speedup`` = their ratio;
+- ``rewind_forwards`` (hybrid linear-attention targets): the extra target forwards that rolled the
+  linear-attention state back after a rejected draft (one per such verify step; included in the timing).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def format_report(r: dict) -> str:
         f"decode: speculative {r['spec_tok_s']:.1f} tok/s, target alone {r['target_tok_s']:.1f} tok/s, "
         f"speedup {r['speedup']:.2f}x",
     ]
+    if r.get("rewind_forwards"):
+        lines.append(
+            f"linear-attention roll-back: {r['rewind_forwards']} extra target forwards "
+            f"({r['rewind_forwards'] / max(1, r['verify_steps']):.2f} per verify step, in the timing)"
+        )
     if r.get("greedy_match") is not None:
         lines.append(
             "greedy output equals the target's alone: "

@@ -156,7 +156,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
 
     accept_lens: list[int] = []
     spec_tokens = spec_s = base_tokens = base_s = 0.0
-    mismatches = 0
+    mismatches = rewinds = 0
     progress = Progress(len(prompts), show_progress)
     for i, prompt in enumerate(prompts):
         base = None
@@ -170,6 +170,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
         spec_tokens += len(spec.tokens)
         spec_s += spec.decode_s
         accept_lens.extend(spec.accept_lens)
+        rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
             mismatches += 1
         progress.update(i + 1, sum(accept_lens) / len(accept_lens) if accept_lens else None)
@@ -189,6 +190,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
         "spec_tok_s": spec_tok_s,
         "target_tok_s": target_tok_s,
         "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
+        "rewind_forwards": rewinds,
         "greedy_match": (mismatches == 0) if greedy else None,
         "greedy_mismatches": mismatches if greedy else None,
         "drafter": os.path.abspath(drafter_dir),

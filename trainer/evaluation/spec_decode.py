@@ -2,7 +2,7 @@
 
 ``speculative_generate(target, proposer, prompt, max_new_tokens, temperature, generator, eos_ids) -> Generation``:
 
-1. target prefill of the prompt (``CachedTarget``: transformers KV cache; the captured context features of
+1. target prefill of the prompt (``CachedTarget``: transformers cache; the captured context features of
    every prompt position come out of the same forward) and its first token;
 2. the proposer drafts positions ``1 .. block_size - 1`` of a block anchored at the newest token from the
    features of the tokens accepted since its last call (``DrafterProposer``: the real drafter with its own
@@ -10,7 +10,9 @@
 3. the target verifies the whole block in one forward over ``[anchor, drafts...]``;
 4. ``verify.accept_block`` accepts the longest matching prefix plus the target's own next token (temperature
    0) or runs lossless rejection sampling (temperature > 0); the target's cache is cropped to the accepted
-   positions, and their features go to the proposer at the next step.
+   positions (a hybrid target's linear-attention states: restored from a snapshot taken before the verify
+   forward and advanced again over the accepted tokens, one extra forward when a draft was rejected), and
+   their features go to the proposer at the next step.
 
 Each verify step yields ``accepted + 1`` tokens: that count is the step's acceptance length (the reference's
 convention: the drafted tokens the target kept, plus the one it adds). Generation stops after
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trainer.evaluation.load import EvalError
 from trainer.evaluation.verify import accept_block
 
 
@@ -36,33 +39,71 @@ class Generation:
     tokens: list[int]  # the new tokens (prompt excluded)
     accept_lens: list[int] = field(default_factory=list)  # per verify step: accepted drafts + 1
     decode_s: float = 0.0  # wall time after the prefill (device synchronised)
+    rewind_forwards: int = 0  # extra target forwards to roll linear-attention state back (hybrid targets)
     prefill_s: float = 0.0
 
 
+class UnsupportedTarget(EvalError):
+    """A target whose cache this loop cannot roll back after a rejected block (``error: ...``, exit status 2)."""
+
+
 class CachedTarget:
-    """The target model with a KV cache: ``prefill``, ``forward_block`` (verify or one decode step), ``crop``.
+    """The target model with its cache: ``prefill``, ``forward_block`` (verify or one decode step), ``crop``.
 
     ``features`` of a forward are the outputs of decoder layers ``layer_ids`` concatenated (the drafter's
-    context features: ``hidden_states[i + 1]``, as in training's capture)."""
+    context features: ``hidden_states[i + 1]``, as in training's capture).
+
+    Attention layers' KV caches are cropped. Linear-attention layers (Qwen3.5 / Qwen3.6 Gated DeltaNet: a conv
+    state holding the last few inputs and a recurrent state summing every past token) cannot be cropped: their
+    state after a block has absorbed the rejected tokens too. ``forward_block(..., rewindable=True)`` (the verify
+    forward) first snapshots those states; ``crop(n)`` inside that block then restores the snapshot, crops the
+    KV caches to the block's start and runs the target again over the kept tokens of the block only
+    (``rewind_forwards`` counts these extra forwards; none when the whole block is kept or on a target without
+    linear-attention layers). Cache layers that can be neither cropped nor snapshotted (sliding-window
+    attention, which evicts old positions) are refused with ``UnsupportedTarget``."""
 
     def __init__(self, model, layer_ids: list[int]):
         self.model, self.layer_ids = model, list(layer_ids)
         self.device = next(model.parameters()).device
         self.cache = None
         self.len = 0
+        self.rewind_forwards = 0
+        self._undo = None  # (start, block ids, snapshot of the linear-attention states) of the last verify
         import inspect
 
         # transformers renamed the argument (``past_key_values`` -> ``cache``, deprecated from 5.2x)
         params = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._logits_to_keep = "logits_to_keep" in params
 
-    def _forward(self, ids: list[int], want_features: bool):
+    def _new_cache(self):
         from transformers import DynamicCache
 
+        cache = DynamicCache(config=self.model.config)
+        for i, layer in enumerate(cache.layers):
+            if getattr(layer, "sliding_window", None):
+                raise UnsupportedTarget(
+                    f"target cache layer {i} is sliding-window attention ({type(layer).__name__}): it drops old "
+                    "positions, so a rejected block cannot be rolled back; speculative evaluation does not "
+                    "support such targets"
+                )
+        return cache
+
+    def _linear_layers(self) -> list:
+        """The cache layers holding linear-attention state (transformers' ``LinearAttentionCacheLayerMixin``:
+        ``conv_states`` / ``recurrent_states`` dicts keyed by state index, in 5.17 as in 5.24)."""
         if self.cache is None:
-            self.cache = DynamicCache(config=self.model.config)
+            return []
+        return [
+            ly for ly in self.cache.layers if hasattr(ly, "conv_states") or hasattr(ly, "recurrent_states")
+        ]
+
+    def _forward(self, ids: list[int], want_features: bool, logits_last_only: bool = False):
+        if self.cache is None:
+            self.cache = self._new_cache()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
         pos = torch.arange(self.len, self.len + len(ids), device=self.device).unsqueeze(0)
+        extra = {"logits_to_keep": 1} if logits_last_only and self._logits_to_keep else {}
         with torch.no_grad():
             out = self.model(
                 input_ids=x,
@@ -70,6 +111,7 @@ class CachedTarget:
                 **{self._cache_arg: self.cache},
                 use_cache=True,
                 output_hidden_states=want_features,
+                **extra,
             )
         self.len += len(ids)
         feats = None
@@ -78,18 +120,49 @@ class CachedTarget:
         return out.logits[0], feats
 
     def prefill(self, prompt: list[int], want_features: bool = True):
-        self.cache, self.len = None, 0
+        self.cache, self.len, self._undo = None, 0, None
         return self._forward(list(prompt), want_features)
 
-    def forward_block(self, ids: list[int], want_features: bool = True):
+    def forward_block(self, ids: list[int], want_features: bool = True, rewindable: bool = False):
+        """Run ``ids`` after the cached positions. ``rewindable``: ``crop`` may afterwards cut inside this block
+        (a hybrid target's linear-attention states are snapshotted first)."""
+        self._undo = None
+        if rewindable:
+            linear = self._linear_layers()
+            if linear:
+                self._undo = (self.len, list(ids), [_snapshot(ly) for ly in linear])
         return self._forward(list(ids), want_features)
 
     def crop(self, n: int) -> None:
-        """Keep positions ``0 .. n - 1``: drop the newest ``len - n`` entries of every layer (by hand: the
-        meaning of ``DynamicCache.crop``'s argument changed between transformers 5 releases)."""
+        """Keep positions ``0 .. n - 1``. KV caches: drop the newest ``len - n`` entries of every layer (by hand:
+        the meaning of ``DynamicCache.crop``'s argument changed between transformers 5 releases). Linear-attention
+        states: back to the snapshot of the last rewindable ``forward_block``, then forward over the kept part of
+        that block."""
         remove = self.len - n
         if remove < 0:
             raise ValueError(f"cannot crop a cache of {self.len} positions to {n}")
+        linear = self._linear_layers()
+        undo, self._undo = self._undo, None
+        if not remove:
+            return
+        if not linear:
+            self._crop_kv(n)
+            return
+        if undo is None or n < undo[0]:
+            raise ValueError(
+                f"cannot crop a hybrid target's cache of {self.len} positions to {n}: linear-attention state "
+                "can only go back to the start of the last rewindable forward_block"
+            )
+        start, ids, snaps = undo
+        for ly, snap in zip(linear, snaps, strict=True):
+            _restore(ly, snap)
+        self._crop_kv(start)
+        if n > start:
+            self._forward(ids[: n - start], want_features=False, logits_last_only=True)
+            self.rewind_forwards += 1
+
+    def _crop_kv(self, n: int) -> None:
+        remove = self.len - n
         if remove:
             for layer in self.cache.layers:
                 keys = getattr(layer, "keys", None)
@@ -99,6 +172,33 @@ class CachedTarget:
                 layer.keys = keys[..., :keep, :]
                 layer.values = layer.values[..., :keep, :]
         self.len = n
+
+
+def _snapshot(layer) -> dict:
+    """Copies of a linear-attention cache layer's states (the single-token decode kernel updates the conv state
+    in place, so references would not do)."""
+    snap = {}
+    for name in ("conv_states", "recurrent_states"):
+        states = getattr(layer, name, None) or {}
+        snap[name] = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in states.items()}
+    flags = getattr(layer, "has_previous_state", None)
+    snap["has_previous_state"] = dict(flags) if isinstance(flags, dict) else flags
+    return snap
+
+
+def _restore(layer, snap: dict) -> None:
+    for name in ("conv_states", "recurrent_states"):
+        states = getattr(layer, name, None)
+        if states is None:
+            continue
+        for k, v in snap[name].items():
+            cur = states.get(k)
+            if torch.is_tensor(cur) and torch.is_tensor(v) and cur.shape == v.shape:
+                cur.copy_(v)  # in place: the cache keeps its tensors' addresses (cuda graphs)
+            else:
+                states[k] = v
+    if isinstance(snap["has_previous_state"], dict):
+        layer.has_previous_state.update(snap["has_previous_state"])
 
 
 def _sync(device) -> None:
@@ -142,6 +242,7 @@ def speculative_generate(
     t1 = time.perf_counter()
     gen = Generation(tokens=[], prefill_s=t1 - t0)
     proposer.reset()
+    rewinds0 = target.rewind_forwards
     new_feats = feats
     new, done = _finish(seq[len(prompt) :], max_new_tokens, eos_ids)
     while not done:
@@ -149,7 +250,7 @@ def speculative_generate(
         drafts = prop.tokens.view(-1).to(dev)
         start = len(seq) - 1  # the anchor's position; the target's cache holds 0 .. start - 1
         block = [seq[-1], *drafts.tolist()]
-        logits, feats = target.forward_block(block)
+        logits, feats = target.forward_block(block, rewindable=True)
         probs = None if prop.probs is None else prop.probs.unsqueeze(0).to(dev)
         n_acc, nxt = accept_block(logits.unsqueeze(0), drafts.unsqueeze(0), probs, temperature, generator)
         n_acc = int(n_acc[0])
@@ -162,6 +263,7 @@ def speculative_generate(
     _sync(dev)
     gen.decode_s = time.perf_counter() - t1
     gen.tokens = new
+    gen.rewind_forwards = target.rewind_forwards - rewinds0
     return gen
 
 

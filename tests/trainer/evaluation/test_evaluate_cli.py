@@ -38,6 +38,7 @@ def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
     assert 1.0 <= rep["mean_accept_len"] < 1.5
     assert sum(rep["histogram"]) == rep["verify_steps"] and len(rep["per_position"]) == 3
     assert rep["spec_tok_s"] > 0 and rep["target_tok_s"] > 0 and rep["speedup"] > 0
+    assert rep["rewind_forwards"] == 0  # a KV-cache target is cropped, never run again
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input_ids": [1, 2, "x"]}\n')
