@@ -90,6 +90,12 @@ def launch_once(argv: list[str], run: str, since: int, steps: int, timeout: floa
         "cache_reason": cache.get("reason"),
         "exit": rc,
         "records": len(recs),
+        # every start-up record's phase at its first elapsed_s (where the seconds went)
+        "phases": [
+            [r.get("phase"), r.get("part") or r.get("role"), r.get("elapsed_s")]
+            for r in su
+            if r.get("phase") != "loading_target" or not r.get("bytes")
+        ],
     }
 
 
