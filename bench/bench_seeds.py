@@ -728,12 +728,12 @@ def main() -> None:
     ap.add_argument("--step-est-s", type=float, default=5, help="a step, planned for (1 + 1: ~4.2 s)")
     ap.add_argument("--stop-timeout", type=float, default=150, help="kill a launch this long after SIGINT")
     ap.add_argument("--grace-s", type=float, default=15, help="...or at the deadline plus this, if earlier")
-    ap.add_argument("--min-window-s", type=float, default=60, help="least steady state before a resume")
+    ap.add_argument("--min-window-s", type=float, default=40, help="least steady state before a resume")
     ap.add_argument("--alone-steps", type=int, default=6)
     ap.add_argument("--alone-warmup", type=int, default=3, help="includes the compile of 2 shapes")
     ap.add_argument("--grad-accum-two", type=int, default=1, help="--grad-accum of the 1 + 1 runs")
     ap.add_argument("--sequences", type=int, default=600)
-    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--no-shared-compile-cache", dest="shared_compile_cache", action="store_false")
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--build", action="store_true", help=argparse.SUPPRESS)  # child: build the target
@@ -742,7 +742,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.tiny:
         a.save_est_s, a.exit_s, a.startup_est_s, a.step_est_s, a.stop_timeout = 5, 5, 20, 1, 60
-        a.alone_steps, a.alone_warmup, a.sequences, a.epochs = 4, 2, 200, 4
+        a.alone_steps, a.alone_warmup, a.sequences, a.epochs = 4, 2, 200, 20
         if a.run_steps == 10_000:
             a.run_steps = 12
     os.makedirs(a.out, exist_ok=True)
