@@ -1,7 +1,7 @@
 """The seeds' job: a Qwen3.6-27B-shaped hybrid target, the seeds' drafter flags, the real pipeline (issues 19, 23).
 
-    python3 bench/bench_seeds.py --out $OUT                                   # 2 H200s: alone,two,resume
-    python3 bench/bench_seeds.py --out $OUT --parts alone8,eight,resume8      # 8 H200s: 5 + 3
+    python3 bench/bench_seeds.py --out /tmp/seeds --bundle $OUT              # 2 H200s: alone,two,resume
+    python3 bench/bench_seeds.py --out /tmp/seeds --bundle $OUT --parts alone8,eight,resume8  # 8 H200s: 5 + 3
     PYTHONPATH=. python bench/bench_seeds.py --tiny --out /tmp/bs --parts alone,two,resume,alone8,eight,resume8
 
 Everything under ``--work`` (default /dev/shm/dflash_seeds; a disk folder when /dev/shm has no room):
@@ -30,8 +30,9 @@ Parts (``--parts``, in this order):
 then the projection to 8 GPUs (``bench/projection.py``) from the stage rates and the measured efficiency,
 written with the README rows to OUT/projection.md and OUT/readme_rows.md.
 Results: OUT/results.json (written after every part), the runs' train logs, metrics.jsonl copies, plots
-(``bench/plot_run.py``), each alone process's log. ``--deadline-s``: the whole script ends within it
-(parts shortened or skipped; a pipeline run is stopped early enough for its save and what follows).
+(``bench/plot_run.py``), each alone process's log; ``--bundle DIR`` (the device tool's $OUT, which brings back
+8 files at most): the key files and OUT as seeds.tar.gz, after every part. ``--deadline-s``: the whole script
+ends within it (parts shortened or skipped; a pipeline run is stopped early enough for its save and what follows).
 ``--tiny``: a tiny Qwen3.5-shaped target, CPU processes (``two``: 1 + 1 workers, ``eight``: 2 + 1,
 ``--launch multi``), small flags: the whole script end to end in a few minutes.
 """
@@ -305,14 +306,20 @@ def run_alone(a, part: str, seconds: float, env: dict) -> dict:
         f = open(os.path.join(a.out, f"{tag}.log"), "w")  # noqa: SIM115 - closed below
         procs.append((tag, subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT), f))
     log(f"{part}: {len(procs)} processes, at most {seconds:.0f}s")
-    for tag, p, f in procs:
-        try:
-            p.wait(timeout=max(1.0, end - time.time()))
-        except subprocess.TimeoutExpired:
-            log(f"{tag}: not done within {seconds:.0f}s: killed")
-            p.kill()
-            p.wait()
-        f.close()
+    # the first target (it builds the target) and the drafters first; the other targets (8 GPUs: they wait
+    # for the saved target, then load it) get at most --alone-extra-s more once those are done
+    primary = [x for x in procs if x[0].endswith("_target0") or "_drafter" in x[0]]
+    others = [x for x in procs if x not in primary]
+    for group, limit in ((primary, lambda: end), (others, lambda: min(end, time.time() + a.alone_extra_s))):
+        stop_at = limit()
+        for tag, p, f in group:
+            try:
+                p.wait(timeout=max(1.0, stop_at - time.time()))
+            except subprocess.TimeoutExpired:
+                log(f"{tag}: not done in time: killed")
+                p.kill()
+                p.wait()
+            f.close()
     out: dict = {"target": [], "drafter": []}
     for tag, p, _ in procs:
         role = "target" if "_target" in tag else "drafter"
@@ -323,7 +330,8 @@ def run_alone(a, part: str, seconds: float, env: dict) -> dict:
             out[role].append({"error": f"no result (exit {p.returncode}); see {tag}.log", "tag": tag})
     for role, key in (("target", "capture_tok_s"), ("drafter", "drafter_tok_s")):
         got = [r["tok_s"] for r in out[role] if "tok_s" in r]
-        out[key] = sum(got) / len(got) if got and len(got) == len(out[role]) else None
+        out[key] = sum(got) / len(got) if got else None  # the mean over the GPUs measured
+        out[f"{role}_gpus_measured"] = len(got)
     log(f"{part}: capture {out['capture_tok_s']} tok/s per GPU, drafter {out['drafter_tok_s']} tok/s per GPU")
     return out
 
@@ -378,6 +386,12 @@ def records(metrics: str) -> list[dict]:
     return bp.load(metrics) if os.path.exists(metrics) else []
 
 
+def resume_steps(a, split: str) -> int:
+    if a.resume_steps is not None:
+        return a.resume_steps
+    return 2 if split == "eight" else 3
+
+
 def run_part(a, part: str, env: dict, t_end: float, resume_follows: bool) -> dict:
     """A fresh run of ``part``'s split, stopped by SIGINT so that its save, and the resume when one follows,
     end by ``t_end``: it runs until ``t_end`` less its own stop (``--save-est-s`` + ``--exit-s``) less the
@@ -403,7 +417,7 @@ def run_part(a, part: str, env: dict, t_end: float, resume_follows: bool) -> dic
         reserve = own_stop
         if seen["resume"]:
             step_s = seen.get("step_s", a.step_est_s)
-            reserve += seen["first"] + (a.resume_steps + 1) * step_s + a.save_est_s + a.exit_s
+            reserve += seen["first"] + (resume_steps(a, part) + 1) * step_s + a.save_est_s + a.exit_s
             if t_end - reserve - (now - el + seen["first"]) < a.min_window_s:
                 seen["resume"] = False  # too little time for both: the steady state first
                 reserve = own_stop
@@ -474,7 +488,7 @@ def resume_part(a, part: str, env: dict, t_end: float, first: dict) -> dict:
     save_s = first.get("checkpoint_s") or a.save_est_s
 
     def stop_now(n: int, el: float) -> bool:  # by the deadline even before a step (nothing new to save then)
-        return n >= a.resume_steps or time.time() >= t_end - save_s - a.exit_s
+        return n >= resume_steps(a, base) or time.time() >= t_end - save_s - a.exit_s
 
     res = bp.launch_until(
         a,
@@ -599,14 +613,15 @@ def check_resume(a, run: str, split: str, since1: float, since2: float) -> dict:
 
 
 # -- results ------------------------------------------------------------------------------------------------
-def efficiency_of(res: dict, run: str) -> dict | None:
+def efficiency_of(res: dict, run: str, a) -> dict | None:
     """A run's steady state against min(its stages alone) (1 + 1) or the split's projection (T + D)."""
     r, al = res.get(run) or {}, res.get(ALONE_OF[run]) or {}
     rate = r.get("tok_s_steps") or r.get("tok_s_own")
     cap, dr = al.get("capture_tok_s"), al.get("drafter_tok_s")
     if not (rate and cap and dr):
         return None
-    nt, nd = len(al["target"]), len(al["drafter"])
+    tg, dg = (TINY_SPLITS if a.tiny else SPLITS)[run]
+    nt, nd = len(tg.split(",")), len(dg.split(","))
     bound = min(nt * cap, nd * dr)
     return {"rate": rate, "bound": bound, "efficiency": rate / bound, "targets": nt, "drafters": nd}
 
@@ -616,7 +631,7 @@ def update_projection(res: dict, a) -> None:
         al = res.get(ALONE_OF[run]) or {}
         if not (al.get("capture_tok_s") and al.get("drafter_tok_s")):
             continue
-        eff = efficiency_of(res, run)
+        eff = efficiency_of(res, run, a)
         if eff:
             res[run]["vs_alone"] = eff
         e = eff["efficiency"] if eff else 1.0
@@ -710,17 +725,47 @@ def write_reports(res: dict, a) -> None:
         f.write(readme_rows(res))
 
 
+def bundle(a) -> None:
+    """``--bundle DIR`` (the device tool's $OUT, which brings back at most 8 files): the key files as they are
+    (results.json, projection.md, readme_rows.md, the plots of the 1 + 1 or 5 + 3 run and of its resume)
+    and everything in ``--out`` as seeds.tar.gz; called after every part, so a cut-off call still returns
+    what was done."""
+    if not a.bundle:
+        return
+    import tarfile
+
+    os.makedirs(a.bundle, exist_ok=True)
+    keep = ["results.json", "projection.md", "readme_rows.md"]
+    for run, res in (("two", "resume"), ("eight", "resume8")):
+        keep += [f"pipeline_{run}.png", f"pipeline_{run}_and_{res}.png"]
+    for name in keep:
+        src = os.path.join(a.out, name)
+        if os.path.exists(src) and os.path.abspath(a.out) != os.path.abspath(a.bundle):
+            shutil.copy(src, os.path.join(a.bundle, name))
+    tmp = os.path.join(a.bundle, ".seeds.tar.gz.tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(a.out, arcname="seeds")
+    os.replace(tmp, os.path.join(a.bundle, "seeds.tar.gz"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_seeds"))
+    ap.add_argument("--out", default="/tmp/bench_seeds", help="every file the run writes")
+    ap.add_argument(
+        "--bundle",
+        default=None,
+        help="also copy the key files and a tar.gz of --out here (the device tool's $OUT: 8 files at most)",
+    )
     ap.add_argument("--work", default="/dev/shm/dflash_seeds")
     ap.add_argument("--disk-work", default="/var/tmp/dflash_seeds", help="used when --work has no room")
     ap.add_argument("--parts", default="alone,two,resume", help=f"comma-separated, of {','.join(PARTS)}")
-    ap.add_argument("--deadline-s", type=float, default=530, help="end within this (0: no limit)")
+    ap.add_argument("--deadline-s", type=float, default=525, help="end within this (0: no limit)")
     ap.add_argument("--alone-s", type=float, default=200, help="at most this long for the stages alone")
     ap.add_argument("--run-s", type=float, default=400, help="at most this long for a pipeline run")
     ap.add_argument("--run-steps", type=int, default=10_000, help="stop a pipeline run after this many steps")
-    ap.add_argument("--resume-steps", type=int, default=3, help="steps of the resumed launch")
+    ap.add_argument(
+        "--resume-steps", type=int, default=None, help="steps of the resumed launch (3; 8 GPUs: 2)"
+    )
     ap.add_argument("--skip", type=int, default=2, help="steps left out of the steady-state window")
     ap.add_argument("--save-est-s", type=float, default=45, help="a checkpoint's save, planned for")
     ap.add_argument("--exit-s", type=float, default=15, help="a stop's exit after the save, planned for")
@@ -730,6 +775,7 @@ def main() -> None:
     ap.add_argument("--grace-s", type=float, default=15, help="...or at the deadline plus this, if earlier")
     ap.add_argument("--min-window-s", type=float, default=40, help="least steady state before a resume")
     ap.add_argument("--alone-steps", type=int, default=6)
+    ap.add_argument("--alone-extra-s", type=float, default=30, help="8 GPUs: targets 1-4, after the rest")
     ap.add_argument("--alone-warmup", type=int, default=3, help="includes the compile of 2 shapes")
     ap.add_argument("--grad-accum-two", type=int, default=1, help="--grad-accum of the 1 + 1 runs")
     ap.add_argument("--sequences", type=int, default=600)
@@ -769,6 +815,10 @@ def main() -> None:
         with open(res_path, "w") as f:
             json.dump(res, f, indent=1, default=str)
         write_reports(res, a)
+        try:
+            bundle(a)
+        except OSError as e:
+            log(f"bundle: {e}")
 
     for name, cmd in (
         ("nvidia_smi.txt", ["nvidia-smi"]),
