@@ -351,14 +351,19 @@ def alone_child(a) -> None:
         from trainer.target.hybrid import prepare_hybrid
 
         t0 = time.time()
-        model = build_model(path, a.tiny, dev)
+        try:
+            model = build_model(path, a.tiny, dev)
+        except BaseException as e:
+            failed(path, e)
+            raise
         t_build = time.time() - t0
         err: list = []
 
-        def save():
+        def save():  # a non-daemon thread: the process ends after it, even when the measurement fails
             try:
                 save_weights(model, path, a.tiny, t_build)
             except BaseException as e:  # noqa: BLE001 - reported by the join below
+                failed(path, e)
                 err.append(e)
 
         th = threading.Thread(target=save, name="save-target")
@@ -375,10 +380,20 @@ def alone_child(a) -> None:
         return
     end = time.time() + a.alone_s
     while not complete(path):
+        if os.path.exists(os.path.join(path, ".failed")):
+            with open(os.path.join(path, ".failed")) as f:
+                raise SystemExit(f"the target could not be built: {f.read()}")
         if time.time() > end:
             raise SystemExit(f"no target in {path} after {a.alone_s:.0f}s")
         time.sleep(0.5)
     bp.alone(a, role, dev, None, None, out_json, argv=argv)
+
+
+def failed(path: str, e: BaseException) -> None:
+    """Tell the processes waiting for the target that it will not come."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, ".failed"), "w") as f:
+        f.write(f"{type(e).__name__}: {e}\n")
 
 
 # -- pipeline runs ------------------------------------------------------------------------------------------
@@ -859,7 +874,8 @@ def main() -> None:
     lengths = TINY_DOC_LENGTHS if a.tiny else DOC_LENGTHS
     make_data(os.path.join(a.work, "data"), a.sequences, lengths, text_config(a.tiny).vocab_size)
     target = os.path.join(a.work, "target")
-    if not complete(target) and parts[0] not in ("alone", "alone8"):  # else the first target alone builds it
+
+    def build() -> bool:
         t0 = time.time()
         b = subprocess.run(
             [sys.executable, os.path.abspath(__file__), "--build", "--out", a.out, "--work", a.work]
@@ -869,9 +885,14 @@ def main() -> None:
         res["build_wall_s"] = time.time() - t0
         if b.returncode != 0 or not complete(target):
             res["build"] = {"error": f"exit {b.returncode}"}
-            save()
-            log("the target could not be built: nothing else to run")
-            return
+            return False
+        return True
+
+    # else the first target alone builds it
+    if not complete(target) and parts[0] not in ("alone", "alone8") and not build():
+        save()
+        log("the target could not be built: nothing else to run")
+        return
     save()
     for part in parts:
         left = t_end - time.time()
@@ -884,6 +905,13 @@ def main() -> None:
                 keep = 240 if follows and not a.tiny else 0  # a pipeline run and its resume need this much
                 res[part] = run_alone(a, part, min(a.alone_s, max(60.0, left - keep)), env)
             elif part in ("two", "eight"):
+                if not complete(target):  # the stages alone did not leave one: build it here
+                    log("no complete target: building it")
+                    res.pop("build", None)
+                    if not build():
+                        res[part] = {"skipped": "the target could not be built"}
+                        continue
+                    left = t_end - time.time()
                 if left < a.startup_est_s + a.save_est_s + a.exit_s:
                     res[part] = {"skipped": f"{left:.0f}s left"}
                     continue
