@@ -148,8 +148,24 @@ def flags(a, target: str, data: str, out: str, tgpus: str, dgpus: str, steps: in
 
 
 # -- stages alone ----------------------------------------------------------------------------------------
-def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> None:
-    """One stage alone, as the pipeline runs it; writes {tok_s, step_s, ...} to out_json."""
+def alone(
+    a,
+    role: str,
+    device: str,
+    target: str | None,
+    data: str | None,
+    out_json: str,
+    argv: list[str] | None = None,
+    model=None,
+    before_timed=None,
+) -> None:
+    """One stage alone, as the pipeline runs it; writes {tok_s, step_s, ...} to out_json. ``argv``: the
+    trainer's flags (default: this bench's ``flags``); the stage follows them: the target captures the final
+    hidden state too under ``--use-soft-labels``, the drafter trains on random hidden states of the target's
+    width (and a random final hidden state under soft labels) and steps its optimizer every ``--grad-accum``
+    micro-batches, on the micro-batches of the run's own packing plan. ``model``: the target, already on
+    ``device`` and prepared for capture (built by the caller), instead of loading ``--target-model``;
+    ``before_timed()``: called after the warm-up, before the timed micro-batches."""
     import torch
 
     from trainer.data.dataset import Plan, load_dir
@@ -158,14 +174,28 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
     from trainer.runtime.loop import Trainer, draft_config, micro_seed, quiet_transformers
 
     quiet_transformers()
-    args = build_parser().parse_args(flags(a, target, data, "/tmp/unused", "0", "0", 10**9))
+    if argv is None:
+        argv = flags(a, target, data, "/tmp/unused", "0", "0", 10**9)
+    args = build_parser().parse_args(argv)
+    if args.block_size is None or args.num_draft_layers is None:  # the trainer's defaults for this target
+        from trainer.run.flags import resolve_defaults, target_info
+
+        resolve_defaults(args, target_info(args.target_model), None)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(device)
     cfg = draft_config(args)
-    ds = load_dir(data, args.max_seq_len)
-    plan = Plan(ds, seed=0, epochs=4, token_budget=args.token_budget, max_batch_size=1)
+    ds = load_dir(args.data_dir, args.max_seq_len)
+    plan = Plan(
+        ds,
+        seed=args.seed,
+        epochs=args.epochs,
+        token_budget=args.token_budget,
+        max_batch_size=args.max_batch_size,
+    )
     n, warm = a.alone_steps, a.alone_warmup
+    soft = bool(args.use_soft_labels)
+    A = args.grad_accum
 
     def sync():
         if cuda:
@@ -175,8 +205,15 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         from trainer.runtime.roles import TargetRole
         from trainer.target.capture import load_target
 
-        model = load_target(target, device, torch.bfloat16 if cuda else torch.float32, cfg.target_layer_ids)
-        r = TargetRole(model, device, cfg.target_layer_ids, False, role_meter(device, "target"))
+        if model is None:
+            model = load_target(
+                args.target_model,
+                device,
+                torch.bfloat16 if cuda else torch.float32,
+                cfg.target_layer_ids,
+                need_final_hidden=soft,
+            )
+        r = TargetRole(model, device, cfg.target_layer_ids, soft, role_meter(device, "target"))
 
         def step(g):
             return r(plan.batch(g)).tokens
@@ -207,50 +244,65 @@ def alone(a, role: str, device: str, target: str, data: str, out_json: str) -> N
         t.make_role(role_meter(device, "drafter"))
         C = cfg.num_captured * cfg.hidden_size
         gen = torch.Generator(device=device).manual_seed(0)
-        hidden = torch.randn(
-            (1, a.seq, C), generator=gen, device=device, dtype=torch.bfloat16 if cuda else torch.float32
-        )
+        dt = torch.bfloat16 if cuda else torch.float32
+        T = args.token_budget
+        hidden = torch.randn((1, T, C), generator=gen, device=device, dtype=dt)
+        final = torch.randn((1, T, cfg.hidden_size), generator=gen, device=device, dtype=dt) if soft else None
 
         def step(g):
             mb = plan.batch(g)
             ids, lm, docs, _ = mb.to_tensors("cpu")
-            hb = HiddenBatch(g, 0, mb.num_tokens, hidden[:, : mb.num_tokens], None, ids, lm, docs)
-            m = t.role.micro_step(hb, 0.0, 1.0, seed=micro_seed(0, g))
-            norm = t.role.clip()
-            t.role.apply(1e-4)
-            torch.cat([m["loss"].double().view(1), m["acc"].double(), norm.double().view(1)]).tolist()
-            return mb.num_tokens
+            k = mb.num_tokens
+            hb = HiddenBatch(
+                g, 0, k, hidden[:, :k], None if final is None else final[:, :k], ids.to(device), lm, docs
+            )
+            last = g % A == A - 1
+            m = t.role.micro_step(hb, 0.0, 1.0 / A, seed=micro_seed(0, g), sync=last)
+            if last:  # the optimizer step and the per-step metrics read, as the pipeline does
+                norm = t.role.clip()
+                t.role.apply(1e-4)
+                torch.cat([m["loss"].double().view(1), m["acc"].double(), norm.double().view(1)]).tolist()
+            return k
 
         def steps(gs):
             return sum(step(g) for g in gs)
 
+    t0 = time.perf_counter()
     for g in range(warm):
         step(g)
     sync()
+    warm_s = time.perf_counter() - t0
+    if before_timed is not None:
+        before_timed()
     t0 = time.perf_counter()
     tokens = steps(range(warm, warm + n))
     sync()
-    dt = time.perf_counter() - t0
+    dt_s = time.perf_counter() - t0
     res = {
         "role": role,
         "device": device,
         "steps": n,
+        "warmup_steps": warm,
+        "warmup_s": warm_s,
         "tokens": tokens,
-        "seconds": dt,
-        "tok_s": tokens / dt,
+        "seconds": dt_s,
+        "tok_s": tokens / dt_s,
         "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
     }
     with open(out_json, "w") as f:
         json.dump(res, f)
-    log(f"{role} alone on {device}: {res['tok_s']:.0f} tok/s ({n} steps, {dt:.2f}s)")
+    log(f"{role} alone on {device}: {res['tok_s']:.0f} tok/s ({n} steps, {dt_s:.2f}s; warm-up {warm_s:.1f}s)")
 
 
 # -- pipeline runs ----------------------------------------------------------------------------------------
-def analyse(metrics: str, skip: int) -> dict:
+def analyse(metrics: str, skip: int, since: float = 0.0) -> dict:
     """Steady state: from the first throughput record after step ``skip`` to the last one before the stop.
     Own count = context tokens of the step records inside that window / its length; metrics = the
-    throughput records' drafter tok/s integrated over the same window."""
-    recs = load(metrics)
+    throughput records' drafter tok/s integrated over the same window; step-bounded count
+    (``tok_s_steps``) = the tokens of the steps after the window's first step up to its last one / the time
+    between those two step records (no partial step at either edge: what a long step needs).
+    ``since``: only the records from that time on (a resumed run appends to the same metrics.jsonl)."""
+    recs = [r for r in load(metrics) if r.get("t", 0) >= since]
     steps = [r for r in recs if r["kind"] == "step"]
     thr = [r for r in recs if r["kind"] == "throughput"]
     stop_t = next(
@@ -268,19 +320,36 @@ def analyse(metrics: str, skip: int) -> dict:
         sum(d["tok_s"] for d in r["devices"] if d["role"] == "drafter") * (r["t"] - q["t"])
         for q, r in zip(after, after[1:], strict=False)
     ) / (t1 - t0)
+    bounded = [s for s in steps[skip:] if s["t"] <= stop_t]
+    by_steps = (
+        sum(s["tokens"] for s in bounded[1:]) / (bounded[-1]["t"] - bounded[0]["t"])
+        if len(bounded) >= 2 and bounded[-1]["t"] > bounded[0]["t"]
+        else None
+    )
     depths = [r["queue"]["depth"] for r in after]
     busy: dict[str, list[float]] = {}
     for r in after:
         for d in r["devices"]:
             busy.setdefault(f"{d['role']} {d['device']}", []).append(d["busy"])
     losses = [s["loss"] for s in steps]
+    start = next((r["t"] for r in recs if r.get("name") == "started"), thr[0]["t"] if thr else t0)
+    series, last_t = [], -1e9
+    for r in thr:  # queue depth over time, one sample every ~5 s (the plot has them all)
+        if r["t"] - last_t >= 5.0:
+            series.append([round(r["t"] - start, 1), r["queue"]["depth"]])
+            last_t = r["t"]
     return {
         "steps": len(steps),
+        "first_step": steps[0]["step"],
+        "last_step": steps[-1]["step"],
         "window_steps": len(win),
         "window_s": t1 - t0,
         "tok_s_own": own,
         "tok_s_metrics": metric,
+        "tok_s_steps": by_steps,
+        "steps_window": [bounded[0]["step"], bounded[-1]["step"]] if bounded else None,
         "metrics_vs_own": metric / own if own else None,
+        "first_step_after_s": steps[0]["t"] - start,
         "queue_depth": {
             "min": min(depths),
             "max": max(depths),
@@ -288,6 +357,7 @@ def analyse(metrics: str, skip: int) -> dict:
             "zero_fraction": sum(1 for d in depths if d == 0) / len(depths),
             "capacity": after[0]["queue"]["capacity"],
         },
+        "queue_depth_series": series,
         "busy_mean": {k: sum(v) / len(v) for k, v in busy.items()},
         "loss_first": losses[0],
         "loss_first10_mean": sum(losses[:10]) / len(losses[:10]),
@@ -297,12 +367,88 @@ def analyse(metrics: str, skip: int) -> dict:
     }
 
 
-def count_steps(path: str) -> int:
+def count_steps(path: str, since: float = 0.0) -> int:
     try:
         with open(path) as f:
-            return sum(1 for line in f if '"kind": "step"' in line)
+            return sum(1 for line in f if '"kind": "step"' in line and _t(line) >= since)
     except OSError:
         return 0
+
+
+def _t(line: str) -> float:
+    try:
+        return float(json.loads(line).get("t", 0.0))
+    except ValueError:
+        return 0.0
+
+
+def launch_until(
+    a,
+    name: str,
+    argv: list[str],
+    run: str,
+    want_steps,
+    seconds: float,
+    env: dict | None = None,
+    stop_timeout: float | None = None,
+) -> dict:
+    """``python -m trainer.pipeline ARGV`` (its log in OUT/train_NAME.log) until ``want_steps`` new step
+    records (a number, or a callable ``(steps, elapsed_s) -> bool`` saying when to stop) or ``seconds``
+    have passed, then SIGINT (the stop protocol: it saves and exits 0); waits up to ``stop_timeout`` s
+    (default ``a.stop_timeout``, else 90) for the exit, then kills its process group (the launcher and its
+    workers: it runs in a session of its own). Returns {exit, wall_s, stopped_by, command, since}: ``since``
+    is the time this launch began (its records in a shared metrics.jsonl are those from then on)."""
+    cmd = [sys.executable, "-m", "trainer.pipeline", *argv]
+    log(f"pipeline {name}: {' '.join(cmd)}")
+    env = dict(env or os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (ROOT, env.get("PYTHONPATH", "")) if x)
+    if stop_timeout is None:
+        stop_timeout = getattr(a, "stop_timeout", 90)
+    t0 = time.time()
+    metrics = os.path.join(run, "metrics.jsonl")
+    stopped_by = None
+    with open(os.path.join(a.out, f"train_{name}.log"), "w") as logf:
+        p = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        while p.poll() is None:
+            n = count_steps(metrics, t0)
+            el = time.time() - t0
+            done = want_steps(n, el) if callable(want_steps) else n >= want_steps
+            if done or el > seconds:
+                stopped_by = f"SIGINT after {n} steps, {el:.0f}s"
+                p.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.25)
+        try:
+            p.wait(timeout=stop_timeout)
+        except subprocess.TimeoutExpired:
+            stopped_by = (stopped_by or "") + f"; killed: no exit within {stop_timeout:.0f}s"
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    res = {
+        "exit": p.returncode,
+        "wall_s": time.time() - t0,
+        "stopped_by": stopped_by,
+        "command": cmd,
+        "since": t0,
+    }
+    log(f"pipeline {name}: exit {p.returncode}, {stopped_by}, {res['wall_s']:.0f}s")
+    return res
+
+
+def plot(metrics: str, png: str, title: str) -> None:
+    try:
+        subprocess.run(
+            [sys.executable, os.path.join(ROOT, "bench", "plot_run.py"), metrics, png, "--title", title],
+            check=True,
+            timeout=60,
+        )
+    except Exception as e:  # noqa: BLE001 - the figures matter more than the plot
+        log(f"plot failed: {e}")
 
 
 def run_pipeline(
@@ -312,55 +458,30 @@ def run_pipeline(
     it saves and exits 0) and analyse its metrics.jsonl."""
     run = os.path.join(a.work, f"run_{name}")
     shutil.rmtree(run, ignore_errors=True)
-    cmd = [sys.executable, "-m", "trainer.pipeline", *flags(a, target, data, run, tgpus, dgpus, 100_000)]
-    log(f"pipeline {name}: {' '.join(cmd)}")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    t0 = time.time()
+    res = launch_until(a, name, flags(a, target, data, run, tgpus, dgpus, 100_000), run, want_steps, seconds)
     metrics = os.path.join(run, "metrics.jsonl")
-    with open(os.path.join(a.out, f"train_{name}.log"), "w") as logf:
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
-        stopped_by = None
-        while p.poll() is None:
-            n = count_steps(metrics)
-            if n >= want_steps or time.time() - t0 > seconds:
-                stopped_by = f"SIGINT after {n} steps, {time.time() - t0:.0f}s"
-                p.send_signal(signal.SIGINT)
-                break
-            time.sleep(0.25)
+    shutil.copy(metrics, os.path.join(a.out, f"metrics_{name}.jsonl"))
+    res.update(analyse(metrics, a.skip))
+    log(f"pipeline {name}: {json.dumps({k: v for k, v in res.items() if k != 'command'})}")
+    plot(metrics, os.path.join(a.out, f"pipeline_{name}.png"), f"{name}: target {tgpus} -> drafter {dgpus}")
+    shutil.rmtree(os.path.join(run, "checkpoints"), ignore_errors=True)
+    return res
+
+
+def spawn_alone(
+    base: list[str], runs: list[tuple[str, str]], seconds: float, env: dict | None = None
+) -> None:
+    """``base + ["--alone", ROLE, DEVICE]`` for every (role, device) of ``runs``, all at once; kills those
+    still running after ``seconds``."""
+    env = dict(env or os.environ, PYTHONPATH=ROOT)
+    end = time.time() + seconds
+    ps = [subprocess.Popen([*base, "--alone", role, d], env=env) for role, d in runs]
+    for p in ps:
         try:
-            p.wait(timeout=90)
+            p.wait(timeout=max(1.0, end - time.time()))
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-    wall = time.time() - t0
-    shutil.copy(metrics, os.path.join(a.out, f"metrics_{name}.jsonl"))
-    res = {
-        "exit": p.returncode,
-        "wall_s": wall,
-        "stopped_by": stopped_by,
-        "command": cmd,
-        **analyse(metrics, a.skip),
-    }
-    log(
-        f"pipeline {name}: exit {p.returncode}, {json.dumps({k: v for k, v in res.items() if k != 'command'})}"
-    )
-    try:
-        subprocess.run(
-            [
-                sys.executable,
-                os.path.join(ROOT, "bench", "plot_run.py"),
-                metrics,
-                os.path.join(a.out, f"pipeline_{name}.png"),
-                "--title",
-                f"{name}: target {tgpus} -> drafter {dgpus}",
-            ],
-            check=True,
-            timeout=60,
-        )
-    except Exception as e:  # noqa: BLE001 - the figures matter more than the plot
-        log(f"plot failed: {e}")
-    shutil.rmtree(os.path.join(run, "checkpoints"), ignore_errors=True)
-    return res
 
 
 def main() -> None:
@@ -480,18 +601,11 @@ def main() -> None:
                 part,
             ]
             base += ["--tiny"] if a.tiny else []
-            env = dict(os.environ, PYTHONPATH=ROOT)
-            end = time.time() + a.alone_s
             runs = [("target", dev[0]), ("drafter", dev[1] if part == "alone" else dev[0])]
             groups = [runs] if part == "alone" else [[r] for r in runs]
+            end = time.time() + a.alone_s
             for group in groups:
-                ps = [subprocess.Popen([*base, "--alone", role, d], env=env) for role, d in group]
-                for p in ps:
-                    try:
-                        p.wait(timeout=max(1.0, end - time.time()))
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+                spawn_alone(base, group, end - time.time())
             for r in ("target", "drafter"):
                 try:
                     with open(os.path.join(a.out, f"{part}_{r}.json")) as f:
