@@ -187,7 +187,14 @@ def run_config(name: str, c: dict, tcfg, device: str, a, matmul_tflops, arch: st
             if dflash2:  # as DrafterRole: the candidates from the loss's logits, the selector's loss added
                 cands = (m.pop("topk_ids"), m.pop("topk_values"))
                 sel, _s = selector_loss(
-                    out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, candidates=cands
+                    out,
+                    drafter.candidate_selector,
+                    head.lm_head.weight,
+                    ids,
+                    anchors,
+                    7.0,
+                    candidates=cands,
+                    labels=m.pop("label_ids"),
                 )
                 loss = loss + sel
             mark("loss")

@@ -130,7 +130,14 @@ def test_compiled_training_steps_with_the_selector_learn_and_stay_finite():
             assert lm["topk_ids"].shape == (out[:, :, 1:].numel() // cfg.hidden_size, K)
             cands = (lm["topk_ids"], lm["topk_values"])
             sel, m = selector_loss(
-                out, drafter.candidate_selector, head.lm_head.weight, ids, anchors, 7.0, candidates=cands
+                out,
+                drafter.candidate_selector,
+                head.lm_head.weight,
+                ids,
+                anchors,
+                7.0,
+                candidates=cands,
+                labels=lm["label_ids"],
             )
         opt.zero_grad()
         (loss + sel).backward()

@@ -25,7 +25,10 @@ target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
   ratio is the estimate ``accept_len_est``.
   ``topk=K > 0`` (DFlash 2's selector, ``drafting.selector.selector_loss``): also ``topk_ids`` / ``topk_values``
   ``(N, K)`` (long / fp32), the top ``K`` logits of every scored slot (``N = B * A * (bs - 1)``, block-major),
-  taken from the logits the loss computes anyway (no second ``lm_head`` pass); not metrics: pop them.
+  taken from the logits the loss computes anyway (no second ``lm_head`` pass), and ``label_ids`` ``(N,)``
+  (long), the selector's label at every scored slot: the target's own argmax there when soft labels give the
+  target's logits (the tokens the acceptance chains are judged by, from the same chunked pass), else the data
+  token; not metrics: pop them.
   ``metrics_to_floats(metrics)`` turns them into ``{"acc": list[float], "accept_len": float,
   "n_blocks": int, "accept_len_est": float, "accept_len_est_uniform": float}`` with one device sync.
 """
@@ -183,7 +186,7 @@ def dflash_loss(
         "walk_steps": walk_steps,
     }
     if topk:
-        metrics.update(topk_ids=top_ids, topk_values=top_vals)
+        metrics.update(topk_ids=top_ids, topk_values=top_vals, label_ids=judge.reshape(-1))
     return loss, metrics
 
 

@@ -18,12 +18,17 @@ token ``p`` (slot ``l - 1``'s token; the verified anchor for ``l = 1``) to candi
   the highest score given the token chosen before (ties: the lowest rank), or at temperature ``T > 0`` one
   drawn from ``softmax(score / T)`` over the ``K`` candidates; that distribution is returned for lossless
   verification (rejection sampling against the target).
-- ``selector_loss``: how speculators trains it: teacher forcing (the predecessor is the data token before),
-  the candidate set is the unary top-k with the label put in place of the last candidate when it is missing,
-  cross-entropy over the ``K`` candidates with the DFlash position weights, added to the DFlash loss with
-  weight 1. Here the unary logits enter the selector's score detached (the unary term is trained by the
-  DFlash loss; the ``(N, K, hidden)`` gather a gradient through them needs is not made); the gradient reaches
-  the three selector tensors and the drafter through ``hidden_projection``.
+- ``selector_loss``: how speculators trains it (``models/dflash2/metrics.py`` ``compute_metrics``: the label is
+  ``targets.argmax(-1)``, the verifier's own next token; ``core.py`` ``_predecessor_ids``: the predecessor is
+  the data token): the label is what a greedy verifier accepts, the target's argmax at the slot, when the
+  trainer has the target's logits (soft labels: ``labels=`` the ``label_ids`` that ``dflash_loss(...,
+  topk=K)`` takes from its own chunked pass), else the data token; teacher forcing on the data (the
+  predecessor is the data token before, the anchor for slot 1); the candidate set is the unary top-k with the
+  label put in place of the last candidate when it is missing; cross-entropy over the ``K`` candidates with
+  the DFlash position weights, added to the DFlash loss with weight 1. Here the unary logits enter the
+  selector's score detached (the unary term is trained by the DFlash loss; the ``(N, K, hidden)`` gather a
+  gradient through them needs is not made); the gradient reaches the three selector tensors and the drafter
+  through ``hidden_projection``.
 """
 
 from __future__ import annotations
@@ -126,12 +131,17 @@ def selector_loss(
     gamma: float,
     chunk_tokens: int = 4096,
     candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
+    labels: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The selector's teacher-forced K-way cross-entropy over the slots ``k >= 1`` of real blocks, weighted as
     ``dflash_loss`` (``exp(-(k-1)/gamma)``), normalised by the weights' sum (0 with no real block).
-    Metrics: ``selector_recall`` (label among the unary top-k), ``selector_acc`` (teacher-forced argmax).
+    Metrics, both against the label: ``selector_recall`` (the label among the unary top-k), ``selector_acc``
+    (the teacher-forced best candidate is the label).
     ``candidates``: the unary top-k ``(ids, fp32 values)`` already taken by ``dflash_loss(..., topk=top_k)``
-    from the same logits (the trainer's way: no second ``lm_head`` pass); None: computed here."""
+    from the same logits (the trainer's way: no second ``lm_head`` pass); None: computed here.
+    ``labels``: ``(B * A * (block_size - 1),)`` the label of every scored slot, block-major (the trainer
+    passes ``dflash_loss``'s ``label_ids``: the target's argmax with soft labels); None: the data token.
+    The predecessor is the data token before either way (speculators' teacher forcing)."""
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
     device = draft_hidden.device
@@ -141,7 +151,12 @@ def selector_loss(
     tpos = anchors.unsqueeze(-1) + k
     slot_ok = valid.unsqueeze(-1) & (tpos < T)
     tpos_c = tpos.clamp(0, T - 1)
-    labels = torch.gather(input_ids, 1, tpos_c.view(B, -1)).view(-1)
+    if labels is None:
+        labels = torch.gather(input_ids, 1, tpos_c.view(B, -1)).view(-1)
+    elif labels.shape != (B * A * (bs - 1),):
+        raise ValueError(f"labels {tuple(labels.shape)} must be ({B * A * (bs - 1)},): one per scored slot")
+    else:
+        labels = labels.to(device=device, dtype=torch.long)
     prev = torch.gather(input_ids, 1, (tpos_c - 1).clamp(min=0).view(B, -1)).view(-1)
     w = (position_weights(bs, gamma, device)[1:].expand(B, A, bs - 1) * slot_ok).reshape(-1)
     h = draft_hidden[:, :, 1:, :].reshape(-1, H)

@@ -227,11 +227,19 @@ class DrafterRole:
                     target_final_hidden=final,
                     topk=selector.top_k if selector is not None else 0,
                 )
-                # DFlash 2: its selector's loss, added with weight 1 (drafting.selector)
+                # DFlash 2: its selector's loss, added with weight 1 (drafting.selector), labelled as the loss
+                # judges acceptance: the target's argmax with soft labels, else the data token
                 if selector is not None:
                     cands = (metrics.pop("topk_ids"), metrics.pop("topk_values"))  # from the loss's logits
                     sel, sel_metrics = selector_loss(
-                        out, selector, self.head.lm_head.weight, ids, anchors, self.gamma, candidates=cands
+                        out,
+                        selector,
+                        self.head.lm_head.weight,
+                        ids,
+                        anchors,
+                        self.gamma,
+                        candidates=cands,
+                        labels=metrics.pop("label_ids"),
                     )
                     loss = loss + sel
                     metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}

@@ -275,7 +275,7 @@ def test_candidates_taken_in_the_dflash_loss_equal_a_separate_pass(soft):
     sel, K = drafter.candidate_selector, drafter.candidate_selector.top_k
     plain, pm = dflash_loss(hidden, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=5)
     loss, m = dflash_loss(hidden, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=5, topk=K)
-    assert loss.item() == plain.item() and set(pm) == set(m) - {"topk_ids", "topk_values"}
+    assert loss.item() == plain.item() and set(pm) == set(m) - {"topk_ids", "topk_values", "label_ids"}
     logits = hidden[:, :, 1:].reshape(-1, cfg.hidden_size) @ head.lm_head.weight.t()
     want_v, want_i = logits.topk(K, dim=-1)
     assert torch.equal(m["topk_ids"], want_i) and m["topk_values"].dtype == torch.float32
@@ -295,3 +295,111 @@ def test_candidates_taken_in_the_dflash_loss_equal_a_separate_pass(soft):
     assert torch.equal(m["topk_ids"], want_i)  # the selector's label swap worked on its own copy
     with pytest.raises(ValueError, match="candidates"):
         selector_loss(hidden, sel, head.lm_head.weight, ids, anchors, 7.0, candidates=(want_i[:, :2], want_v))
+    with pytest.raises(ValueError, match="labels"):
+        selector_loss(hidden, sel, head.lm_head.weight, ids, anchors, 7.0, labels=m["label_ids"][:-1])
+
+
+def _slot_labels(ids, anchors, bs, final=None, weight=None):
+    """Loop form of the selector's label per scored slot (block-major, as ``label_ids``): the target's argmax
+    at the position before (``final @ weight.T``), or the data token; -1 where no real slot is."""
+    out = []
+    for b in range(anchors.shape[0]):
+        for a in anchors[b].tolist():
+            for k in range(1, bs):
+                p = a + k
+                if a < 0 or p >= ids.shape[1]:
+                    out.append(-1)
+                elif final is None:
+                    out.append(int(ids[b, p]))
+                else:
+                    out.append(int((final[b, p - 1] @ weight.t()).argmax()))
+    return torch.tensor(out)
+
+
+def _loop_selector_loss(hidden, sel, weight, ids, anchors, labels, gamma):
+    """The selector's loss slot by slot (speculators' definition): candidates = the unary top-k, the label in
+    place of the last one when missing, predecessor = the data token before, position-weighted K-way CE."""
+    K, bs = sel.top_k, hidden.shape[2]
+    num = den = 0.0
+    n = 0
+    with torch.no_grad():
+        for b in range(anchors.shape[0]):
+            for j, a in enumerate(anchors[b].tolist()):
+                for k in range(1, bs):
+                    y = int(labels[n])
+                    n += 1
+                    if y < 0:
+                        continue
+                    h = hidden[b, j, k]
+                    logits = h @ weight.t()
+                    cand = logits.topk(K).indices
+                    if y not in cand.tolist():
+                        cand[-1] = y
+                    t = cand.tolist().index(y)
+                    prev = ids[b, a + k - 1].view(1)
+                    scores = logits[cand] + sel.transition(h.view(1, -1), prev, cand.view(1, -1))[0]
+                    w = float(torch.exp(torch.tensor(-(k - 1) / gamma)))
+                    num += w * float(torch.logsumexp(scores, 0) - scores[t])
+                    den += w
+    return num / den
+
+
+def test_selector_is_labelled_by_the_targets_argmax_under_soft_labels():
+    """With soft labels the selector learns what a greedy verifier accepts: the target's argmax at each slot
+    (``dflash_loss``'s ``label_ids``, from its own chunked pass), not the data token; the predecessor stays the
+    data token (teacher forcing, as speculators). Without soft labels the label is the data token."""
+    from trainer.drafting.head import FrozenHead
+    from trainer.drafting.loss import dflash_loss
+
+    drafter, cfg = dflash2(block_size=4)
+    head = FrozenHead.from_model(tiny_target())
+    W = head.lm_head.weight
+    torch.manual_seed(0)
+    B, bs, H = 2, 4, cfg.hidden_size
+    hidden = torch.randn(B, 3, bs, H)
+    ids = torch.randint(0, 290, (B, 20))
+    anchors = torch.tensor([[0, 6, -1], [2, 9, 17]])  # padding, and a block running past the row's end
+    final = torch.randn(B, 20, H)
+    # where the target agrees with the drafter (its hidden state = the drafter's there), its argmax is the
+    # drafter's top-1: always among the candidates, whatever the data token is
+    for b in range(B):
+        for j, a in enumerate(anchors[b].tolist()):
+            for k in range(1, bs):
+                if a >= 0 and a + k < 20:
+                    final[b, a + k - 1] = hidden[b, j, k]
+    sel, K = drafter.candidate_selector, drafter.candidate_selector.top_k
+
+    _, m = dflash_loss(hidden, head, ids, anchors, 7.0, target_final_hidden=final, chunk_tokens=5, topk=K)
+    want = _slot_labels(ids, anchors, bs, final, W)
+    data = _slot_labels(ids, anchors, bs)
+    real = want >= 0
+    assert torch.equal(m["label_ids"][real], want[real])
+    assert (want[real] != data[real]).sum() >= 10  # the target and the data disagree at most slots
+
+    cands = (m["topk_ids"], m["topk_values"])
+    soft, sm = selector_loss(hidden, sel, W, ids, anchors, 7.0, candidates=cands, labels=m["label_ids"])
+    hard, hm = selector_loss(hidden, sel, W, ids, anchors, 7.0, candidates=cands)
+    assert soft.item() == pytest.approx(
+        _loop_selector_loss(hidden, sel, W, ids, anchors, want, 7.0), rel=1e-5
+    )
+    assert hard.item() == pytest.approx(
+        _loop_selector_loss(hidden, sel, W, ids, anchors, data, 7.0), rel=1e-5
+    )
+    assert abs(soft.item() - hard.item()) > 0.1
+    # the metrics are measured against the same label: the target's argmax is the drafter's top-1 here
+    assert sm["selector_recall"].item() == 1.0 and hm["selector_recall"].item() < 0.5
+    assert 0.0 <= sm["selector_acc"].item() <= 1.0
+
+    _, m0 = dflash_loss(hidden, head, ids, anchors, 7.0, chunk_tokens=5, topk=K)  # no soft labels
+    assert torch.equal(m0["label_ids"][real], data[real])
+    plain, _ = selector_loss(
+        hidden,
+        sel,
+        W,
+        ids,
+        anchors,
+        7.0,
+        candidates=(m0["topk_ids"], m0["topk_values"]),
+        labels=m0["label_ids"],
+    )
+    assert plain.item() == hard.item()

@@ -1,14 +1,21 @@
-"""The target role's micro-batch stream on CPU (``TargetRole.run``): in order, each handed on when computed."""
+"""The roles on CPU: the target role's micro-batch stream (``TargetRole.run``: in order, each handed on when
+computed); DFlash 2's drafter role labelling its selector."""
 
 import time
 
+import pytest
 import torch
 
+from tests.support.model_util import tiny_drafter, tiny_target
 from trainer.data.dataset import Plan, load_dir
+from trainer.drafting.head import FrozenHead
+from trainer.drafting.masks import anchor_count, sample_anchors
+from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
+from trainer.runtime.hidden_queue import HiddenBatch
 from trainer.runtime.loop import quiet_transformers
-from trainer.runtime.roles import TargetRole, launch_lock
-from trainer.target.capture import load_target
+from trainer.runtime.roles import DrafterRole, TargetRole, launch_lock
+from trainer.target.capture import capture, load_target
 
 
 def test_target_run_on_cpu_hands_each_batch_on_as_soon_as_it_is_computed(tiny_assets):
@@ -40,3 +47,60 @@ def test_launch_lock_only_where_roles_compile():
     )  # CPU roles compute in the call: never serialise them
     lock = launch_lock(Devices(["cuda:0"], ["cuda:0"]))
     assert lock is not None and lock.acquire(blocking=False)
+
+
+def test_dflash2_drafter_role_labels_its_selector_by_the_targets_argmax_with_soft_labels():
+    """The trainer's micro-step (``DrafterRole``) with soft labels trains the selector against the target's own
+    argmax at each slot (what a greedy verifier accepts), on a real tiny target's captured states; the selector
+    metrics measure against the same label."""
+    target = tiny_target()
+    head = FrozenHead.from_model(target)
+    drafter, cfg = tiny_drafter(
+        arch="dflash2", dflash2={"selector_rank": 8, "selector_top_k": 4}, block_size=4
+    )
+    T, bs, max_anchors, gamma, seed = 48, cfg.block_size, 6, 7.0, 11
+    ids = torch.randint(0, 290, (1, T), generator=torch.Generator().manual_seed(3))
+    docs = torch.zeros_like(ids)
+    docs[:, 30:] = 1
+    lm = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        hidden, final = capture(target, ids, docs, cfg.target_layer_ids, need_final_hidden=True)
+    hb = HiddenBatch(0, 0, T, hidden, final, ids, lm, docs)
+    role = DrafterRole(
+        drafter,
+        head,
+        None,
+        device="cpu",
+        block_size=bs,
+        max_anchors=max_anchors,
+        gamma=gamma,
+        noise_type="uniform",
+        grad_clip=1.0,
+        generator=torch.Generator(),
+        meter=RoleMeter("cpu", "drafter"),
+    )
+    got = role.micro_step(hb, 0.0, 1.0, seed=seed)
+
+    # the same step by hand: the anchors the seed draws, the drafter's output, the labels in loop form
+    g = torch.Generator().manual_seed(seed)
+    A = anchor_count(docs, lm, bs, max_anchors)
+    anchors = sample_anchors(docs, lm, bs, max_anchors, g, num_anchors=A)
+    with torch.no_grad():
+        out = drafter(hidden, ids, docs, anchors, head.embed_tokens, attn_impl="sdpa")
+        logits_t = final[0] @ head.lm_head.weight.t()  # (T, V): the target's next-token logits
+    tgt, data = [], []
+    for a in anchors[0].tolist():
+        for k in range(1, bs):
+            ok = a >= 0 and a + k < T
+            tgt.append(int(logits_t[a + k - 1].argmax()) if ok else 0)
+            data.append(int(ids[0, a + k]) if ok else 0)
+    tgt, data = torch.tensor(tgt), torch.tensor(data)
+    assert (tgt != data).sum() >= 5  # a random target and random data disagree
+    sel = drafter.candidate_selector
+    W = head.lm_head.weight
+    want, wm = selector_loss(out, sel, W, ids, anchors, gamma, labels=tgt)
+    old, _ = selector_loss(out, sel, W, ids, anchors, gamma)  # labelled by the data tokens
+    assert abs(want.item() - old.item()) > 0.01  # far outside the tolerance below
+    torch.testing.assert_close(got["selector_loss"], want, rtol=1e-5, atol=1e-6)
+    for k in ("selector_recall", "selector_acc"):
+        assert got[k].item() == pytest.approx(wm[k].item(), abs=1e-6), k
