@@ -125,6 +125,7 @@ async def test_readonly_hides_every_changing_action(host, trainer):
     app = make_app(host, run_dir, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer is not None, 30, "the trainer")
+        await until(pilot, lambda: "Quit" in screen_text(app), 30, "the footer drawn")  # under load it lags
         text = screen_text(app)
         assert "READ-ONLY" in text and "Quit" in text
         for label in ("Stop", "Restart", "Launch", "Deploy"):
