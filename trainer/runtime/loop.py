@@ -35,14 +35,13 @@ EST_WINDOW = 50  # steps in the running mean of accept_len_est
 
 
 def running_estimate(window: list[tuple[float, ...]]) -> tuple[float | None, float | None]:
-    """``(accept_len_est, the same against the data)`` over the window's ``(chain, blocks[, chain_data])``
-    entries (a checkpoint written before the data chain was kept has pairs: the data chain is then the chain)."""
+    """``(accept_len_est, accept_len_est_uniform)`` over the window's ``(chain sum, blocks, walk tokens, walk
+    steps)`` entries: the walk's tokens / steps (drafting.acceptance) and 1 + chains / blocks. A checkpoint
+    written before the walk was counted has ``(chain sum, blocks)`` pairs: they count for the uniform mean only."""
     blocks = sum(e[1] for e in window)
-    if not blocks:
-        return None, None
-    return 1.0 + sum(e[0] for e in window) / blocks, 1.0 + sum(
-        e[2] if len(e) > 2 else e[0] for e in window
-    ) / blocks
+    steps = sum(e[3] for e in window if len(e) > 3)
+    walk = sum(e[2] for e in window if len(e) > 3) / steps if steps else None
+    return walk, (1.0 + sum(e[0] for e in window) / blocks if blocks else None)
 
 
 SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")  # DFlash 2's step-record fields

@@ -1,0 +1,63 @@
+"""The acceptance estimate's running mean in step records (trainer/runtime/loop.py): the walk's tokens / steps
+and the uniform mean, over the last EST_WINDOW steps, as the step records carry them."""
+
+import json
+import signal
+
+import pytest
+import torch
+
+import trainer.drafting.loss as loss_mod
+from tests.support.trainer_run import tiny_flags
+from trainer import pipeline
+from trainer.runtime.loop import running_estimate
+
+torch.set_num_threads(1)
+
+
+def test_running_estimate_is_the_walks_ratio_and_the_uniform_mean():
+    window = [(10.0, 8.0, 12.0, 6.0), (2.0, 8.0, 9.0, 3.0)]
+    assert running_estimate(window) == (pytest.approx(21 / 9), pytest.approx(1 + 12 / 16))
+    # a checkpoint written before the walk: its (chain, blocks) pairs count for the uniform mean only
+    assert running_estimate([(4.0, 8.0), (10.0, 8.0, 12.0, 6.0)]) == (
+        pytest.approx(2.0),
+        pytest.approx(1 + 14 / 16),
+    )
+    assert running_estimate([(4.0, 8.0)]) == (None, pytest.approx(1.5))
+    assert running_estimate([]) == (None, None)
+
+
+def test_step_records_carry_the_walk_and_the_uniform_mean_of_the_real_loop(
+    tiny_assets, tmp_path, monkeypatch
+):
+    """The real trainer in this process, its walk made visible: each step's records must be the running sums
+    of what ``decode_walk`` returned and of the chains it was given (shifted by +3 tokens a call, so that the
+    walk and the uniform mean differ even where a tiny drafter accepts nothing)."""
+    calls = []
+    real = loss_mod.decode_walk
+
+    def recording(anchors, chain, valid):
+        tok, steps = real(anchors, chain, valid)
+        tok = tok + 3
+        calls.append((int(tok), int(steps), int(chain.sum()), int(valid.sum())))
+        return tok, steps
+
+    monkeypatch.setattr(loss_mod, "decode_walk", recording)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = pipeline.main(tiny_flags(tiny_assets, tmp_path / "run", "--max-steps", "4", "--use-soft-labels"))
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert rc == 0
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        steps = [r for r in map(json.loads, f) if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4] and len(calls) == 4  # one micro-batch a step here
+    for i, s in enumerate(steps):
+        seen = calls[: i + 1]
+        assert s["accept_len_est"] == pytest.approx(sum(c[0] for c in seen) / sum(c[1] for c in seen))
+        assert s["accept_len_est_step"] == pytest.approx(calls[i][0] / calls[i][1])
+        assert s["accept_len_est_uniform"] == pytest.approx(
+            1 + sum(c[2] for c in seen) / sum(c[3] for c in seen)
+        )
+        assert s["accept_len_est_vs"] == "target"
