@@ -9,6 +9,7 @@ drawn dashed). Right: ``accept_len_est`` by step. Needs matplotlib.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
@@ -18,7 +19,9 @@ def steps(path: str) -> list[dict]:
     if os.path.isdir(path):
         path = os.path.join(path, "metrics.jsonl")
     out = []
-    with open(path, encoding="utf-8") as f:
+    with (
+        gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+    ) as f:
         for line in f:
             try:
                 r = json.loads(line)
