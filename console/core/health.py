@@ -36,6 +36,9 @@ class HealthConfig:
 
     stale_metrics_s: float = 120.0  # no metrics record for this long while the trainer lives
     startup_grace_s: float = 600.0  # ... before the first record of a run (a big target loads slowly)
+    start_find_s: float = (
+        15.0  # a fresh `started` record, its process not found yet: not an exit for this long
+    )
     tok_s_ratio: float = 0.5  # tok/s under this share of its median ...
     tok_s_window_s: float = 600.0  # ... over this window ...
     tok_s_low_s: float = 60.0  # ... for this long
@@ -125,6 +128,7 @@ class _Facts:
     exit_seen_at: float | None = None  # local clock: the live trainer went away
     started: bool = False  # a `started` record of the current run was seen
     start_rec_t: float | None = None
+    start_recv: float | None = None  # local clock: when the `started` record arrived
     start_step: int | None = None
     stop_requested: bool = False  # stop_requested record, or this console's signal
     stopped: dict | None = None  # the `stopped` record after the last `started`
@@ -274,6 +278,7 @@ class Health:
         f, name = self.f, rec.get("name")
         if name == "started":
             f.started, f.start_rec_t, f.stopped, f.stop_requested = True, t, None, False
+            f.start_recv = self.clock() if self._recv is None else self._recv
             f.got_data, f.saving, f.loss_bad, f.nan_skipped_step = False, False, None, None
             f.start_step = rec.get("step") if isinstance(rec.get("step"), int) else None
             f.ckpt_step = f.ckpt_rec_t = None
@@ -309,7 +314,15 @@ class Health:
         alive = f.trainer_alive is True
 
         # the trainer exited without a stop request
-        if f.trainer_alive is False and f.started and not f.stop_requested:
+        # (a fresh start whose process the session has not found yet is not an exit: the trainer we saw
+        # leave, if any, left before that record arrived; a relaunch then rang for a tick)
+        new_start_unseen = (
+            f.stopped is None
+            and f.start_rec_t is not None
+            and now - f.start_rec_t < c.start_find_s
+            and (f.exit_seen_at is None or (f.start_recv is not None and f.exit_seen_at <= f.start_recv))
+        )
+        if f.trainer_alive is False and f.started and not f.stop_requested and not new_start_unseen:
             reason = (f.stopped or {}).get("reason")
             clean = reason in ("finished", "signal")
             # no grace wait: the session delivers metrics.jsonl to its end before it reports the exit

@@ -66,10 +66,8 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
         assert 0.0 < sel_loss <= s["loss"] + 1e-9, s
         assert 0.0 <= acc <= recall <= 1.0, s  # a teacher-forced hit needs the label among the candidates
     for s in ref_steps.values():  # soft labels give the target's logits: the estimate is judged by its argmax
-        assert (
-            s["accept_len_est_vs"] == "target"
-            and 1.0 <= s["accept_len_est"] <= s["accept_len_est_uniform"] <= 8.0
-        ), s
+        assert s["accept_len_est_vs"] == "target", s
+        assert 1.0 <= s["accept_len_est"] <= 8.0 and 1.0 <= s["accept_len_est_uniform"] <= 8.0, s
     first, last = ref_steps[1], ref_steps[N]
     assert last["loss"] < first["loss"]  # it learns
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)

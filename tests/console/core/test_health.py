@@ -112,6 +112,31 @@ def test_a_stopped_error_record_is_critical_at_once():
     assert ch.alert.level == CRITICAL and "error (exit 1)" in ch.alert.message
 
 
+def test_a_relaunch_is_not_an_exit_while_its_process_is_being_found():
+    """The old trainer gone (seen exiting, stopped cleanly), a new one launched: its `started` record can arrive
+    before the session has found its process. That is no exit; it is one if the process never shows up."""
+    c = Clock()
+    h = running(c)
+    h.apply(ev("stopped", c.t, reason="signal", exit_code=0))
+    c.t += 1
+    h.apply(TrainerFound(None))
+    assert h.evaluate() == []
+    c.t += 30
+    h.apply(ev("started", c.t, step=40, pid=43))  # the relaunch's first record
+    c.t += 0.1
+    assert h.evaluate() == []  # (before: trainer_exit, critical, for the tick until the process was found)
+    h.apply(TrainerFound(trainer(pid=43)))
+    assert h.evaluate() == []
+    h2 = running(Clock())  # the same, but the new process never appears: an exit after start_find_s
+    h2.clock.t += 1
+    h2.apply_all([ev("stopped", h2.clock.t, reason="signal", exit_code=0), TrainerFound(None)])
+    h2.clock.t += 30
+    h2.apply(ev("started", h2.clock.t, step=40, pid=43))
+    assert h2.evaluate() == []
+    h2.clock.t += h2.config.start_find_s
+    assert [x.alert.key for x in h2.evaluate()] == ["trainer_exit"]
+
+
 def test_a_run_found_dead_at_start_is_critical():
     """The console connects after the trainer died: no trainer, and the history has no stop."""
     c = Clock()
