@@ -126,6 +126,7 @@ class _Facts:
     trainer_pid: int | None = None
     run: dict | None = None
     exit_seen_at: float | None = None  # local clock: the live trainer went away
+    looked_at: float | None = None  # local clock: the session's newest word on the trainer (found or not)
     started: bool = False  # a `started` record of the current run was seen
     start_rec_t: float | None = None
     start_recv: float | None = None  # local clock: when the `started` record arrived
@@ -197,6 +198,7 @@ class Health:
 
     def _on_trainer(self, ev: TrainerFound) -> None:
         f, tr, now = self.f, ev.trainer, self.clock()
+        f.looked_at = now
         if tr is not None:
             if f.trainer_pid != tr.pid or not f.trainer_alive:
                 f.found_at = now
@@ -314,13 +316,15 @@ class Health:
         alive = f.trainer_alive is True
 
         # the trainer exited without a stop request
-        # (a fresh start whose process the session has not found yet is not an exit: the trainer we saw
-        # leave, if any, left before that record arrived; a relaunch then rang for a tick)
+        # (a fresh start whose process the session has not looked for since its record arrived is not an
+        # exit: a relaunch's `started` can come before its process is found, and it rang for a tick; a one-shot
+        # check looks first and reads the records after, so there a dead trainer still counts at once)
         new_start_unseen = (
             f.stopped is None
             and f.start_rec_t is not None
+            and f.start_recv is not None
             and now - f.start_rec_t < c.start_find_s
-            and (f.exit_seen_at is None or (f.start_recv is not None and f.exit_seen_at <= f.start_recv))
+            and (f.looked_at is None or f.looked_at < f.start_recv)
         )
         if f.trainer_alive is False and f.started and not f.stop_requested and not new_start_unseen:
             reason = (f.stopped or {}).get("reason")

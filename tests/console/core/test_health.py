@@ -137,6 +137,17 @@ def test_a_relaunch_is_not_an_exit_while_its_process_is_being_found():
     assert [x.alert.key for x in h2.evaluate()] == ["trainer_exit"]
 
 
+def test_a_one_shot_check_of_a_fresh_run_whose_trainer_died_is_critical_at_once():
+    """`status --check` looks for the trainer first, then reads the history (each record at its own time): a
+    run started 5 s ago whose process is gone is an exit, not a start being found."""
+    c = Clock()
+    h = Health(clock=c)
+    h.apply(TrainerFound(None))
+    for rec in (ev("started", c.t - 5, step=0, pid=42), tp(c.t - 3)):
+        h.apply_record(rec.record, recv=rec.record["t"])
+    assert [x.alert.key for x in h.evaluate()] == ["trainer_exit"]
+
+
 def test_a_run_found_dead_at_start_is_critical():
     """The console connects after the trainer died: no trainer, and the history has no stop."""
     c = Clock()
