@@ -61,6 +61,22 @@ def tiny_flags(tiny: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+def dflash2_flags(steps: int) -> tuple[str, ...]:
+    """A small DFlash 2 drafter (selector rank 8, top 4) trained ``steps`` steps with seed 3."""
+    return (
+        "--max-steps",
+        str(steps),
+        "--seed",
+        "3",
+        "--arch",
+        "dflash2",
+        "--selector-rank",
+        "8",
+        "--selector-top-k",
+        "4",
+    )
+
+
 class Trainer:
     """A running trainer: stdout collected by a thread, started in its own session."""
 

@@ -9,25 +9,13 @@ import signal
 
 import pytest
 
-from tests.support.trainer_run import Trainer, events, run, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import Trainer, dflash2_flags, events, run, steps, tiny_flags, wait_for_step
 
 pytestmark = pytest.mark.slow
 
 N = 6
 SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")
-EXTRA = (
-    "--max-steps",
-    str(N),
-    "--seed",
-    "3",
-    "--arch",
-    "dflash2",
-    "--selector-rank",
-    "8",
-    "--selector-top-k",
-    "4",
-    "--use-soft-labels",
-)
+EXTRA = (*dflash2_flags(N), "--use-soft-labels")
 
 
 def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):

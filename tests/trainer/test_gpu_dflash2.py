@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.support.model_util import VOCAB, tiny_drafter, tiny_target, tiny_target_config
-from tests.support.trainer_run import Trainer, events, run, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import Trainer, dflash2_flags, events, run, steps, tiny_flags, wait_for_step
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.loss import dflash_loss
 from trainer.drafting.masks import sample_anchors
@@ -153,18 +153,7 @@ def test_compiled_training_steps_with_the_selector_learn_and_stay_finite():
 
 
 N = 6
-EXTRA = (
-    "--max-steps",
-    str(N),
-    "--seed",
-    "3",
-    "--arch",
-    "dflash2",
-    "--selector-rank",
-    "8",
-    "--selector-top-k",
-    "4",
-)
+EXTRA = dflash2_flags(N)
 
 
 def _gpu_flags(tiny_assets, out, *extra):
