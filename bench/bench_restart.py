@@ -44,12 +44,20 @@ def records(path: str) -> list[dict]:
     return out
 
 
-def launch_once(argv: list[str], run: str, since: int, steps: int, timeout: float, env: dict) -> dict:
-    """One launch: wait for its first step (and ``steps`` more), SIGINT, wait; its start-up figures."""
+def launch_once(
+    argv: list[str], run: str, since: int, steps: int, timeout: float, env: dict, profile: str | None = None
+) -> dict:
+    """One launch: wait for its first step (and ``steps`` more), SIGINT, wait; its start-up figures.
+    ``profile``: run it under cProfile (bench/profiled_launch.py), stats to that path."""
     metrics = os.path.join(run, "metrics.jsonl")
     t0 = time.time()
+    prog = (
+        ["-m", "trainer.pipeline"]
+        if profile is None
+        else [os.path.join(ROOT, "bench", "profiled_launch.py"), profile]
+    )
     p = subprocess.Popen(
-        [sys.executable, "-m", "trainer.pipeline", *argv],
+        [sys.executable, *prog, *argv],
         cwd=ROOT,
         env=env,
         stdout=open(os.path.join(run + ".log"), "a"),  # noqa: SIM115 - the child's
@@ -113,6 +121,11 @@ def main() -> None:
     ap.add_argument("--anchors", type=int, default=512)
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--sequences", type=int, default=200)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="a third launch (warm) under cProfile: OUT/PART_warm.prof(.txt)",
+    )
     a = ap.parse_args()
     if a.tiny:
         a.seq, a.layers, a.block, a.anchors, a.sequences, a.parts = 256, 1, 8, 32, 200, "cpu"
@@ -132,11 +145,13 @@ def main() -> None:
         shutil.rmtree(run, ignore_errors=True)
         argv = flags(a, target, data, run, tg, dg, 100000)
         out = []
-        for i, resume in enumerate(("none", "auto")):
+        launches = ["none", "auto"] + (["auto"] if a.profile else [])
+        for i, resume in enumerate(launches):
             argv = [*argv[: argv.index("--resume") + 1], resume, *argv[argv.index("--resume") + 2 :]]
             since = len(records(os.path.join(run, "metrics.jsonl")))
-            r = launch_once(argv, run, since, a.steps, a.timeout, env)
-            r["launch"] = "cold" if i == 0 else "warm"
+            prof = os.path.join(a.out, f"{part}_warm.prof") if i == 2 else None
+            r = launch_once(argv, run, since, a.steps, a.timeout, env, prof)
+            r["launch"] = ("cold", "warm", "warm, profiled")[i]
             log(f"{part} {r['launch']}: {json.dumps(r)}")
             out.append(r)
         results[part] = out

@@ -188,8 +188,9 @@ class DFlashDrafter(nn.Module):
             self.candidate_selector = CandidateSelector(
                 cfg.vocab_size, cfg.hidden_size, cfg.selector_rank, cfg.selector_top_k
             )
-        # kept outside the module's buffers so .to(dtype) never rounds it
-        self._inv_freq, self.rope_scale = rope_inv_freq(cfg)
+        # kept outside the module's buffers so .to(dtype) never rounds it; made on the CPU whatever device
+        # the module is built on (meta in load_drafter) and moved to the positions' device at first use
+        self._inv_freq, self.rope_scale = rope_inv_freq(cfg, device="cpu")
         self.gradient_checkpointing = False
         self.compile_layers = True
         self.reset_parameters()
@@ -387,7 +388,7 @@ def load_drafter(
     with open(os.path.join(out_dir, "config.json")) as f:
         cfg = config_from_json(json.load(f))
     state = load_file(os.path.join(out_dir, "model.safetensors"), device=str(device))
-    dtype = state["fc.weight"].dtype
-    drafter = DFlashDrafter(cfg).to(device=device, dtype=dtype)
-    drafter.load_state_dict(state, strict=True)
-    return drafter, cfg
+    with torch.device("meta"):  # no initialisation: every parameter comes from the file (strict)
+        drafter = DFlashDrafter(cfg)
+    drafter.load_state_dict(state, strict=True, assign=True)
+    return drafter.to(device=device, dtype=state["fc.weight"].dtype), cfg

@@ -49,6 +49,7 @@ def resolve_resume(resume: str, ckpt_root: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    pycache = compile_cache.bytecode_cache()  # before torch's import (the worker processes inherit it)
     stop = StopControl()
     stop.install()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         f"compile cache: {cache['state']} ({cache['reason']})"
         + (f" in {cache['dir']}" if "dir" in cache else "")
     )
+    if pycache:
+        log(pycache)
     log(
         f"trainer {__version__} pid {os.getpid()} run dir {run_dir}"
         + (f", resuming from {resume_path}" if resume_path else ", fresh start")

@@ -17,6 +17,9 @@ leaves torch's defaults alone (state ``off``).
 ``load_mega(name)`` / ``save_mega(name)``: torch.compiler's portable "mega-cache" (torch >= 2.7:
 ``save_cache_artifacts`` / ``load_cache_artifacts``) of one process, saved after its first step and loaded
 before it compiles, a second path to warm caches when the local ones are gone (another container).
+``load_mega_async`` loads it in a thread beside the target's load (joined before the first compile).
+
+``bytecode_cache()``: Python's own compile cache, for hosts whose site-packages cannot keep one.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import json
 import os
 import shutil
 import sys
+import threading
+import time
 from typing import Any
 
 from trainer.run.rundir import atomic_write_text
@@ -167,6 +172,45 @@ def use(folder: str) -> None:
             cfg.autograd_cache = True
 
 
+def bytecode_cache(root: str | None = None, module: str = "torch") -> str | None:
+    """Where torch's own Python files have no compiled bytecode and cannot keep it (a read-only
+    site-packages without ``__pycache__``, as in some images), every launch compiles ~2,400 modules again:
+    ~8 s of a restart on an H200 host. There, point Python's bytecode cache at a writable folder
+    (``sys.pycache_prefix`` for this process, ``PYTHONPYCACHEPREFIX`` for the workers it starts). Returns a
+    line for the log when there is something to say (what it did, or that ``PYTHONDONTWRITEBYTECODE``
+    costs every launch those seconds: the user's setting, left alone), else None. Call before torch is
+    imported."""
+    import importlib.util
+
+    if sys.pycache_prefix or module in sys.modules:
+        return None
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return None
+    cached = importlib.util.cache_from_source(spec.origin)
+    if os.path.exists(cached):
+        return None
+    if sys.dont_write_bytecode:
+        return (
+            f"python bytecode: PYTHONDONTWRITEBYTECODE is set and {module} has no compiled bytecode, so every "
+            "launch compiles its modules again (seconds of each start); unset it to keep them"
+        )
+    folder = os.path.dirname(cached)
+    if os.access(folder if os.path.isdir(folder) else os.path.dirname(folder), os.W_OK):
+        return None  # the usual __pycache__ (written by this launch)
+    root = root or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dflash")
+    prefix = os.path.join(root, "pycache")
+    try:
+        os.makedirs(prefix, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(prefix, os.W_OK):
+        return None
+    sys.pycache_prefix = prefix
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    return f"python bytecode: {module}'s folder cannot keep compiled modules; cached in {prefix}"
+
+
 def _mega_path(name: str) -> str | None:
     folder = os.environ.get(ENV)
     return os.path.join(folder, f"mega-{name}.bin") if folder else None
@@ -185,6 +229,26 @@ def load_mega(name: str) -> bool:
         return True
     except Exception:  # noqa: BLE001 - an unreadable cache is only a cold start
         return False
+
+
+def load_mega_async(name: str, log=None) -> threading.Thread | None:
+    """``load_mega`` in a thread, so its seconds (inductor's imports, writing the artifacts) overlap the
+    target's load; the caller joins it before anything compiles. None when there is nothing to load."""
+    path = _mega_path(name)
+    if path is None or not os.path.exists(path):
+        return None
+
+    def run() -> None:
+        t0 = time.monotonic()
+        ok = load_mega(name)
+        if log is not None:
+            log(
+                f"compile cache: mega-cache {'loaded' if ok else 'unreadable, skipped'} in {time.monotonic() - t0:.1f}s"
+            )
+
+    t = threading.Thread(target=run, name="load-mega-cache", daemon=True)
+    t.start()
+    return t
 
 
 def save_mega(name: str) -> int:

@@ -146,6 +146,7 @@ class Trainer:
         self.est_window: list[tuple[float, ...]] = []
         self.startup = None  # a run.startup.StartupEvents: start-up events until the first step
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
+        self.mega_thread = None  # its loading thread (setup_model); joined before the first compile
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup_model(self, defer_head: bool = False) -> None:
@@ -180,8 +181,10 @@ class Trainer:
         random.seed(a.seed)
         np.random.seed(a.seed % 2**32)
         startup_phase(self.startup, "building_drafter", device=ddev)
-        compile_cache.load_mega(self.mega_name)
-        self.drafter = DFlashDrafter(cfg).to(ddev)
+        # in a thread beside the drafter's build and the target's load; joined before anything compiles
+        self.mega_thread = compile_cache.load_mega_async(self.mega_name, log)
+        with torch.device(ddev):  # initialised on its device: ~14 s on CPU for a 1B-parameter drafter
+            self.drafter = DFlashDrafter(cfg)
         self.drafter.train()
         self.head_dtype = torch.bfloat16 if cuda else torch.float32
         # built after the target when one shares this process, device and dtype (setup: no second read)
@@ -278,7 +281,9 @@ class Trainer:
                 f"checkpoint {path} has a different drafter config ({', '.join(diff)}); "
                 "use the flags it was trained with, or --resume none",
             )
-        state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False)
+        # memory-mapped: the optimizer's moments (2 x the drafter in fp32) go from the file to their device
+        # once, in load_state_dict, instead of being read into host memory first
+        state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False, mmap=True)
         weights = load_file(os.path.join(path, "drafter", "model.safetensors"), device=str(self.device))
         self.drafter.load_state_dict(weights, strict=True)
         self.optimizer.load_state_dict(state["optimizer"])
@@ -477,6 +482,9 @@ class Trainer:
                 f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
                 f"to go exceeds the {self.plan.total} this data gives",
             )
+        if self.mega_thread is not None:  # the compile caches complete before anything compiles
+            self.mega_thread.join()
+            self.mega_thread = None
         if self.dist is None:
             self.start_workers()
         else:

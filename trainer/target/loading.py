@@ -16,6 +16,7 @@ A tensor the model needs and the checkpoint lacks, or one of another shape, is a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -88,10 +89,41 @@ def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) ->
     raise ValueError(f"the checkpoint has no tensor for {name}")
 
 
+class _StagedCopy:
+    """Host tensors into GPU tensors through two pinned staging buffers: the CPU fills one (a multi-threaded
+    memcpy out of the memory-mapped file) while the GPU's DMA drains the other. A plain ``copy_`` from
+    pageable memory went at ~2.7 GB/s on an H200 (16 GB of an 8B target in ~6 s). Same-dtype, contiguous
+    pairs only; anything else (a cast, a CPU model) is a plain ``copy_``."""
+
+    CHUNK = 64 << 20
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.bufs = [torch.empty(self.CHUNK, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+        self.done: list = [None, None]
+        self.i = 0
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        if src.dtype != dst.dtype or not (dst.is_contiguous() and src.is_contiguous()) or dst.numel() == 0:
+            dst.copy_(src)
+            return
+        s, d = src.reshape(-1).view(torch.uint8), dst.view(-1).view(torch.uint8)
+        for off in range(0, s.numel(), self.CHUNK):
+            n = min(self.CHUNK, s.numel() - off)
+            i, self.i = self.i, self.i ^ 1
+            if self.done[i] is not None:  # the DMA out of this buffer has finished
+                self.done[i].synchronize()
+            self.bufs[i][:n].copy_(s[off : off + n])
+            d[off : off + n].copy_(self.bufs[i][:n], non_blocking=True)
+            self.done[i] = torch.cuda.Event()
+            self.done[i].record()
+
+    def finish(self) -> None:
+        torch.cuda.current_stream(self.device).synchronize()
+
+
 def _no_init():
     """transformers' context that skips weight initialisation (a no-op context where it is missing)."""
-    import contextlib
-
     try:
         from transformers.initialization import no_init_weights
     except ImportError:
@@ -117,16 +149,23 @@ def load_text_model(
         (n, t) for n, t in model.state_dict(keep_vars=True).items() if not (tied and n == "lm_head.weight")
     ]
     total, done = sum(t.numel() * t.element_size() for _, t in todo), 0
+    dev = torch.device(device)
+    staged = _StagedCopy(dev) if dev.type == "cuda" else None
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.cuda.device(dev) if staged else contextlib.nullcontext():
             for name, t in todo:
                 src = _fetch(name, t.shape, keys, read)
                 if tuple(src.shape) != tuple(t.shape):
                     raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)}, model {tuple(t.shape)}")
-                t.copy_(src)
+                if staged is not None:
+                    staged.copy(t, src)
+                else:
+                    t.copy_(src)
                 done += t.numel() * t.element_size()
                 if progress is not None:
                     progress(done, total)
+            if staged is not None:
+                staged.finish()
     finally:
         read.close()
     if tied:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import py_compile
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,56 @@ def test_it_can_be_turned_off(tiny_assets, tmp_path, env):
     got = compile_cache.prepare(str(tmp_path / "run"), flags(tiny_assets))
     assert got["state"] == "off" and "TORCHINDUCTOR_CACHE_DIR" not in os.environ
     assert not (tmp_path / "run" / "compile_cache").exists()
+
+
+def _fake_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "fakepkg_bc"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # so that the delenv below is undone after the test
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    return pkg
+
+
+def test_bytecode_cache_points_python_at_a_writable_folder_where_the_package_keeps_none(
+    tmp_path, monkeypatch
+):
+    pkg = _fake_package(tmp_path, monkeypatch)
+    real_access = os.access
+    # a read-only site-packages (root, who runs the suite, passes chmod checks: the mount is what says no)
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if str(p).startswith(str(pkg)) else real_access(p, m)
+    )
+    said = compile_cache.bytecode_cache(str(tmp_path / "cache"), module="fakepkg_bc")
+    got = str(tmp_path / "cache" / "pycache")
+    assert said is not None and said.endswith(got)
+    assert sys.pycache_prefix == got and os.environ["PYTHONPYCACHEPREFIX"] == got  # workers inherit it
+    # a child started with that environment writes its compiled module there, not beside the source
+    subprocess.run(
+        [sys.executable, "-c", "import fakepkg_bc"],
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+            "PYTHONPATH": str(pkg.parent),
+        },
+        check=True,
+    )
+    assert list(Path(got).rglob("__init__*.pyc")) and not (pkg / "__pycache__").exists()
+
+
+def test_bytecode_cache_leaves_a_working_pycache_and_the_users_choice_alone(tmp_path, monkeypatch):
+    pkg = _fake_package(tmp_path, monkeypatch)
+    assert compile_cache.bytecode_cache(str(tmp_path / "cache"), module="fakepkg_bc") is None  # writable
+    py_compile.compile(str(pkg / "__init__.py"))  # compiled bytecode present (a read-only image may ship it)
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if str(p).startswith(str(pkg)) else real_access(p, m)
+    )
+    assert compile_cache.bytecode_cache(str(tmp_path / "cache"), module="fakepkg_bc") is None
+    (pkg / "__pycache__").rename(tmp_path / "gone")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # PYTHONDONTWRITEBYTECODE: the user's choice, named
+    said = compile_cache.bytecode_cache(str(tmp_path / "cache"), module="fakepkg_bc")
+    assert said is not None and "PYTHONDONTWRITEBYTECODE" in said
+    assert sys.pycache_prefix is None and "PYTHONPYCACHEPREFIX" not in os.environ
