@@ -26,6 +26,9 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
 ``--blocks 8:2:dflash,8:2:dflash2`` trains DFlash 1 and DFlash 2 drafters alike (same data, steps, learning
 rate, block size; ``--arch``) and evaluates both with the same loop; ``loss_curve`` holds each run's step losses
 (DFlash 2's is the DFlash loss plus the selector's).
+``--frozen-steps N``: then each drafter's estimate with its final weights frozen (``--init-drafter``, lr
+1e-30) over N steps of the training chunks and of held-out chunks: how much of the estimate's distance
+from the real value comes from judging text the drafter trained on (several epochs at this bench's size).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -184,6 +187,32 @@ def finish_drafter(started) -> dict:
             "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
 
 
+def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=True):
+    """The estimate of one trained drafter with its weights frozen, on ``data`` (``data``: the training chunks
+    it saw; ``heldout_data``: held-out chunks it never saw): ``trainer.pipeline --init-drafter`` its final
+    checkpoint's training-dtype weights, ``--lr 1e-30`` (no fp32 weight moves: far below their resolution),
+    ``steps`` steps, the same flags. Separates "seen in training" from "what real decoding sees"."""
+    tag = f"b{block}" + (f"_{arch}" if arch else "")
+    src = os.path.join(work, f"run_{tag}")
+    ck = sorted(glob.glob(os.path.join(src, "checkpoints", "step_*")))[-1]
+    run = os.path.join(work, f"frozen_{tag}_{data}")
+    dev = "0" if cfg["device"].startswith("cuda") else "cpu"
+    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
+            "--data-dir", os.path.join(work, data), "--output-dir", run, "--target-gpus", dev,
+            "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
+            "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
+            "--max-steps", str(steps), "--lr", "1e-30", "--warmup-ratio", "0",
+            "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed + 7), "--log-every", "50",
+            "--resume", "none", "--init-drafter", os.path.join(ck, "drafter")]  # fmt: skip
+    if arch:
+        argv += ["--arch", arch]
+    if soft:
+        argv += ["--use-soft-labels"]
+    log = open(os.path.join(out, f"frozen_{tag}_{data}.log"), "w")  # noqa: SIM115 (closed by finish_drafter)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
+    return proc, log, run, time.monotonic()
+
+
 def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
     """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
     ``train``: chunks of the training files) cut to ``prompt_len`` bytes; ``finish_eval`` waits and parses it."""
@@ -231,6 +260,13 @@ def main() -> int:
         "--hard-labels", action="store_true", help="train on the data tokens (default: --use-soft-labels)"
     )
     ap.add_argument(
+        "--frozen-steps",
+        type=int,
+        default=0,
+        help="after the evaluations, each drafter's estimate with frozen weights over N steps of the "
+        "training chunks and of held-out chunks (0: none; at most 50, the running mean's window)",
+    )
+    ap.add_argument(
         "--prompt-sets",
         default="",
         help="more evaluations of every drafter: set:len,... (set heldout or "
@@ -256,6 +292,9 @@ def main() -> int:
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
     write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), chunks(held, 4 * cfg["prompts"], a.seed + 2))
     write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))
+    if a.frozen_steps:  # held-out chunks in the training format, for the frozen estimate
+        n = a.frozen_steps * cfg["budget"] // SEQ + 64
+        write_jsonl(os.path.join(work, "heldout_data", "heldout.jsonl"), chunks(held, n, a.seed + 4))
     res["target"] = train_target(cfg, train, held, os.path.join(work, "target"), a.seed)
     res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
     save()
@@ -301,6 +340,22 @@ def main() -> int:
             save()
             print(json.dumps({"block": block, "arch": arch or "dflash", "prompts": ps, "prompt_len": plen, "real": real,
                               "est_over_real": est / real if est and real else None}), flush=True)  # fmt: skip
+        frozen = [
+            ((x, data), start_frozen(cfg, work, a.out, x[0], x[1], a.seed, x[2], data, a.frozen_steps,
+                                     soft=not a.hard_labels))
+            for x in (group if a.frozen_steps else [])
+            for data in ("data", "heldout_data")
+        ]  # fmt: skip
+        for ((block, _, arch), data), st in frozen:
+            d = finish_drafter(st)
+            d.pop("loss_curve", None)
+            key = f"block{block}" + (f"_{arch}" if arch else "")
+            res[key][f"frozen_{data}"] = d
+            real = res[key]["eval"].get("mean_accept_len")
+            save()
+            print(json.dumps({"block": block, "arch": arch or "dflash", "frozen_on": data, "est": d.get("accept_len_est"),
+                              "est_over_real": d["accept_len_est"] / real if d.get("accept_len_est") and real else None,
+                              "steps": d.get("steps"), "rc": d.get("rc")}), flush=True)  # fmt: skip
     res["total_seconds"] = time.monotonic() - t0
     save()
     return 0

@@ -206,6 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="complete checkpoints kept (the newest is removed only after a newer one is complete)",
     )
     g.add_argument("--resume", default="auto", help="auto | none | PATH of a checkpoint directory")
+    g.add_argument(
+        "--init-drafter",
+        default=None,
+        metavar="DIR",
+        help="start from these drafter weights (a checkpoint's drafter/ or export/, a published DFlash "
+        "checkpoint) with a fresh optimizer, schedule and data cursor; its config must match the flags. "
+        "A checkpoint found by --resume wins",
+    )
     g.add_argument("--log-every", type=_positive_int, default=1, help="print a log line every N steps")
     g.add_argument(
         "--export-fp32", action="store_true", help="write the checkpoint's export/ in fp32 (default bf16)"
@@ -327,6 +335,10 @@ def validate(args: argparse.Namespace) -> Devices:
         raise FlagError(
             "--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory"
         )
+    if args.init_drafter is not None:
+        for fn in ("config.json", "model.safetensors"):
+            if not os.path.isfile(os.path.join(args.init_drafter, fn)):
+                raise FlagError("--init-drafter", f"{args.init_drafter!r} has no {fn}")
     validate_eval(args)
     return Devices(target=target, drafter=drafter, mode=mode)
 

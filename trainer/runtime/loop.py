@@ -27,6 +27,7 @@ from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, check_devices, dflash2_flags, flag_for_setting
 from trainer.run.schedule import lr_at, noise_at
 from trainer.runtime import compile_cache
+from trainer.runtime.background import Background
 from trainer.runtime.startup_steps import first_batch_events, load_target_events, startup_phase
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NAN, EXIT_SAVE_FAILED = 0, 1, 2, 3, 4
@@ -147,11 +148,14 @@ class Trainer:
         self.startup = None  # a run.startup.StartupEvents: start-up events until the first step
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
         self.mega_thread = None  # its loading thread (setup_model); joined before the first compile
+        self.optimizer_load = None  # a resume's optimizer state, loading in the background (_load)
 
     # -- setup -----------------------------------------------------------------------------------------
-    def setup_model(self, defer_head: bool = False) -> None:
+    def setup_model(self, defer_head: bool = False, beside=None) -> None:
         """Data, plan, drafter, head, optimizer, resume (everything but the hidden-state source).
-        ``defer_head``: leave ``self.head`` None (setup builds it from the target loaded in this process)."""
+        ``defer_head``: leave ``self.head`` None (setup builds it from the target loaded in this process).
+        ``beside``: called once the drafter is built and initialised (setup starts the target's load there, in
+        a thread, beside the head, the optimizer and the resume)."""
         a = self.args
         self.t0 = time.monotonic()
         ds = load_dir(a.data_dir, a.max_seq_len)  # before the heavy imports: bad data fails fast
@@ -186,6 +190,10 @@ class Trainer:
         with torch.device(ddev):  # initialised on its device: ~14 s on CPU for a 1B-parameter drafter
             self.drafter = DFlashDrafter(cfg)
         self.drafter.train()
+        # only now: the target's load skips initialisation through transformers' no_init_weights, which
+        # swaps torch's init functions process-wide; a drafter built beside it came out uninitialised (NaN)
+        if beside is not None:
+            beside()
         self.head_dtype = torch.bfloat16 if cuda else torch.float32
         # built after the target when one shares this process, device and dtype (setup: no second read)
         self.head = (
@@ -200,6 +208,10 @@ class Trainer:
         self.resumed_step = None
         if self.resume_path:
             self._load(self.resume_path)
+            if a.init_drafter:
+                log(f"--init-drafter {a.init_drafter} not used: resuming this run's own checkpoint")
+        elif a.init_drafter:
+            self._init_from(a.init_drafter)
 
     def make_role(self, meter, ddp=None, lock=None):
         from trainer.runtime.roles import DrafterRole
@@ -236,13 +248,27 @@ class Trainer:
         # a target on the drafter's device in the head's dtype (cuda -> bf16, cpu -> fp32 on both sides):
         # the frozen head shares its embed_tokens / norm / lm_head instead of reading them again
         share = next((d for d in self.devices.target if d == self.device), None)
-        self.setup_model(defer_head=share is not None)
+        loads = []
+
+        def load_targets() -> None:  # in a thread beside the drafter's build and resume (setup_model)
+            ids = self.cfg.target_layer_ids
+            loads.append(
+                Background(
+                    lambda: [
+                        load_target_events(self.startup, self.args, d, tdtype, ids)
+                        for d in self.devices.target
+                    ],
+                    "load-target",
+                )
+            )
+
+        self.setup_model(defer_head=share is not None, beside=load_targets)
         a, cfg = self.args, self.cfg
         self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
         lock = launch_lock(self.devices)  # target threads and the drafter in this one process
         self.target_roles = []
-        for d, m in zip(self.devices.target, self.target_meters, strict=True):
-            model = load_target_events(self.startup, a, d, tdtype, cfg.target_layer_ids)
+        models = loads[0].result()
+        for d, m, model in zip(self.devices.target, self.target_meters, models, strict=True):
             if d == share and self.head is None:
                 self.head = head_from_target(a.target_model, model, d, self.head_dtype)
             self.target_roles.append(
@@ -265,6 +291,27 @@ class Trainer:
             f"setup {time.monotonic() - self.t0:.1f}s"
         )
 
+    def _check_config(self, flag: str, path: str, saved: dict, advice: str) -> None:
+        now = self.cfg.to_dict()
+        diff = sorted(k for k in now if now[k] != saved.get(k))
+        if diff:
+            raise FlagError(flag, f"{path} has a different drafter config ({', '.join(diff)}); {advice}")
+
+    def _init_from(self, path: str) -> None:
+        """--init-drafter: the weights of a drafter directory, cast to the training dtype; nothing else."""
+        from safetensors.torch import load_file
+
+        from trainer.model import config_from_json
+
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            saved = config_from_json(json.load(f)).to_dict()
+        self._check_config("--init-drafter", path, saved, "pass the flags it was trained with")
+        weights = load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
+        self.drafter.load_state_dict(weights, strict=True)  # copied into the training dtype's tensors
+        log(
+            f"drafter weights from {path} ({len(weights)} tensors); fresh optimizer, schedule and data cursor"
+        )
+
     def _load(self, path: str) -> None:
         import torch
         from safetensors.torch import load_file
@@ -273,20 +320,17 @@ class Trainer:
 
         with open(os.path.join(path, "drafter", "config.json"), encoding="utf-8") as f:
             saved_cfg = config_from_json(json.load(f)).to_dict()
-        now = self.cfg.to_dict()
-        diff = sorted(k for k in now if now[k] != saved_cfg.get(k))
-        if diff:
-            raise FlagError(
-                "--resume",
-                f"checkpoint {path} has a different drafter config ({', '.join(diff)}); "
-                "use the flags it was trained with, or --resume none",
-            )
+        self._check_config(
+            "--resume", f"checkpoint {path}", saved_cfg, "use the flags it was trained with, or --resume none"
+        )
         # memory-mapped: the optimizer's moments (2 x the drafter in fp32) go from the file to their device
         # once, in load_state_dict, instead of being read into host memory first
         state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False, mmap=True)
         weights = load_file(os.path.join(path, "drafter", "model.safetensors"), device=str(self.device))
         self.drafter.load_state_dict(weights, strict=True)
-        self.optimizer.load_state_dict(state["optimizer"])
+        # the moments reach the device beside the first step's compile; joined before they are used
+        opt_state = state["optimizer"]
+        self.optimizer_load = Background(lambda: self.optimizer.load_state_dict(opt_state), "load-optimizer")
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and torch.cuda.is_available():
@@ -320,8 +364,16 @@ class Trainer:
             "generator": self.generator.get_state(),
         }
 
+    def optimizer_ready(self) -> None:
+        """Wait for a resume's optimizer state (loaded in the background); raises what its load raised."""
+        if self.optimizer_load is not None:
+            job, self.optimizer_load = self.optimizer_load, None
+            job.result()
+
     def _payload(self, tmp: str) -> None:
         import torch
+
+        self.optimizer_ready()
 
         from trainer.model import save_drafter
 
@@ -571,6 +623,7 @@ class Trainer:
                     return EXIT_NAN, "nan"
             else:
                 nan_streak = 0
+                self.optimizer_ready()
                 self.role.apply(lr)
                 self.est_window = [*self.est_window, (chain, float(blocks), walk_tok, walk_steps)][
                     -EST_WINDOW:
