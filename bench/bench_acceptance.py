@@ -27,8 +27,10 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
 rate, block size; ``--arch``) and evaluates both with the same loop; ``loss_curve`` holds each run's step losses
 (DFlash 2's is the DFlash loss plus the selector's).
 ``--frozen-steps N``: then each drafter's estimate with its final weights frozen (``--init-drafter``, lr
-1e-30) over N steps of the training chunks and of held-out chunks: how much of the estimate's distance
-from the real value comes from judging text the drafter trained on (several epochs at this bench's size).
+1e-30) over N steps of the training chunks, of held-out chunks and of the text its real evaluation decoded
+(the target's greedy output, saved by ``trainer.evaluate --save-outputs``): how much of the estimate's distance
+from the real value comes from judging text the drafter trained on (several epochs at this bench's size), and
+how much from judging the data's text instead of the target's own.
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -51,6 +53,9 @@ FULL = dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, steps=
             chunks=24000, drafter_steps=400, budget=16384, prompts=32, new=128, device="cuda:0")  # fmt: skip
 TINY = dict(hidden=64, layers=4, heads=4, kv=2, head_dim=16, inter=128, steps=60, batch=8,
             chunks=400, drafter_steps=20, budget=2048, prompts=4, new=16, device="cpu")  # fmt: skip
+# a CPU run with a target that is not degenerate (TINY's accepts everything): ~15 min on 2 cores
+SMALL = dict(hidden=128, layers=4, heads=4, kv=2, head_dim=32, inter=384, steps=400, batch=16,
+             chunks=4000, drafter_steps=300, budget=4096, prompts=16, new=64, device="cpu")  # fmt: skip
 SEQ, PROMPT = 512, 128
 
 
@@ -189,26 +194,30 @@ def finish_drafter(started) -> dict:
 
 def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=True):
     """The estimate of one trained drafter with its weights frozen, on ``data`` (``data``: the training chunks
-    it saw; ``heldout_data``: held-out chunks it never saw): ``trainer.pipeline --init-drafter`` its final
-    checkpoint's training-dtype weights, ``--lr 1e-30`` (no fp32 weight moves: far below their resolution),
-    ``steps`` steps, the same flags. Separates "seen in training" from "what real decoding sees"."""
+    it saw; ``heldout_data``: held-out chunks it never saw; ``generated``: the prompts and the text its real
+    evaluation decoded, the target's own, every generated position a candidate anchor):
+    ``trainer.pipeline --init-drafter`` its final checkpoint's training-dtype weights, ``--lr 1e-30`` (no fp32
+    weight moves: far below their resolution), ``steps`` steps (epochs repeat a small set, anchors sampled
+    anew), the same flags. Separates "seen in training" and "the data's text" from what real decoding sees."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
+    if data == "generated":
+        data = f"generated_{tag}"
     src = os.path.join(work, f"run_{tag}")
     ck = sorted(glob.glob(os.path.join(src, "checkpoints", "step_*")))[-1]
-    run = os.path.join(work, f"frozen_{tag}_{data}")
+    run = os.path.join(work, f"frozen_{tag}_{data.split('_b')[0]}")
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
     argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
             "--data-dir", os.path.join(work, data), "--output-dir", run, "--target-gpus", dev,
             "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
-            "--max-steps", str(steps), "--lr", "1e-30", "--warmup-ratio", "0",
+            "--max-steps", str(steps), "--epochs", "200", "--lr", "1e-30", "--warmup-ratio", "0",
             "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed + 7), "--log-every", "50",
             "--resume", "none", "--init-drafter", os.path.join(ck, "drafter")]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
         argv += ["--use-soft-labels"]
-    log = open(os.path.join(out, f"frozen_{tag}_{data}.log"), "w")  # noqa: SIM115 (closed by finish_drafter)
+    log = open(os.path.join(out, f"frozen_{tag}_{data.split('_b')[0]}.log"), "w")  # noqa: SIM115 (finish_drafter)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
     return proc, log, run, time.monotonic()
 
@@ -221,8 +230,12 @@ def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=P
             "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, prompts),
             "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
             str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
     name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
+    if (
+        not name
+    ):  # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
+        argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", "out.jsonl")]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
     return p, os.path.join(out, f"eval_{tag}{name}.log"), time.monotonic()
 
 
@@ -243,6 +256,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default=None)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--small", action="store_true", help="a small CPU configuration (SMALL)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--blocks",
@@ -274,10 +288,10 @@ def main() -> int:
     )
     a = ap.parse_args()
     prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
-    cfg = dict(TINY if a.tiny else FULL)
+    cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
     if a.drafter_steps:
         cfg["drafter_steps"] = a.drafter_steps
-    work = a.work or ("/tmp/dflash_accept" if a.tiny else "/dev/shm/dflash_accept")
+    work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")
     os.makedirs(a.out, exist_ok=True)
     res: dict = {"config": cfg, "seed": a.seed, "command": sys.argv}
 
@@ -344,7 +358,7 @@ def main() -> int:
             ((x, data), start_frozen(cfg, work, a.out, x[0], x[1], a.seed, x[2], data, a.frozen_steps,
                                      soft=not a.hard_labels))
             for x in (group if a.frozen_steps else [])
-            for data in ("data", "heldout_data")
+            for data in ("data", "heldout_data", "generated")
         ]  # fmt: skip
         for ((block, _, arch), data), st in frozen:
             d = finish_drafter(st)

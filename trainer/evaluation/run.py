@@ -45,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-baseline", action="store_true", help="skip target-only decoding (no speed-up, no match)"
     )
+    p.add_argument(
+        "--save-outputs",
+        default=None,
+        metavar="FILE",
+        help="write each prompt with its speculative output as a training-data JSONL line (input_ids, "
+        "loss_mask 1 on the generated tokens): the target's own text, e.g. to score a drafter on it",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it is gone
     return p
@@ -103,6 +110,17 @@ class Progress:
             sys.stderr.flush()
 
 
+def save_outputs(path: str, outputs: list[tuple[list[int], list[int]]]) -> None:
+    """Prompt + output per line in the training data's format (docs/trainer.md): the output's tokens trained."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for prompt, out in outputs:
+            rec = {"input_ids": prompt + out, "loss_mask": [0] * len(prompt) + [1] * len(out)}
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
 def evaluate(a, show_progress: bool = False) -> dict:
     import torch
 
@@ -158,6 +176,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
     spec_tokens = spec_s = base_tokens = base_s = 0.0
     mismatches = rewinds = 0
     progress = Progress(len(prompts), show_progress)
+    outputs = []
     for i, prompt in enumerate(prompts):
         base = None
         if not a.no_baseline:
@@ -170,11 +189,14 @@ def evaluate(a, show_progress: bool = False) -> dict:
         spec_tokens += len(spec.tokens)
         spec_s += spec.decode_s
         accept_lens.extend(spec.accept_lens)
+        outputs.append((list(prompt), list(spec.tokens)))
         rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
             mismatches += 1
         progress.update(i + 1, sum(accept_lens) / len(accept_lens) if accept_lens else None)
     progress.close()
+    if a.save_outputs:
+        save_outputs(a.save_outputs, outputs)
     spec_tok_s = spec_tokens / spec_s if spec_s > 0 else None
     target_tok_s = base_tokens / base_s if base_s > 0 else None
     greedy = a.temperature <= 0 and not a.no_baseline

@@ -29,7 +29,7 @@ def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
     (out / "config.json").write_text(json.dumps(c))
     argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", str(tiny_assets / "target"),
             "--drafter", str(out), "--prompts", str(tiny_assets / "data"), "--num-prompts", "3",
-            "--max-new-tokens", "24", "--json"]  # fmt: skip
+            "--max-new-tokens", "24", "--json", "--save-outputs", str(tmp_path / "gen" / "out.jsonl")]  # fmt: skip
     r = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
@@ -39,6 +39,16 @@ def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
     assert sum(rep["histogram"]) == rep["verify_steps"] and len(rep["per_position"]) == 3
     assert rep["spec_tok_s"] > 0 and rep["target_tok_s"] > 0 and rep["speedup"] > 0
     assert rep["rewind_forwards"] == 0  # a KV-cache target is cropped, never run again
+    # --save-outputs: prompt + output per line, in the training data's format, the output's tokens trained
+    from trainer.data.dataset import load_dir
+
+    ds = load_dir(str(tmp_path / "gen"), 4096)
+    assert len(ds) == 3
+    lines = [json.loads(x) for x in (tmp_path / "gen" / "out.jsonl").read_text().splitlines()]
+    assert sum(sum(x["loss_mask"]) for x in lines) == rep["new_tokens"]
+    for x in lines:
+        n = sum(x["loss_mask"])
+        assert 1 <= n <= 24 and x["loss_mask"] == [0] * (len(x["input_ids"]) - n) + [1] * n
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input_ids": [1, 2, "x"]}\n')
