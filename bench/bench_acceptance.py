@@ -154,6 +154,9 @@ def env() -> dict:
     return e
 
 
+ANCHOR_RUN = ["--anchor-run", "1"]  # main() sets it from --anchor-run: every trainer run of the bench
+
+
 def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
     """Launch ``trainer.pipeline`` for one drafter; ``finish_drafter`` waits for it and reads its records."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
@@ -165,7 +168,7 @@ def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
             "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed), "--log-every", "50",
-            "--resume", "none"]  # fmt: skip
+            "--resume", "none", *ANCHOR_RUN]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
@@ -212,7 +215,7 @@ def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=Tr
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--max-steps", str(steps), "--epochs", "200", "--lr", "1e-30", "--warmup-ratio", "0",
             "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed + 7), "--log-every", "50",
-            "--resume", "none", "--init-drafter", os.path.join(ck, "drafter")]  # fmt: skip
+            "--resume", "none", "--init-drafter", os.path.join(ck, "drafter"), *ANCHOR_RUN]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
@@ -274,6 +277,13 @@ def main() -> int:
         "--hard-labels", action="store_true", help="train on the data tokens (default: --use-soft-labels)"
     )
     ap.add_argument(
+        "--anchor-run",
+        type=int,
+        default=1,
+        help="the trainer's --anchor-run for every drafter and frozen pass (1: scattered anchors; 16: runs, "
+        "where the estimate's walk steps as decoding does)",
+    )
+    ap.add_argument(
         "--frozen-steps",
         type=int,
         default=0,
@@ -289,6 +299,8 @@ def main() -> int:
     a = ap.parse_args()
     prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
     cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
+    ANCHOR_RUN[1] = str(a.anchor_run)
+    cfg["anchor_run"] = a.anchor_run
     if a.drafter_steps:
         cfg["drafter_steps"] = a.drafter_steps
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")

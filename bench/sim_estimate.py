@@ -9,10 +9,12 @@ that costs against the exact loop on chains with known ground truth: rows of pos
 stretches (segments of ``--seg`` positions, easy with probability 0.3), the chain at every position drawn from
 one of two models (``indep``: slot k right with probability acc(stretch) x exp(-k/40), fresh for every anchor;
 ``hard``: hard tokens fail from every anchor), the exact loop run over all positions, and the estimators run
-over a random subset of positions at the anchor density of a run (``--max-anchors`` / candidates): 0.5 is
-``bench_acceptance.py`` (256 of ~500), 0.125 the seeds (1,024 of ~8,160).
+over a random subset of positions at the anchor density of a run (``--max-anchors`` per packed row of
+``--token-budget`` tokens): 1/64 is ``bench_acceptance.py`` (256 in 16,384), 1/48 the seeds (1,024 in 49,152).
 - ``uniform``: the mean over sampled anchors of chain + 1 (``accept_len_est_uniform``);
-- ``walk``: ``decode_walk`` itself (``accept_len_est``);
+- ``walk``: ``decode_walk`` itself (``accept_len_est``) over scattered anchors (``--anchor-run 1``);
+- ``runs16``: ``decode_walk`` over the same number of anchors drawn in runs of 16 (``--anchor-run 16``: whole
+  groups of 16 consecutive positions, as ``masks.sample_anchors`` draws them);
 - ``loo``: each sampled anchor weighted by 1 / (mean chain + 1 of its 2 neighbours on each side, itself left
   out): a candidate with a smaller bias, not used by the trainer.
 """
@@ -66,12 +68,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
-    print("model  block density   exact   uniform      walk       loo")
+    print("model  block density   exact   uniform      walk    runs16       loo")
     for model in ("indep", "hard"):
         for bs in (8, 16, 32):
-            for density in (0.5, 0.125):
+            for density in (0.5, 0.125, 1 / 48):
                 ex, uni, lw = [0, 0], [], [0.0, 0.0]
-                anchors, chain = [], []
+                anchors, chain, ranchors, rchain = [], [], [], []
                 for _ in range(a.rows):
                     c = chains(rng, model, bs, a.positions, a.seg)
                     t, s = exact(c)
@@ -79,6 +81,14 @@ def main() -> int:
                     pick = np.sort(rng.choice(len(c), int(len(c) * density), replace=False))
                     anchors.append(pick)
                     chain.append(c[pick])
+                    groups = rng.permutation(-(-len(c) // 16))
+                    run = np.sort(
+                        np.concatenate([np.arange(g * 16, min(g * 16 + 16, len(c))) for g in groups])[
+                            : len(pick)
+                        ]
+                    )
+                    ranchors.append(run)
+                    rchain.append(c[run])
                     uni.extend(c[pick] + 1)
                     x, y = loo((c[pick] + 1).astype(float))
                     lw = [lw[0] + x, lw[1] + y]
@@ -86,10 +96,16 @@ def main() -> int:
                 tok, steps = decode_walk(
                     A, torch.tensor(np.stack(chain)), torch.ones_like(A, dtype=torch.bool)
                 )
+                R = torch.tensor(np.stack(ranchors))
+                rtok, rsteps = decode_walk(
+                    R, torch.tensor(np.stack(rchain)), torch.ones_like(R, dtype=torch.bool)
+                )
                 e = ex[0] / ex[1]
                 walk, unif, lo_ = float(tok) / float(steps), float(np.mean(uni)), lw[0] / lw[1]
+                runs = float(rtok) / float(rsteps)
                 print(
-                    f"{model:6s} {bs:5d} {density:7.3f} {e:7.2f} {unif / e - 1:+9.1%} {walk / e - 1:+9.1%} {lo_ / e - 1:+9.1%}"
+                    f"{model:6s} {bs:5d} {density:7.3f} {e:7.2f} {unif / e - 1:+9.1%} {walk / e - 1:+9.1%}"
+                    f" {runs / e - 1:+9.1%} {lo_ / e - 1:+9.1%}"
                 )
     return 0
 

@@ -38,6 +38,7 @@ def sample_anchors(
     generator: torch.Generator | None = None,
     pad_to_max: bool = False,
     num_anchors: int | None = None,
+    run_length: int = 1,
 ) -> torch.Tensor:
     """Random block anchors per row: ``(B, A)`` long, sorted ascending, ``-1`` = padding.
 
@@ -49,6 +50,13 @@ def sample_anchors(
     batch of a length (no recompiles), at the cost of computing padding blocks where rows have fewer.
     ``num_anchors`` = ``anchor_count`` of the same rows, computed where they are on the host: the same ``A``
     without the device sync.
+
+    ``run_length`` R > 1 draws runs instead of scattered positions: a row's candidates, in order, fall into
+    groups of R consecutive ones; whole groups are drawn in random order until ``A`` anchors are taken (the
+    last one cut). Every candidate is as likely to be drawn as with R = 1, but the anchors come in stretches
+    where every position is one, and there the estimate's walk (drafting/acceptance.py) steps exactly as a
+    decoding loop would: scattered anchors make it skip the hard positions after a rejection and over-read
+    (docs/evaluate.md). R = 1 is the references' sampling, unchanged draw for draw.
     """
     if block_size < 2:
         raise ValueError(f"block_size must be >= 2, got {block_size}")
@@ -63,9 +71,20 @@ def sample_anchors(
     n_cand = T - block_size + 1
     if n_cand <= 0:
         return torch.full((B, 1), -1, dtype=torch.long, device=device)
+    if run_length < 1:
+        raise ValueError(f"run_length must be >= 1, got {run_length}")
     valid = _candidates(doc_ids, loss_mask, block_size)
     gdev = generator.device if generator is not None else device
-    scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
+    if run_length == 1:
+        scores = torch.rand((B, n_cand), generator=generator, device=gdev).to(device)
+    else:  # one random key per group of R consecutive candidates; within a group, candidate order
+        rank = valid.long().cumsum(1) - 1
+        group = rank.clamp(min=0) // run_length
+        n_groups = -(-n_cand // run_length)
+        gkey = torch.rand((B, n_groups), generator=generator, device=gdev).to(device)
+        gorder = gkey.argsort(dim=1).argsort(dim=1)  # each group's place in a random order
+        key = gorder.gather(1, group) * run_length + rank % run_length
+        scores = key.to(torch.float64) / float(n_groups * run_length)  # in [0, 1): exact for any real row
     scores = scores.masked_fill(~valid, 2.0)
     counts = valid.sum(1).clamp(max=max_anchors)
     if pad_to_max:

@@ -136,7 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="DFlash block (default 16; --arch dflash2: 8; resuming: the checkpoint's)",
     )
     g.add_argument(
-        "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per sequence row"
+        "--max-anchors", type=_positive_int, default=512, help="max anchors (blocks) per packed row"
+    )
+    g.add_argument(
+        "--anchor-run",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="draw anchors in runs of R consecutive positions (1: scattered, as the references do); with "
+        "R >= 16 accept_len_est reads what a server measures (docs/evaluate.md)",
     )
     g.add_argument(
         "--num-draft-layers",

@@ -232,6 +232,7 @@ class Trainer:
             meter=meter,
             ddp=ddp,
             lock=lock,
+            anchor_run=a.anchor_run,
         )
 
     def setup(self) -> None:

@@ -170,8 +170,12 @@ class DrafterRole:
         meter: RoleMeter,
         ddp=None,
         lock: contextlib.AbstractContextManager | None = None,
+        anchor_run: int = 1,
     ):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
+        self.anchor_run = (
+            anchor_run  # anchors in runs of this many consecutive candidates (masks.sample_anchors)
+        )
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
         self.attn_impl = "flex" if device.startswith("cuda") else "sdpa"
@@ -211,7 +215,15 @@ class DrafterRole:
         hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
         final = hb.final.to(dev) if hb.final is not None else None
         A = anchor_count(hb.doc_ids, hb.loss_mask, self.block_size, self.max_anchors)  # host copies: no sync
-        anchors = sample_anchors(docs, lm, self.block_size, self.max_anchors, self.generator, num_anchors=A)
+        anchors = sample_anchors(
+            docs,
+            lm,
+            self.block_size,
+            self.max_anchors,
+            self.generator,
+            num_anchors=A,
+            run_length=self.anchor_run,
+        )
         fwd = self.ddp if self.ddp is not None else self.drafter
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         with no_sync:

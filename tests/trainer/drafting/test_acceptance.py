@@ -60,3 +60,32 @@ def test_rows_without_anchors_count_nothing():
     assert (int(tok), int(steps)) == (3, 1)
     with pytest.raises(ValueError, match="one"):
         decode_walk(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 3, dtype=torch.bool))
+
+
+def test_runs_of_anchors_read_the_decoding_count_where_scattered_ones_over_read():
+    """Stretches of 24 positions, easy (the drafter right on all of a block) or hard (right on none), at
+    density 1/16 (256 anchors in 4,096 positions, about the seeds'): scattered anchors skip the hard positions
+    after a rejection and read double; runs of 16 (masks.sample_anchors' run_length) step as decoding does."""
+    from trainer.drafting.masks import sample_anchors
+
+    bs, T = 8, 4096 + 7
+    g = torch.Generator().manual_seed(0)
+    easy = (torch.rand(T // 24 + 1, generator=g) < 0.4).repeat_interleave(24)[:T].tolist()
+    chain = torch.tensor([next((c for c in range(bs - 1) if p + 1 + c >= T or not easy[p + 1 + c]), bs - 1)
+                          for p in range(T)])  # fmt: skip
+    p, tok, steps = 0, 0, 0
+    while p < T - bs + 1:  # decoding: every position a possible anchor
+        tok, steps, p = tok + int(chain[p]) + 1, steps + 1, p + int(chain[p]) + 1
+    exact = tok / steps
+    doc, lm = torch.zeros(1, T, dtype=torch.long), torch.ones(1, T, dtype=torch.long)
+
+    def read(run_length: int) -> float:
+        t = s = 0
+        for _ in range(30):
+            a = sample_anchors(doc, lm, bs, 256, g, run_length=run_length)
+            tt, ss = decode_walk(a, chain[a.clamp(min=0)], a >= 0)
+            t, s = t + int(tt), s + int(ss)
+        return t / s
+
+    assert read(1) > 1.5 * exact
+    assert abs(read(16) / exact - 1) < 0.15

@@ -188,3 +188,39 @@ def test_anchor_count_gives_the_anchors_the_device_sync_would(max_anchors):
         got = sample_anchors(doc, lm, 4, max_anchors, torch.Generator().manual_seed(trial), num_anchors=count)
         assert torch.equal(ref, got)
     assert anchor_count(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 4, 8) == 1
+
+
+def test_sample_anchors_in_runs_take_whole_groups_of_consecutive_candidates():
+    B, T, bs, R = 2, 300, 8, 16
+    doc = torch.zeros(B, T, dtype=torch.long)
+    doc[:, 140:] = 1  # a document boundary: candidates stop short of it
+    lm = torch.ones(B, T, dtype=torch.long)
+    lm[:, :30] = 0  # a prompt: no anchor whose predicted positions fall in it
+    g = torch.Generator().manual_seed(1)
+    a = sample_anchors(doc, lm, bs, 100, g, run_length=R)
+    ref = sample_anchors(doc, lm, bs, 10_000, torch.Generator().manual_seed(0))  # every candidate
+    for b in range(B):
+        cand = ref[b][ref[b] >= 0].tolist()
+        got = a[b][a[b] >= 0].tolist()
+        assert len(got) == 100 and got == sorted(set(got)) and set(got) <= set(cand)
+        groups = {}
+        for x in got:  # the group of a candidate: its rank among the row's candidates // R
+            groups.setdefault(cand.index(x) // R, []).append(cand.index(x))
+        whole = [k for k, v in groups.items() if len(v) == min(R, len(cand) - k * R)]
+        assert len(groups) - len(whole) <= 1  # whole groups, but for the last one drawn (cut at 100)
+        for v in groups.values():
+            assert v == list(range(v[0], v[0] + len(v)))  # consecutive candidates
+
+
+@pytest.mark.parametrize("R", [1, 8])
+def test_sample_anchors_draw_every_candidate_alike_scattered_or_in_runs(R):
+    T, bs, A, n = 200, 8, 48, 3000
+    doc = torch.zeros(1, T, dtype=torch.long)
+    lm = torch.ones(1, T, dtype=torch.long)
+    g = torch.Generator().manual_seed(2)
+    hits = torch.zeros(T - bs + 1)
+    for _ in range(n):
+        hits[sample_anchors(doc, lm, bs, A, g, run_length=R)[0]] += 1
+    p = A / (T - bs + 1)
+    # each candidate's count is binomial-like (runs add correlation, not bias): within 6 sd of n * p
+    assert (hits / n - p).abs().max() < 6 * (p * (1 - p) * R / n) ** 0.5

@@ -27,8 +27,9 @@ def test_running_estimate_is_the_walks_ratio_and_the_uniform_mean():
     assert running_estimate([]) == (None, None)
 
 
+@pytest.mark.parametrize("anchor_run", ["1", "4"])
 def test_step_records_carry_the_walk_and_the_uniform_mean_of_the_real_loop(
-    tiny_assets, tmp_path, monkeypatch
+    tiny_assets, tmp_path, monkeypatch, anchor_run
 ):
     """The real trainer in this process, its walk made visible: each step's records must be the running sums
     of what ``decode_walk`` returned and of the chains it was given (shifted by +3 tokens a call, so that the
@@ -37,6 +38,11 @@ def test_step_records_carry_the_walk_and_the_uniform_mean_of_the_real_loop(
     real = loss_mod.decode_walk
 
     def recording(anchors, chain, valid):
+        if (
+            anchor_run == "4"
+        ):  # --anchor-run 4 reaches the sampler: anchors come in runs of consecutive positions
+            a = anchors[valid]
+            assert (a[1:] - a[:-1] == 1).float().mean() >= 0.5
         tok, steps = real(anchors, chain, valid)
         tok = tok + 3
         calls.append((int(tok), int(steps), int(chain.sum()), int(valid.sum())))
@@ -45,7 +51,17 @@ def test_step_records_carry_the_walk_and_the_uniform_mean_of_the_real_loop(
     monkeypatch.setattr(loss_mod, "decode_walk", recording)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = pipeline.main(tiny_flags(tiny_assets, tmp_path / "run", "--max-steps", "4", "--use-soft-labels"))
+        rc = pipeline.main(
+            tiny_flags(
+                tiny_assets,
+                tmp_path / "run",
+                "--max-steps",
+                "4",
+                "--use-soft-labels",
+                "--anchor-run",
+                anchor_run,
+            )
+        )
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
