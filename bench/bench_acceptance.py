@@ -157,25 +157,32 @@ def env() -> dict:
 ANCHOR_RUN = ["--anchor-run", "1"]  # main() sets it from --anchor-run: every trainer run of the bench
 
 
-def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
-    """Launch ``trainer.pipeline`` for one drafter; ``finish_drafter`` waits for it and reads its records."""
-    tag = f"b{block}" + (f"_{arch}" if arch else "")
-    run = os.path.join(work, f"run_{tag}")
+def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, schedule) -> tuple:
+    """``trainer.pipeline`` for one drafter of this bench on ``data`` into ``run``: the bench's shared flags plus
+    ``schedule`` (steps, epochs, learning rate, seed, ...); ``finish_drafter`` waits for it and reads it."""
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
     argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
-            "--data-dir", os.path.join(work, "data"), "--output-dir", run, "--target-gpus", dev,
+            "--data-dir", os.path.join(work, data), "--output-dir", run, "--target-gpus", dev,
             "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
-            "--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
-            "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed), "--log-every", "50",
-            "--resume", "none", *ANCHOR_RUN]  # fmt: skip
+            "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
+            *ANCHOR_RUN, *schedule]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
         argv += ["--use-soft-labels"]
-    log = open(os.path.join(out, f"train_{tag}.log"), "w")  # noqa: SIM115 (closed by finish_drafter)
+    log = open(os.path.join(out, log_name), "w")  # noqa: SIM115 (closed by finish_drafter)
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
     return proc, log, run, time.monotonic()
+
+
+def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
+    """Train one drafter (``finish_drafter`` waits for it and reads its records)."""
+    tag = f"b{block}" + (f"_{arch}" if arch else "")
+    schedule = ["--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
+                "--seed", str(seed)]  # fmt: skip
+    run = os.path.join(work, f"run_{tag}")
+    return _launch(cfg, work, out, f"train_{tag}.log", run, "data", block, layers, arch, soft, schedule)
 
 
 def finish_drafter(started) -> dict:
@@ -205,24 +212,12 @@ def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=Tr
     tag = f"b{block}" + (f"_{arch}" if arch else "")
     if data == "generated":
         data = f"generated_{tag}"
-    src = os.path.join(work, f"run_{tag}")
-    ck = sorted(glob.glob(os.path.join(src, "checkpoints", "step_*")))[-1]
-    run = os.path.join(work, f"frozen_{tag}_{data.split('_b')[0]}")
-    dev = "0" if cfg["device"].startswith("cuda") else "cpu"
-    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
-            "--data-dir", os.path.join(work, data), "--output-dir", run, "--target-gpus", dev,
-            "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
-            "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
-            "--max-steps", str(steps), "--epochs", "200", "--lr", "1e-30", "--warmup-ratio", "0",
-            "--gamma", "7", "--mask-token-id", str(MASK), "--seed", str(seed + 7), "--log-every", "50",
-            "--resume", "none", "--init-drafter", os.path.join(ck, "drafter"), *ANCHOR_RUN]  # fmt: skip
-    if arch:
-        argv += ["--arch", arch]
-    if soft:
-        argv += ["--use-soft-labels"]
-    log = open(os.path.join(out, f"frozen_{tag}_{data.split('_b')[0]}.log"), "w")  # noqa: SIM115 (finish_drafter)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
-    return proc, log, run, time.monotonic()
+    ck = sorted(glob.glob(os.path.join(work, f"run_{tag}", "checkpoints", "step_*")))[-1]
+    name = f"frozen_{tag}_{data.split('_b')[0]}"
+    schedule = ["--max-steps", str(steps), "--epochs", "200", "--lr", "1e-30", "--warmup-ratio", "0",
+                "--seed", str(seed + 7), "--init-drafter", os.path.join(ck, "drafter")]  # fmt: skip
+    run = os.path.join(work, name)
+    return _launch(cfg, work, out, f"{name}.log", run, data, block, layers, arch, soft, schedule)
 
 
 def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
