@@ -154,10 +154,7 @@ def env() -> dict:
     return e
 
 
-ANCHOR_RUN = ["--anchor-run", "1"]  # main() sets it from --anchor-run: every trainer run of the bench
-
-
-def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, schedule) -> tuple:
+def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, schedule, anchor_run) -> tuple:
     """``trainer.pipeline`` for one drafter of this bench on ``data`` into ``run``: the bench's shared flags plus
     ``schedule`` (steps, epochs, learning rate, seed, ...); ``finish_drafter`` waits for it and reads it."""
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
@@ -166,7 +163,7 @@ def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, sche
             "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
-            *ANCHOR_RUN, *schedule]  # fmt: skip
+            "--anchor-run", str(anchor_run), *schedule]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
@@ -182,7 +179,20 @@ def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
     schedule = ["--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
                 "--seed", str(seed)]  # fmt: skip
     run = os.path.join(work, f"run_{tag}")
-    return _launch(cfg, work, out, f"train_{tag}.log", run, "data", block, layers, arch, soft, schedule)
+    return _launch(
+        cfg,
+        work,
+        out,
+        f"train_{tag}.log",
+        run,
+        "data",
+        block,
+        layers,
+        arch,
+        soft,
+        schedule,
+        cfg["anchor_run"],
+    )
 
 
 def finish_drafter(started) -> dict:
@@ -217,7 +227,20 @@ def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=Tr
     schedule = ["--max-steps", str(steps), "--epochs", "200", "--lr", "1e-30", "--warmup-ratio", "0",
                 "--seed", str(seed + 7), "--init-drafter", os.path.join(ck, "drafter")]  # fmt: skip
     run = os.path.join(work, name)
-    return _launch(cfg, work, out, f"{name}.log", run, data, block, layers, arch, soft, schedule)
+    return _launch(
+        cfg,
+        work,
+        out,
+        f"{name}.log",
+        run,
+        data,
+        block,
+        layers,
+        arch,
+        soft,
+        schedule,
+        cfg["frozen_anchor_run"],
+    )
 
 
 def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
@@ -275,8 +298,14 @@ def main() -> int:
         "--anchor-run",
         type=int,
         default=1,
-        help="the trainer's --anchor-run for every drafter and frozen pass (1: scattered anchors; 16: runs, "
-        "where the estimate's walk steps as decoding does)",
+        help="the trainer's --anchor-run for training the drafters (1: scattered anchors, as the references; "
+        "runs cost acceptance: docs/evaluate.md)",
+    )
+    ap.add_argument(
+        "--frozen-anchor-run",
+        type=int,
+        default=16,
+        help="--anchor-run of the frozen passes (16: runs, where the estimate's walk steps as decoding does)",
     )
     ap.add_argument(
         "--frozen-steps",
@@ -294,8 +323,7 @@ def main() -> int:
     a = ap.parse_args()
     prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
     cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
-    ANCHOR_RUN[1] = str(a.anchor_run)
-    cfg["anchor_run"] = a.anchor_run
+    cfg["anchor_run"], cfg["frozen_anchor_run"] = a.anchor_run, a.frozen_anchor_run
     if a.drafter_steps:
         cfg["drafter_steps"] = a.drafter_steps
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")

@@ -143,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=1,
         metavar="R",
-        help="draw anchors in runs of R consecutive positions (1: scattered, as the references do); with "
-        "R >= 16 accept_len_est reads what a server measures (docs/evaluate.md)",
+        help="draw anchors in runs of R consecutive positions (1: scattered, as the references do). With R >= 16 "
+        "accept_len_est reads what a server measures, but a drafter trained so is accepted less: use it to "
+        "measure a finished drafter (docs/evaluate.md)",
     )
     g.add_argument(
         "--num-draft-layers",
