@@ -91,7 +91,9 @@ def make_target(path: str, tiny: bool) -> None:
     log(f"target built and saved in {time.time() - t0:.1f}s: {path}")
 
 
-def make_data(path: str, n: int, seq: int, vocab: int) -> None:
+def make_data(path: str, n: int, seq: int | tuple[int, int], vocab: int) -> None:
+    """``n`` synthetic sequences (arithmetic progressions of token ids) of ``seq`` tokens, or of a length drawn
+    uniformly from the ``(low, high)`` range; nothing if ``path`` already holds data."""
     if os.path.isdir(path) and os.listdir(path):
         return
     import numpy as np
@@ -101,8 +103,9 @@ def make_data(path: str, n: int, seq: int, vocab: int) -> None:
     span = min(4096, vocab - 2)
     with open(os.path.join(path, "part-00000.jsonl"), "w") as f:
         for _ in range(n):
+            length = int(rng.integers(seq[0], seq[1] + 1)) if isinstance(seq, tuple) else seq
             a, d = int(rng.integers(0, span)), int(rng.integers(1, 17))
-            ids = ((a + d * np.arange(seq)) % span + 1).tolist()
+            ids = ((a + d * np.arange(length)) % span + 1).tolist()
             f.write(json.dumps({"input_ids": ids}) + "\n")
 
 
@@ -186,13 +189,7 @@ def alone(
         torch.cuda.set_device(device)
     cfg = draft_config(args)
     ds = load_dir(args.data_dir, args.max_seq_len)
-    plan = Plan(
-        ds,
-        seed=args.seed,
-        epochs=args.epochs,
-        token_budget=args.token_budget,
-        max_batch_size=args.max_batch_size,
-    )
+    plan = Plan.from_flags(ds, args)
     n, warm = a.alone_steps, a.alone_warmup
     soft = bool(args.use_soft_labels)
     A = args.grad_accum

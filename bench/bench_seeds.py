@@ -164,22 +164,6 @@ def build_target(path: str, tiny: bool, device: str) -> dict:
     return save_weights(model, path, tiny, time.time() - t0)
 
 
-def make_data(path: str, n: int, lengths: tuple[int, int], vocab: int) -> None:
-    if os.path.isdir(path) and os.listdir(path):
-        return
-    import numpy as np
-
-    os.makedirs(path, exist_ok=True)
-    rng = np.random.default_rng(0)
-    span = min(4096, vocab - 2)
-    with open(os.path.join(path, "part-00000.jsonl"), "w") as f:
-        for _ in range(n):
-            seq = int(rng.integers(lengths[0], lengths[1] + 1))
-            a, d = int(rng.integers(0, span)), int(rng.integers(1, 17))
-            ids = ((a + d * np.arange(seq)) % span + 1).tolist()
-            f.write(json.dumps({"input_ids": ids}) + "\n")
-
-
 def choose_work(a, need: float) -> dict:
     """Make sure ``a.work``'s file system has ``need`` bytes free: on /dev/shm, as root, grow it (remount)
     when it is smaller (the machine's RAM is larger than what tmpfs took at boot); else a disk folder."""
@@ -566,13 +550,7 @@ def check_resume(a, run: str, split: str, since1: float, since2: float) -> dict:
     replicas = len((TINY_SPLITS if a.tiny else SPLITS)[split][1].split(","))
     A = args.grad_accum
     ds = load_dir(args.data_dir, args.max_seq_len)
-    plan = Plan(
-        ds,
-        seed=args.seed,
-        epochs=args.epochs,
-        token_budget=args.token_budget,
-        max_batch_size=args.max_batch_size,
-    )
+    plan = Plan.from_flags(ds, args)
 
     def expected_tokens(step: int) -> int:
         g0 = (step - 1) * A * replicas
@@ -872,7 +850,7 @@ def main() -> None:
     from bench_hybrid import text_config
 
     lengths = TINY_DOC_LENGTHS if a.tiny else DOC_LENGTHS
-    make_data(os.path.join(a.work, "data"), a.sequences, lengths, text_config(a.tiny).vocab_size)
+    bp.make_data(os.path.join(a.work, "data"), a.sequences, tuple(lengths), text_config(a.tiny).vocab_size)
     target = os.path.join(a.work, "target")
 
     def build() -> bool:

@@ -225,6 +225,17 @@ class Plan:
         for b in self.epochs:
             self.starts.append(self.starts[-1] + len(b))
 
+    @classmethod
+    def from_flags(cls, ds: Dataset, args) -> Plan:
+        """The plan a run's flags give (``--seed``, ``--epochs``, ``--token-budget``, ``--max-batch-size``)."""
+        return cls(
+            ds,
+            seed=args.seed,
+            epochs=args.epochs,
+            token_budget=args.token_budget,
+            max_batch_size=args.max_batch_size,
+        )
+
     @property
     def total(self) -> int:
         return self.starts[-1]

@@ -172,9 +172,7 @@ class Trainer:
         cfg = draft_config(a)
         ds.check_vocab(cfg.vocab_size)
         self.cfg, self.ds = cfg, ds
-        self.plan = Plan(
-            ds, seed=a.seed, epochs=a.epochs, token_budget=a.token_budget, max_batch_size=a.max_batch_size
-        )
+        self.plan = Plan.from_flags(ds, a)
         self.total_steps = total_steps_of(self.plan, a.grad_accum, self.replicas, a.max_steps)
 
         ddev = self.device

@@ -203,13 +203,7 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     loop.quiet_transformers()
     cfg = loop.draft_config(args)
     ds.check_vocab(cfg.vocab_size)
-    plan = Plan(
-        ds,
-        seed=args.seed,
-        epochs=args.epochs,
-        token_budget=args.token_budget,
-        max_batch_size=args.max_batch_size,
-    )
+    plan = Plan.from_flags(ds, args)
     total = loop.total_steps_of(plan, args.grad_accum, layout.ND, args.max_steps)
     welcome = ctl.welcome or {}
     step, cursor = int(welcome.get("step", 0)), int(welcome.get("cursor", 0))
