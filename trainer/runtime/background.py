@@ -22,6 +22,10 @@ class Background:
         except BaseException as e:  # noqa: BLE001 - handed to the thread that asks for the result
             self._error = e
 
+    def wait(self) -> None:
+        """Until ``fn`` has returned or raised (what it raised stays for ``result``)."""
+        self._thread.join()
+
     def result(self) -> Any:
         self._thread.join()
         if self._error is not None:

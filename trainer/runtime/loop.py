@@ -149,6 +149,9 @@ class Trainer:
         self.mega_name = "single"  # this process's compile mega-cache (runtime/compile_cache.py)
         self.mega_thread = None  # its loading thread (setup_model); joined before the first compile
         self.optimizer_load = None  # a resume's optimizer state, loading in the background (_load)
+        # what that load waits for first: the target's load in this process (both copy to the GPU from host
+        # memory; the target is the one the first step waits for, the moments only its optimizer step)
+        self.optimizer_after = None
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup_model(self, defer_head: bool = False, beside=None) -> None:
@@ -260,6 +263,7 @@ class Trainer:
                     "load-target",
                 )
             )
+            self.optimizer_after = loads[-1]
 
         self.setup_model(defer_head=share is not None, beside=load_targets)
         a, cfg = self.args, self.cfg
@@ -329,7 +333,14 @@ class Trainer:
         self.drafter.load_state_dict(weights, strict=True)
         # the moments reach the device beside the first step's compile; joined before they are used
         opt_state = state["optimizer"]
-        self.optimizer_load = Background(lambda: self.optimizer.load_state_dict(opt_state), "load-optimizer")
+        after = self.optimizer_after
+
+        def load_optimizer() -> None:
+            if after is not None:
+                after.wait()
+            self.optimizer.load_state_dict(opt_state)
+
+        self.optimizer_load = Background(load_optimizer, "load-optimizer")
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])
         if rng.get("cuda") is not None and torch.cuda.is_available():

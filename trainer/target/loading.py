@@ -25,6 +25,7 @@ from safetensors import safe_open
 from torch import nn
 
 from trainer.drafting.head import weight_map
+from trainer.target.raw_read import Entry, ParallelRead, header
 
 
 def weight_files_bytes(path: str) -> int:
@@ -150,10 +151,25 @@ def load_text_model(
     ]
     total, done = sum(t.numel() * t.element_size() for _, t in todo), 0
     dev = torch.device(device)
-    staged = _StagedCopy(dev) if dev.type == "cuda" else None
+    # tensors stored as the model holds them: read by several threads straight from the files (raw_read);
+    # the rest (a cast, stacked experts, a dtype raw_read does not know) through safetensors, one by one
+    raw, rest = ParallelRead(dev), []
+    heads: dict[str, dict[str, Entry]] = {}
+    for name, t in todo:
+        src = _source(name, keys)
+        if src is not None:
+            fn = keys[src]
+            if fn not in heads:
+                heads[fn] = header(os.path.join(path, fn))
+            e = heads[fn].get(src)
+            if e is not None and e.dtype == t.dtype and e.shape == tuple(t.shape) and t.is_contiguous():
+                raw.add(os.path.join(path, fn), src, e, t)
+                continue
+        rest.append((name, t))
+    staged = _StagedCopy(dev) if dev.type == "cuda" and rest else None
     try:
         with torch.no_grad(), torch.cuda.device(dev) if staged else contextlib.nullcontext():
-            for name, t in todo:
+            for name, t in rest:
                 src = _fetch(name, t.shape, keys, read)
                 if tuple(src.shape) != tuple(t.shape):
                     raise ValueError(f"{name}: checkpoint shape {tuple(src.shape)}, model {tuple(t.shape)}")
@@ -168,6 +184,8 @@ def load_text_model(
                 staged.finish()
     finally:
         read.close()
+    with torch.no_grad():
+        raw.run(None if progress is None else lambda d, _t: progress(done + d, total))
     if tied:
         model.tie_weights()
     return model

@@ -1,6 +1,6 @@
-"""A dense target read onto a GPU through the pinned staging buffers (issue 22): bit-exact against
-transformers' from_pretrained, including tensors larger than one staging buffer and a dtype cast (the plain
-path). Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/trainer/target/test_gpu_loading.py -q``."""
+"""A dense target read onto a GPU (issue 22): fp32 (the file's dtype) by raw_read's threads through their
+pinned buffers, bf16 (a cast) through the staging buffers; bit-exact against transformers' from_pretrained,
+tensors larger than one buffer included. Run on a GPU machine: ``PYTHONPATH=. python -m pytest tests/trainer/target/test_gpu_loading.py -q``."""
 
 import pytest
 import torch
@@ -18,6 +18,7 @@ pytestmark = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_staged_load_equals_from_pretrained(tiny_assets, monkeypatch, dtype):
     monkeypatch.setattr(loading._StagedCopy, "CHUNK", 4096)  # many chunks per tensor, both buffers in turn
+    monkeypatch.setattr(loading.ParallelRead, "CHUNK", 4096)  # the threads' pinned buffers likewise
     path = str(tiny_assets / "target")  # saved in fp32: bf16 goes through the plain cast path
     model = load_target(path, "cuda", dtype, [0, 1], need_final_hidden=True)
     ref = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to("cuda").eval()

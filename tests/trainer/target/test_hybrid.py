@@ -120,6 +120,13 @@ def test_text_only_loading_reads_no_vision_mtp_or_later_layer(tiny_hybrid_moe, m
     )
     seen: list[str] = []
     monkeypatch.setattr(loading, "safe_open", _Recording(loading.safe_open, seen))
+    add = loading.ParallelRead.add  # tensors stored as the model holds them are read by raw_read
+
+    def record_add(self, file, key, entry, dst):
+        seen.append(key)
+        return add(self, file, key, entry, dst)
+
+    monkeypatch.setattr(loading.ParallelRead, "add", record_add)
     model = load_target(str(target), "cpu", torch.float32, [1, 3], need_final_hidden=need_final)
     keep = 8 if need_final else 4
     assert len(model.model.layers) == keep
