@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -108,10 +109,34 @@ def draft_config(args):
 
 
 def quiet_transformers() -> None:
+    """transformers as the trainer runs it: no scikit-learn (``without_sklearn``), errors only, no progress bars.
+    Called before anything else imports transformers' models."""
+    without_sklearn()
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # e.g. the load report of the deliberately truncated target
     hf_logging.disable_progress_bar()
+
+
+def without_sklearn() -> None:
+    """Tell transformers that scikit-learn is not installed, unless something imported it already.
+
+    transformers (up to at least 5.17) imports scikit-learn with its generation utilities, which every model
+    class pulls in, for one thing: the confidence threshold of *assisted* generation (``candidate_generator``),
+    which this trainer never runs. On an H200 host that import was 1.5-2 s of every start (issue 22's profile;
+    newer transformers import it lazily). The check is ``is_sklearn_available()``, read when
+    ``candidate_generator`` is imported: patched here on the two modules that define and re-export it."""
+    if "sklearn" in sys.modules or "transformers.generation.candidate_generator" in sys.modules:
+        return
+    import transformers.utils as hf_utils
+    from transformers.utils import import_utils
+
+    def unavailable() -> bool:
+        return False
+
+    for mod in (hf_utils, import_utils):
+        if hasattr(mod, "is_sklearn_available"):
+            mod.is_sklearn_available = unavailable
 
 
 class Trainer:
