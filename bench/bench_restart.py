@@ -126,6 +126,7 @@ def main() -> None:
         action="store_true",
         help="a third launch (warm) under cProfile: OUT/PART_warm.prof(.txt)",
     )
+    ap.add_argument("--warm", type=int, default=1, help="warm launches after the cold one (each resumes)")
     a = ap.parse_args()
     if a.tiny:
         a.seq, a.layers, a.block, a.anchors, a.sequences, a.parts = 256, 1, 8, 32, 200, "cpu"
@@ -145,13 +146,14 @@ def main() -> None:
         shutil.rmtree(run, ignore_errors=True)
         argv = flags(a, target, data, run, tg, dg, 100000)
         out = []
-        launches = ["none", "auto"] + (["auto"] if a.profile else [])
+        launches = ["none"] + ["auto"] * a.warm + (["auto"] if a.profile else [])
         for i, resume in enumerate(launches):
             argv = [*argv[: argv.index("--resume") + 1], resume, *argv[argv.index("--resume") + 2 :]]
             since = len(records(os.path.join(run, "metrics.jsonl")))
-            prof = os.path.join(a.out, f"{part}_warm.prof") if i == 2 else None
+            profiled = a.profile and i == len(launches) - 1
+            prof = os.path.join(a.out, f"{part}_warm.prof") if profiled else None
             r = launch_once(argv, run, since, a.steps, a.timeout, env, prof)
-            r["launch"] = ("cold", "warm", "warm, profiled")[i]
+            r["launch"] = "cold" if i == 0 else "warm, profiled" if profiled else "warm"
             log(f"{part} {r['launch']}: {json.dumps(r)}")
             out.append(r)
         results[part] = out
