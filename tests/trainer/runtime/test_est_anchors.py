@@ -29,7 +29,7 @@ def _batch(target, layer_ids):
     return HiddenBatch(0, 0, T, hidden, final, ids, lm, docs)
 
 
-def _step(arch, est_anchors, monkeypatch):
+def _step(arch, est_anchors, monkeypatch, before=(), seed=SEED):
     """One micro-step (noise on, soft labels) of a fresh tiny drafter: (metrics, grads, the anchors and n_train
     the loss was given)."""
     target = tiny_target()
@@ -57,7 +57,11 @@ def _step(arch, est_anchors, monkeypatch):
         meter=RoleMeter("cpu", "drafter"),
         est_anchors=est_anchors,
     )
-    got = role.micro_step(_batch(target, cfg.target_layer_ids), 0.1, 1.0, seed=SEED)
+    hb = _batch(target, cfg.target_layer_ids)
+    for s in before:  # earlier micro-batches of a run: a resumed run has not seen them
+        role.micro_step(hb, 0.1, 1.0, seed=s)
+    drafter.zero_grad(set_to_none=True)
+    got = role.micro_step(hb, 0.1, 1.0, seed=seed)
     grads = {n: p.grad.clone() for n, p in drafter.named_parameters() if p.requires_grad}
     return got, grads, seen
 
@@ -88,6 +92,19 @@ def test_measuring_blocks_change_neither_the_loss_nor_any_gradient(arch, monkeyp
         assert g.abs().sum() > 0, name
         torch.testing.assert_close(g_on[name], g, rtol=1e-5, atol=1e-7, msg=name)
     assert on["walk_steps"] > 0 and off["walk_steps"] > 0
+
+
+def test_measuring_anchors_depend_on_the_micro_batch_seed_alone(monkeypatch):
+    """Exact resume: a micro-step's measuring run is a function of its seed, whatever the role drew before;
+    another seed draws another run."""
+    _, _, fresh = _step("dflash", 16, monkeypatch)
+    _, _, later = _step("dflash", 16, monkeypatch, before=(5, 6))
+    assert torch.equal(later["anchors"], fresh["anchors"])
+    runs = set()
+    for seed in range(4):
+        _, _, other = _step("dflash", 16, monkeypatch, seed=seed)
+        runs.add(tuple(other["anchors"][0, MAX_ANCHORS:].tolist()))
+    assert len(runs) > 1
 
 
 def test_the_measuring_blocks_would_move_the_loss_if_they_had_weight():
