@@ -15,7 +15,8 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
 3. drafters: ``python -m trainer.pipeline`` on the training chunks, block 8 / 2 layers and block 16 / 3
    layers, both roles on GPU 0, with ``--use-soft-labels`` (the seeds' setting; ``--hard-labels`` trains on
    the data bytes); the last step record's ``accept_len_est`` (running mean of the last 50 steps: the blocks
-   walked as decoding would; with soft labels judged by the target's own argmax), ``accept_len_est_uniform``
+   walked as decoding would, by default the measuring runs of ``--est-anchors`` (the trainer's default; 0: the
+   training anchors); with soft labels judged by the target's own argmax), ``accept_len_est_uniform``
    (the mean over uniformly sampled anchors: the estimate before the walk) and
    ``accept_len`` (the old formula); ``--parallel`` trains every drafter at once, then evaluates every one
    at once (the target is so small that one run leaves the GPU mostly idle; speed-ups are then measured
@@ -48,6 +49,9 @@ import sysconfig
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from trainer.run.flags import build_parser  # noqa: E402  (the trainer's own defaults)
+
 EOS, MASK, VOCAB = 256, 257, 260
 FULL = dict(hidden=512, layers=8, heads=8, kv=4, head_dim=64, inter=1536, steps=1200, batch=64,
             chunks=24000, drafter_steps=400, budget=16384, prompts=32, new=128, device="cuda:0")  # fmt: skip
@@ -163,7 +167,7 @@ def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, sche
             "--drafter-gpus", dev, "--block-size", str(block), "--num-draft-layers", str(layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
-            "--anchor-run", str(anchor_run), *schedule]  # fmt: skip
+            "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule]  # fmt: skip
     if arch:
         argv += ["--arch", arch]
     if soft:
@@ -206,6 +210,7 @@ def finish_drafter(started) -> dict:
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
             "accept_len_est_step_last": st[-1].get("accept_len_est_step") if st else None,
             "accept_len_est_vs": st[-1].get("accept_len_est_vs", "data") if st else None,
+            "accept_len_est_anchors": st[-1].get("accept_len_est_anchors", "training") if st else None,
             "accept_len_est_uniform": st[-1].get("accept_len_est_uniform") if st else None,
             "accept_len_old": st[-1].get("accept_len") if st else None,
             "loss": st[-1].get("loss") if st else None,
@@ -308,6 +313,13 @@ def main() -> int:
         help="--anchor-run of the frozen passes (16: runs, where the estimate's walk steps as decoding does)",
     )
     ap.add_argument(
+        "--est-anchors",
+        type=int,
+        default=build_parser().get_default("est_anchors"),
+        help="the trainer's --est-anchors for every run (measuring blocks: one run of M consecutive anchors per "
+        "row beside the training ones, read by accept_len_est; 0: the walk over the training anchors)",
+    )
+    ap.add_argument(
         "--frozen-steps",
         type=int,
         default=0,
@@ -324,6 +336,7 @@ def main() -> int:
     prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
     cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
     cfg["anchor_run"], cfg["frozen_anchor_run"] = a.anchor_run, a.frozen_anchor_run
+    cfg["est_anchors"] = a.est_anchors
     if a.drafter_steps:
         cfg["drafter_steps"] = a.drafter_steps
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")

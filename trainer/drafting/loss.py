@@ -1,7 +1,13 @@
 """DFlash loss: position-weighted cross-entropy over the vocabulary, computed in chunks.
 
 ``dflash_loss(draft_hidden (B,A,bs,H), head, input_ids (B,T), anchors (B,A), gamma,
-target_final_hidden=None, chunk_tokens=4096) -> (loss, metrics)``
+target_final_hidden=None, chunk_tokens=4096, topk=0, n_train=None) -> (loss, metrics)``
+
+- ``n_train``: the first ``n_train`` anchor columns are the training blocks; the columns after them are
+  *measuring* blocks (the trainer's ``--est-anchors``: one run of consecutive anchors per row, sorted, ``-1``
+  padding). Measuring blocks get loss weight 0 (no loss, no gradient), stay out of ``acc``, ``accept_len``,
+  ``n_blocks`` and ``chain_sum``, and are the only blocks ``decode_walk`` reads (``walk_tokens`` /
+  ``walk_steps``). None (or ``A``): no measuring blocks, the walk runs over the training blocks.
 
 - Slot ``k >= 1`` of block ``j`` predicts ``input_ids[anchors[j] + k]`` (slot 0 holds the given anchor
   token and is not scored). Weight ``w_k = exp(-(k - 1) / gamma)``; ``loss = sum w * CE / sum w`` over the
@@ -134,22 +140,29 @@ def dflash_loss(
     target_final_hidden: torch.Tensor | None = None,
     chunk_tokens: int = 4096,
     topk: int = 0,
+    n_train: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
     if anchors.shape != (B, A):
         raise ValueError(f"anchors {tuple(anchors.shape)} must be (B, A) = ({B}, {A})")
+    n_train = A if n_train is None else n_train
+    if not 0 <= n_train <= A:
+        raise ValueError(f"n_train must be in 0 .. A = {A}, got {n_train}")
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
     device = draft_hidden.device
     anchors = anchors.long()
-    valid = anchors >= 0  # (B, A)
+    real = anchors >= 0  # (B, A): every real block, measuring ones included
+    valid = real.clone()
+    valid[:, n_train:] = False  # the training blocks: loss, gradient and the per-block metrics
     k = torch.arange(1, bs, device=device)
     tpos = anchors.unsqueeze(-1) + k  # (B, A, bs-1): position predicted by slot k
+    real_ok = real.unsqueeze(-1) & (tpos < T)
     slot_ok = valid.unsqueeze(-1) & (tpos < T)
     tpos_c = tpos.clamp(0, T - 1)
     labels = torch.gather(input_ids, 1, tpos_c.view(B, -1)).view(B, A, bs - 1)
-    w = position_weights(bs, gamma, device)[1:].expand(B, A, bs - 1) * slot_ok
+    w = position_weights(bs, gamma, device)[1:].expand(B, A, bs - 1) * slot_ok  # measuring blocks: 0
 
     h = draft_hidden[:, :, 1:, :].reshape(-1, H)
     soft_h = None
@@ -174,14 +187,17 @@ def dflash_loss(
         # per block: the consecutive positions after the anchor a verify step would accept: the drafter's
         # argmax equal to the target's own argmax there (with soft labels: what a greedy verifier checks),
         # else to the data token (no target logits here)
-        agree = (pred == judge.view(B, A, bs - 1)) & slot_ok
-        chain = agree.long().cumprod(dim=2).sum(dim=2) * valid
-        walk_tokens, walk_steps = decode_walk(anchors, chain, valid)
+        agree = (pred == judge.view(B, A, bs - 1)) & real_ok
+        chain = agree.long().cumprod(dim=2).sum(dim=2) * real
+        # the walk: over the measuring blocks (one run of consecutive anchors per row) when there are some,
+        # else over the training blocks
+        walk = slice(n_train, A) if n_train < A else slice(0, A)
+        walk_tokens, walk_steps = decode_walk(anchors[:, walk], chain[:, walk], real[:, walk])
     metrics = {
         "acc": acc,
         "accept_len": accept_len,
         "n_blocks": n_blocks,
-        "chain_sum": chain.sum(),
+        "chain_sum": chain[:, :n_train].sum(),
         "walk_tokens": walk_tokens,
         "walk_steps": walk_steps,
     }

@@ -19,7 +19,7 @@ anchor ``a = anchors[j]``. It may attend
 ``doc_ids`` are any integers, one per position; a document is a maximal run of equal ids (positions restart
 and visibility stops at every change); ``doc_ids < 0`` marks padding, never used for anchors.
 
-API: ``sample_anchors``, ``mask_mod``, ``dense_mask`` (bool ``(B, 1, Q, T + Q)``, True = may attend),
+API: ``sample_anchors``, ``sample_run`` (one run of consecutive anchors per row), ``mask_mod``, ``dense_mask`` (bool ``(B, 1, Q, T + Q)``, True = may attend),
 ``flex_block_mask`` (a FlexAttention ``BlockMask`` over the same shapes).
 """
 
@@ -99,6 +99,44 @@ def sample_anchors(
     anchors = torch.where(keep, picked, torch.full_like(picked, n_cand + T))  # padding sorts last
     anchors = anchors.sort(dim=1).values
     return torch.where(anchors < n_cand, anchors, torch.full_like(anchors, -1))
+
+
+def sample_run(
+    doc_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    block_size: int,
+    length: int,
+    generator: torch.Generator | None = None,
+    num_anchors: int | None = None,
+) -> torch.Tensor:
+    """One run of ``length`` consecutive candidates per row (``sample_anchors``' candidate rule), its start drawn
+    uniformly among the row's candidates that leave room for the whole run (a row with fewer candidates gives
+    all of them): ``(B, A)`` long, sorted ascending, ``-1`` = padding, ``A = num_anchors`` (``anchor_count(...,
+    max_anchors=length)`` of the same rows) or read from the device. Where every position is an anchor the
+    acceptance walk (drafting/acceptance.py) steps exactly as a decoding loop would: the trainer's measuring
+    blocks (``--est-anchors``). One random number per row from ``generator``."""
+    if block_size < 2:
+        raise ValueError(f"block_size must be >= 2, got {block_size}")
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}")
+    B, T = doc_ids.shape
+    device = doc_ids.device
+    n_cand = T - block_size + 1
+    if n_cand <= 0:
+        return torch.full((B, 1), -1, dtype=torch.long, device=device)
+    valid = _candidates(doc_ids, loss_mask, block_size)
+    n = valid.sum(1)
+    gdev = generator.device if generator is not None else device
+    u = torch.rand((B,), generator=generator, device=gdev, dtype=torch.float64).to(device)
+    start = (u * ((n - length).clamp(min=0) + 1)).long()  # uniform in 0 .. n - length
+    rank = valid.long().cumsum(1) - 1
+    take = valid & (rank >= start.unsqueeze(1)) & (rank < start.unsqueeze(1) + length)
+    A = num_anchors if num_anchors is not None else max(1, int(take.sum(1).max().item()))
+    pos = torch.arange(n_cand, device=device).expand(B, n_cand)
+    picked = torch.where(take, pos, torch.full_like(pos, n_cand)).sort(dim=1).values[:, :A]
+    if picked.shape[1] < A:
+        picked = torch.nn.functional.pad(picked, (0, A - picked.shape[1]), value=n_cand)
+    return torch.where(picked < n_cand, picked, torch.full_like(picked, -1))
 
 
 def _candidates(doc_ids: torch.Tensor, loss_mask: torch.Tensor, block_size: int) -> torch.Tensor:

@@ -132,6 +132,7 @@ def selector_loss(
     chunk_tokens: int = 4096,
     candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
     labels: torch.Tensor | None = None,
+    n_train: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The selector's teacher-forced K-way cross-entropy over the slots ``k >= 1`` of real blocks, weighted as
     ``dflash_loss`` (``exp(-(k-1)/gamma)``), normalised by the weights' sum (0 with no real block).
@@ -141,12 +142,18 @@ def selector_loss(
     from the same logits (the trainer's way: no second ``lm_head`` pass); None: computed here.
     ``labels``: ``(B * A * (block_size - 1),)`` the label of every scored slot, block-major (the trainer
     passes ``dflash_loss``'s ``label_ids``: the target's argmax with soft labels); None: the data token.
-    The predecessor is the data token before either way (speculators' teacher forcing)."""
+    The predecessor is the data token before either way (speculators' teacher forcing).
+    ``n_train``: the first ``n_train`` anchor columns are training blocks; the rest (the trainer's measuring
+    blocks, ``dflash_loss``'s ``n_train``) get weight 0 and stay out of the metrics. None: all of them train."""
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
     device = draft_hidden.device
     anchors = anchors.long()
     valid = anchors >= 0
+    if n_train is not None:
+        if not 0 <= n_train <= A:
+            raise ValueError(f"n_train must be in 0 .. A = {A}, got {n_train}")
+        valid[:, n_train:] = False  # measuring blocks: no loss, no gradient, not in the metrics
     k = torch.arange(1, bs, device=device)
     tpos = anchors.unsqueeze(-1) + k
     slot_ok = valid.unsqueeze(-1) & (tpos < T)

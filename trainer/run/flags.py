@@ -55,6 +55,15 @@ def _nonneg_int(text: str) -> int:
     return v
 
 
+def _est_anchors(text: str) -> int:
+    v = int(text)
+    if v < 0 or v == 1:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 (off) or >= 2 (one run of that many consecutive anchors per row), got {text!r}"
+        )
+    return v
+
+
 def _nonneg_float(text: str) -> float:
     v = float(text)
     if not v >= 0 or v == float("inf"):
@@ -146,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw anchors in runs of R consecutive positions (1: scattered, as the references do). With R >= 16 "
         "accept_len_est reads what a server measures, but a drafter trained so is accepted less: use it to "
         "measure a finished drafter (docs/evaluate.md)",
+    )
+    g.add_argument(
+        "--est-anchors",
+        type=_est_anchors,
+        default=32,
+        metavar="M",
+        help="measuring blocks per packed row for accept_len_est: one run of M consecutive anchors beside the "
+        "training anchors, through the same drafter forward with loss weight 0 (training unchanged). Costs M "
+        "extra blocks per micro-batch (~M / --max-anchors of the drafter's block compute); buys an estimate that "
+        "walks as decoding does (scattered training anchors over-read it). 0: off, the walk over the training "
+        "anchors (docs/evaluate.md)",
     )
     g.add_argument(
         "--num-draft-layers",

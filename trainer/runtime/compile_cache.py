@@ -46,6 +46,7 @@ GRAPH_FLAGS = (
     "max_batch_size",
     "block_size",
     "max_anchors",
+    "est_anchors",
     "num_draft_layers",
     "target_layer_ids",
     "layer_types",

@@ -259,6 +259,7 @@ class Trainer:
             ddp=ddp,
             lock=lock,
             anchor_run=a.anchor_run,
+            est_anchors=a.est_anchors,
         )
 
     def setup(self) -> None:
@@ -679,6 +680,8 @@ class Trainer:
                         accept_len_est_step=walk_tok / walk_steps if walk_steps else None,
                         # judged by the target's own argmax where soft labels carry its logits, else the data
                         accept_len_est_vs="target" if a.use_soft_labels else "data",
+                        # the blocks the walk read: the measuring runs (--est-anchors) or the training ones
+                        accept_len_est_anchors="runs" if a.est_anchors else "training",
                         accept_len_est_uniform=est_uniform,
                         lr=lr,
                         grad_norm=norm_f,

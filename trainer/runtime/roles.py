@@ -8,7 +8,10 @@
   threads' timing, which is what makes resume exact).
 - ``DrafterRole``: anchors, feature noise, drafter forward, DFlash loss and backward per micro-batch;
   clipping and the AdamW step per optimizer step. It owns the generator for anchors and noise (reseeded
-  per micro-batch by the caller). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
+  per micro-batch by the caller). With ``est_anchors`` M > 0 it also draws M *measuring* anchors per row, one
+  run of M consecutive candidates, from a second generator seeded from the same micro-batch seed, and runs
+  them after the training blocks in the same drafter forward: they carry no loss weight (``dflash_loss``'s
+  ``n_train``) and the acceptance walk (``accept_len_est``) reads only them (docs/evaluate.md). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
   forward goes through it and the gradient is averaged over the replicas on the step's last micro-batch.
 
 ``launch_lock(devices)``: in one process (target threads beside the drafter) the roles take turns with a lock
@@ -31,7 +34,7 @@ import torch
 
 from trainer.data.dataset import MicroBatch, Plan
 from trainer.drafting.loss import dflash_loss
-from trainer.drafting.masks import anchor_count, sample_anchors
+from trainer.drafting.masks import anchor_count, sample_anchors, sample_run
 from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
 from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
@@ -143,6 +146,9 @@ class TargetWorker(threading.Thread):
             self.q.fail(owed, e, "target worker failed")
 
 
+EST_SEED_SALT = 0x5EED_E57A  # the measuring generator's seed: the micro-batch's seed XOR this
+
+
 def add_noise(h: torch.Tensor, scale: float, kind: str, generator: torch.Generator) -> torch.Tensor:
     if scale <= 0:
         return h
@@ -171,11 +177,18 @@ class DrafterRole:
         ddp=None,
         lock: contextlib.AbstractContextManager | None = None,
         anchor_run: int = 1,
+        est_anchors: int = 0,
     ):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.anchor_run = (
             anchor_run  # anchors in runs of this many consecutive candidates (masks.sample_anchors)
         )
+        if est_anchors < 0 or est_anchors == 1:
+            raise ValueError(f"est_anchors must be 0 (off) or >= 2, got {est_anchors}")
+        # measuring blocks per row: one run of this many consecutive anchors beside the training ones, drawn
+        # by their own generator (the training anchors and noise draw exactly as without them)
+        self.est_anchors = est_anchors
+        self.est_generator = torch.Generator(device=generator.device) if est_anchors else None
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
         self.attn_impl = "flex" if device.startswith("cuda") else "sdpa"
@@ -224,6 +237,9 @@ class DrafterRole:
             num_anchors=A,
             run_length=self.anchor_run,
         )
+        n_train = anchors.shape[1]
+        if self.est_anchors:
+            anchors = torch.cat([anchors, self._measuring_anchors(hb, docs, lm, seed)], dim=1)
         fwd = self.ddp if self.ddp is not None else self.drafter
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         with no_sync:
@@ -238,6 +254,7 @@ class DrafterRole:
                     self.gamma,
                     target_final_hidden=final,
                     topk=selector.top_k if selector is not None else 0,
+                    n_train=n_train,
                 )
                 # DFlash 2: its selector's loss, added with weight 1 (drafting.selector), labelled as the loss
                 # judges acceptance: the target's argmax with soft labels, else the data token
@@ -252,6 +269,7 @@ class DrafterRole:
                         self.gamma,
                         candidates=cands,
                         labels=metrics.pop("label_ids"),
+                        n_train=n_train,
                     )
                     loss = loss + sel
                     metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}
@@ -260,6 +278,15 @@ class DrafterRole:
             (loss * loss_scale).backward()
         self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (runtime.gpu_meter)
         return {"loss": loss.detach(), **metrics}
+
+    def _measuring_anchors(self, hb, docs, lm, seed) -> torch.Tensor:
+        """``(B, M')``: one run of ``est_anchors`` consecutive candidates per row (sorted, ``-1`` padding where a
+        row has fewer), from the measuring generator, reseeded from ``seed`` alone (exact resume)."""
+        if seed is not None:
+            self.est_generator.manual_seed(seed ^ EST_SEED_SALT)
+        M = self.est_anchors
+        n = anchor_count(hb.doc_ids, hb.loss_mask, self.block_size, M)  # host copies: no sync
+        return sample_run(docs, lm, self.block_size, M, self.est_generator, num_anchors=n)
 
     def clip(self) -> torch.Tensor:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""

@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from trainer.drafting.masks import anchor_count, dense_mask, doc_positions, flex_block_mask, sample_anchors
+from trainer.drafting.masks import (
+    anchor_count,
+    dense_mask,
+    doc_positions,
+    flex_block_mask,
+    sample_anchors,
+    sample_run,
+)
 
 torch.set_num_threads(1)
 
@@ -224,3 +231,37 @@ def test_sample_anchors_draw_every_candidate_alike_scattered_or_in_runs(R):
     p = A / (T - bs + 1)
     # each candidate's count is binomial-like (runs add correlation, not bias): within 6 sd of n * p
     assert (hits / n - p).abs().max() < 6 * (p * (1 - p) * R / n) ** 0.5
+
+
+def test_sample_run_is_one_stretch_of_consecutive_candidates_per_row():
+    """``sample_run`` (the trainer's measuring blocks): per row, ``length`` consecutive candidates in rank order,
+    every start that leaves room reachable and no other; a row with fewer candidates gives all of them, padded."""
+    g = torch.Generator().manual_seed(4)
+    rows = [_random_row(g, 120) for _ in range(3)]
+    doc = torch.stack([r[0] for r in rows] + [torch.full((120,), -1)])
+    lm = torch.stack([r[1] for r in rows] + [torch.ones(120, dtype=torch.bool)])
+    lm[2, 16:] = False  # a row with few candidates
+    bs, L = 4, 10
+    cands = [_valid_positions(doc[b].tolist(), lm[b].tolist(), bs) for b in range(4)]
+    assert len(cands[0]) > L and len(cands[1]) > L and 0 < len(cands[2]) < L and cands[3] == []
+    A = anchor_count(doc, lm, bs, L)
+    starts = [set() for _ in range(4)]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        a = sample_run(doc, lm, bs, L, gen, num_anchors=A)
+        assert a.shape == (4, A) == (4, L)
+        for b in range(4):
+            got = a[b][a[b] >= 0].tolist()
+            assert (a[b][len(got) :] == -1).all()
+            if len(cands[b]) <= L:
+                assert got == cands[b]
+                continue
+            i = cands[b].index(got[0])
+            assert got == cands[b][i : i + L]
+            starts[b].add(i)
+    for b in (0, 1):
+        assert starts[b] == set(range(len(cands[b]) - L + 1))
+    assert sample_run(doc, lm, bs, L, torch.Generator().manual_seed(0)).shape == (
+        4,
+        L,
+    )  # A read on the device

@@ -191,3 +191,13 @@ def test_arch_flags_and_defaults(tiny_assets, tmp_path):
     assert block_of() == 16 and block_of("--arch", "dflash2") == 8
     with pytest.raises(SystemExit):
         build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "out", "--arch", "dflash3"))
+
+
+def test_est_anchors_default_and_refused_values(tiny_assets, tmp_path, capsys):
+    parse = build_parser().parse_args
+    assert parse(tiny_flags(tiny_assets, tmp_path / "o")).est_anchors == 32
+    assert parse(tiny_flags(tiny_assets, tmp_path / "o", "--est-anchors", "0")).est_anchors == 0
+    for bad in ("1", "-2"):  # one measuring anchor is no run; negative is nothing
+        with pytest.raises(SystemExit):
+            parse(tiny_flags(tiny_assets, tmp_path / "o", "--est-anchors", bad))
+        assert "--est-anchors" in capsys.readouterr().err
