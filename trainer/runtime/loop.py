@@ -177,6 +177,7 @@ class Trainer:
         # what that load waits for first: the target's load in this process (both copy to the GPU from host
         # memory; the target is the one the first step waits for, the moments only its optimizer step)
         self.optimizer_after = None
+        self.warmed = False  # the drafter's first step traced on a stand-in batch (runtime/warmup.py)
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup_model(self, defer_head: bool = False, beside=None) -> None:
@@ -240,13 +241,17 @@ class Trainer:
             self._init_from(a.init_drafter)
 
     def make_role(self, meter, ddp=None, lock=None):
+        self.drafter_meter = meter
+        self.role = self.new_role(meter, ddp=ddp, lock=lock)
+
+    def new_role(self, meter, ddp=None, lock=None, head=None):
+        """A DrafterRole over this trainer's drafter, optimizer and generator (``head``: instead of its own)."""
         from trainer.runtime.roles import DrafterRole
 
         a, cfg = self.args, self.cfg
-        self.drafter_meter = meter
-        self.role = DrafterRole(
+        return DrafterRole(
             self.drafter,
-            self.head,
+            head if head is not None else self.head,
             self.optimizer,
             device=self.device,
             block_size=cfg.block_size,
@@ -266,6 +271,7 @@ class Trainer:
         """Single process: the model side plus target thread(s) and the in-process queue."""
         import torch
 
+        from trainer.runtime import warmup
         from trainer.runtime.gpu_meter import role_meter
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
@@ -295,6 +301,14 @@ class Trainer:
         a, cfg = self.args, self.cfg
         self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
         lock = launch_lock(self.devices)  # target threads and the drafter in this one process
+        if warmup.wanted(self.device):  # the drafter's first step compiles now, while the target loads
+            startup_phase(
+                self.startup, "compiling", part="drafter step on a stand-in batch", device=self.device
+            )
+            took = warmup.trace_first_step(self, lock, tdtype)
+            self.warmed = took is not None
+            if took is not None:
+                log(f"drafter step traced on a stand-in of micro-batch {self.cursor} in {took:.1f}s")
         self.target_roles = []
         models = loads[0].result()
         for d, m, model in zip(self.devices.target, self.target_meters, models, strict=True):
@@ -589,7 +603,7 @@ class Trainer:
                 for k in range(A):
                     g = g0 + k * D + r
                     hb = self.queue.get(g, self._abort_check)
-                    if first and k == 0:
+                    if first and k == 0 and not self.warmed:  # else it compiled on a stand-in batch
                         first_batch_events(self.startup, self.device)
                     micro.append(
                         self.role.micro_step(

@@ -1,0 +1,90 @@
+"""The drafter's first step traced while the target is still loading (issue 22).
+
+On CUDA the drafter's first micro-batch compiles (dynamo traces the layer step, the loss chunks and the
+attention; warm caches only spare the kernels' generation): ~4 s of a warm restart at the 8B shape, spent
+after the target was loaded and had captured its first batch. ``stand_in_batch`` makes a batch of the
+exact shapes the first real one will have: the data of the run's first micro-batch (the plan at the data
+cursor), random hidden states of the capture's shape and dtype; ``trace_first_step`` runs the drafter's
+micro-step on it in the main thread while the target's load runs in its thread, holding the roles' launch
+lock (the target's first capture, which compiles too, waits for it: torch.compile is not thread-safe), and
+then leaves no trace: gradients dropped, the anchor/noise generator and torch's RNG as they were, a meter of
+its own. Where the target's head is not built yet (it is shared with the target on the same device), the
+stand-in head has random weights of the head's shapes and dtype. The compiled code it leaves is what the
+first real step would have made: same functions, same shapes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from trainer.drafting.compiling import compile_enabled
+from trainer.drafting.head import FrozenHead
+from trainer.runtime.hidden_queue import HiddenBatch
+
+
+def stand_in_batch(plan, g: int, cfg, device: str, dtype: torch.dtype, need_final: bool) -> HiddenBatch:
+    """Micro-batch ``g``'s data with random hidden states shaped as the target's capture gives them."""
+    mb = plan.batch(g)
+    ids, lm, docs, _pos = mb.to_tensors("cpu")
+    T, H, n = ids.shape[1], int(cfg.hidden_size), len(cfg.target_layer_ids)
+    hidden = _randn((1, T, n * H), dtype, device)
+    final = _randn((1, T, H), dtype, device) if need_final else None
+    return HiddenBatch(mb.index, mb.epoch, mb.num_tokens, hidden, final, ids.to(device), lm, docs)
+
+
+def _randn(shape, dtype: torch.dtype, device, scale: float = 1.0) -> torch.Tensor:
+    """Values for a stand-in (any finite values trace alike): from a private generator, so torch's own RNG
+    is not drawn from; not zeros, so that a step on them has gradients (a test sees any left behind)."""
+    g = torch.Generator(device=device).manual_seed(0)
+    return (torch.randn(shape, generator=g, device=device) * scale).to(dtype)
+
+
+def stand_in_head(vocab_size: int, hidden_size: int, device: str, dtype: torch.dtype) -> FrozenHead:
+    """An embedding and lm_head of the target's shapes, dtype and device (built without torch's init
+    functions: another thread may be inside transformers' ``no_init_weights``, which swaps them process-wide)."""
+    emb = nn.Embedding.from_pretrained(_randn((vocab_size, hidden_size), dtype, device, 0.02), freeze=True)
+    lm_head = nn.Linear(hidden_size, vocab_size, bias=False, device="meta")
+    lm_head.weight = nn.Parameter(_randn((vocab_size, hidden_size), dtype, device, 0.02), requires_grad=False)
+    return FrozenHead(emb, nn.Identity(), lm_head)
+
+
+def wanted(device: str) -> bool:
+    return str(device).startswith("cuda") and compile_enabled()
+
+
+def trace_first_step(trainer, lock, target_dtype: torch.dtype) -> float | None:
+    """Run the drafter's micro-step once on a stand-in of the run's next micro-batch; seconds it took, or
+    None where nothing compiles (CPU, compilation off) or no micro-batch is left."""
+    from trainer.run.schedule import noise_at
+    from trainer.runtime.gpu_meter import role_meter
+    from trainer.runtime.loop import micro_seed
+
+    a, cfg, dev = trainer.args, trainer.cfg, trainer.device
+    if not wanted(dev) or trainer.cursor >= trainer.plan.total or trainer.step >= trainer.total_steps:
+        return None
+    t0 = time.monotonic()
+    hb = stand_in_batch(trainer.plan, trainer.cursor, cfg, dev, target_dtype, a.use_soft_labels)
+    head = trainer.head or stand_in_head(cfg.vocab_size, cfg.hidden_size, dev, trainer.head_dtype)
+    role = trainer.new_role(role_meter(dev, "drafter"), head=head, lock=lock)
+    cuda = str(dev).startswith("cuda")
+    snap = (
+        trainer.generator.get_state(),
+        torch.get_rng_state(),
+        torch.cuda.get_rng_state(dev) if cuda else None,
+    )
+    try:
+        noise = noise_at(trainer.step, start=a.noise_start, end=a.noise_end, total_steps=trainer.total_steps)
+        out = role.micro_step(hb, noise, 1.0 / a.grad_accum, seed=micro_seed(a.seed, trainer.cursor))
+        del out
+    finally:
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.generator.set_state(snap[0])
+        torch.set_rng_state(snap[1])
+        if cuda:
+            torch.cuda.set_rng_state(snap[2], dev)
+    if cuda:
+        torch.cuda.synchronize(dev)
+    return time.monotonic() - t0
