@@ -271,7 +271,6 @@ class Trainer:
         """Single process: the model side plus target thread(s) and the in-process queue."""
         import torch
 
-        from trainer.runtime import warmup
         from trainer.runtime.gpu_meter import role_meter
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
@@ -301,14 +300,7 @@ class Trainer:
         a, cfg = self.args, self.cfg
         self.target_meters = [role_meter(d, "target", gpu_uuid(d)) for d in self.devices.target]
         lock = launch_lock(self.devices)  # target threads and the drafter in this one process
-        if warmup.wanted(self.device):  # the drafter's first step compiles now, while the target loads
-            startup_phase(
-                self.startup, "compiling", part="drafter step on a stand-in batch", device=self.device
-            )
-            took = warmup.trace_first_step(self, lock, tdtype)
-            self.warmed = took is not None
-            if took is not None:
-                log(f"drafter step traced on a stand-in of micro-batch {self.cursor} in {took:.1f}s")
+        self.warm_up(lock, tdtype)  # the drafter's first step compiles now, while the target loads
         self.target_roles = []
         models = loads[0].result()
         for d, m, model in zip(self.devices.target, self.target_meters, models, strict=True):
@@ -323,6 +315,33 @@ class Trainer:
         for d in self.devices.target:  # the queued batches live on the target's device until taken
             log(check_queue_memory(d, self.queue.capacity, len(self.target_roles), per, a))
         self.log_setup()
+
+    def warm_up(self, lock, target_dtype) -> None:
+        """Where the drafter's first step compiles (CUDA), compile it now on a stand-in batch (runtime/warmup.py):
+        called before the first hidden states can arrive."""
+        from trainer.runtime import warmup
+
+        if not warmup.wanted(self.device):
+            return
+        if self.mega_thread is not None:  # the compile caches complete before anything compiles
+            self.mega_thread.join()
+            self.mega_thread = None
+        startup_phase(self.startup, "compiling", part="drafter step on a stand-in batch", device=self.device)
+        try:
+            took = warmup.trace_first_step(self, lock, target_dtype)
+        except Exception as e:  # an optimisation: the first real batch compiles as it would have
+            if warmup.testing():
+                raise
+            self.optimizer.zero_grad(set_to_none=True)
+            log(
+                f"drafter step not traced on a stand-in batch ({type(e).__name__}: {e}); its first batch compiles it"
+            )
+            return
+        self.warmed = took is not None
+        if took is not None:
+            log(
+                f"drafter step traced on a stand-in of micro-batch {self.cursor + self.replica} in {took:.1f}s"
+            )
 
     def log_setup(self) -> None:
         a, cfg = self.args, self.cfg

@@ -8,13 +8,14 @@ cursor), random hidden states of the capture's shape and dtype; ``trace_first_st
 micro-step on it in the main thread while the target's load runs in its thread, holding the roles' launch
 lock (the target's first capture, which compiles too, waits for it: torch.compile is not thread-safe), and
 then leaves no trace: gradients dropped, the anchor/noise generator and torch's RNG as they were, a meter of
-its own. Where the target's head is not built yet (it is shared with the target on the same device), the
+its own, no DDP wrapper (no collective: each replica traces its own first micro-batch). Where the target's head is not built yet (it is shared with the target on the same device), the
 stand-in head has random weights of the head's shapes and dtype. The compiled code it leaves is what the
 first real step would have made: same functions, same shapes.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -52,7 +53,14 @@ def stand_in_head(vocab_size: int, hidden_size: int, device: str, dtype: torch.d
 
 
 def wanted(device: str) -> bool:
+    """On CUDA with compilation on; ``DFLASH_TEST_WARMUP=1`` (test instrumentation) anywhere."""
+    if testing():
+        return True
     return str(device).startswith("cuda") and compile_enabled()
+
+
+def testing() -> bool:
+    return os.environ.get("DFLASH_TEST_WARMUP") == "1"
 
 
 def trace_first_step(trainer, lock, target_dtype: torch.dtype) -> float | None:
@@ -63,10 +71,11 @@ def trace_first_step(trainer, lock, target_dtype: torch.dtype) -> float | None:
     from trainer.runtime.loop import micro_seed
 
     a, cfg, dev = trainer.args, trainer.cfg, trainer.device
-    if not wanted(dev) or trainer.cursor >= trainer.plan.total or trainer.step >= trainer.total_steps:
+    g = trainer.cursor + trainer.replica  # this replica's first micro-batch (loop.Trainer.train)
+    if not wanted(dev) or g >= trainer.plan.total or trainer.step >= trainer.total_steps:
         return None
     t0 = time.monotonic()
-    hb = stand_in_batch(trainer.plan, trainer.cursor, cfg, dev, target_dtype, a.use_soft_labels)
+    hb = stand_in_batch(trainer.plan, g, cfg, dev, target_dtype, a.use_soft_labels)
     head = trainer.head or stand_in_head(cfg.vocab_size, cfg.hidden_size, dev, trainer.head_dtype)
     role = trainer.new_role(role_meter(dev, "drafter"), head=head, lock=lock)
     cuda = str(dev).startswith("cuda")
@@ -77,7 +86,7 @@ def trace_first_step(trainer, lock, target_dtype: torch.dtype) -> float | None:
     )
     try:
         noise = noise_at(trainer.step, start=a.noise_start, end=a.noise_end, total_steps=trainer.total_steps)
-        out = role.micro_step(hb, noise, 1.0 / a.grad_accum, seed=micro_seed(a.seed, trainer.cursor))
+        out = role.micro_step(hb, noise, 1.0 / a.grad_accum, seed=micro_seed(a.seed, g))
         del out
     finally:
         trainer.optimizer.zero_grad(set_to_none=True)

@@ -272,6 +272,8 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
                 device_ids=[torch.device(device).index] if device.startswith("cuda") else None,
             )
         trainer.make_role(meter, ddp)
+        # the first step's compile while the targets load in their processes (the capture's dtype)
+        trainer.warm_up(None, torch.bfloat16 if devices.target[0].startswith("cuda") else torch.float32)
         per = hidden_batch_bytes(args, trainer.cfg, 2 if device.startswith("cuda") else 4)
         loop.log(check_queue_memory(device, args.hs_queue_depth, 1, per, args))
         trainer.log_setup()
