@@ -5,20 +5,8 @@ import random
 import pytest
 import torch
 
+from tests.support.walk import decode_steps
 from trainer.drafting.acceptance import decode_walk
-
-
-def _decode(anchors: list[int], chains: list[int]) -> tuple[int, int]:
-    """Decoding, step by step: accept chain + 1 tokens at an anchor, go on at the first anchor at or after
-    the bonus token's position."""
-    by_pos = dict(zip(anchors, chains, strict=True))
-    tokens = steps = 0
-    p = anchors[0] if anchors else None
-    while p is not None:
-        c = by_pos[p]
-        tokens, steps = tokens + c + 1, steps + 1
-        p = next((a for a in anchors if a >= p + c + 1), None)
-    return tokens, steps
 
 
 def _rows(rows):
@@ -39,7 +27,7 @@ def test_walk_equals_step_by_step_decoding_on_random_rows():
             n = rng.randint(0, 40)
             anchors = sorted(rng.sample(range(60), n))
             rows.append((anchors, [rng.randint(0, 7) for _ in anchors]))
-        want = [_decode(a, c) for a, c in rows]
+        want = [decode_steps(a, c) for a, c in rows]
         tok, steps = decode_walk(*_rows(rows))
         assert (int(tok), int(steps)) == (sum(t for t, _ in want), sum(s for _, s in want))
 

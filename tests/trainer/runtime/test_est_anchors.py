@@ -7,6 +7,7 @@ import torch
 
 import trainer.runtime.roles as roles_mod
 from tests.support.model_util import tiny_drafter, tiny_target
+from tests.support.walk import decode_steps
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.loss import dflash_loss, metrics_to_floats
 from trainer.run.rundir import RoleMeter
@@ -127,19 +128,6 @@ def test_the_measuring_blocks_would_move_the_loss_if_they_had_weight():
     assert ltrain.item() == pytest.approx(lref.item(), rel=1e-6)
 
 
-def _decode(anchors, chains):
-    """Decoding, step by step: accept chain + 1 tokens at an anchor, go on at the first anchor at or after the
-    bonus token's position."""
-    by_pos = dict(zip(anchors, chains, strict=True))
-    tokens = steps = 0
-    p = anchors[0] if anchors else None
-    while p is not None:
-        c = by_pos[p]
-        tokens, steps = tokens + c + 1, steps + 1
-        p = next((a for a in anchors if a >= p + c + 1), None)
-    return tokens, steps
-
-
 def test_the_walk_reads_the_measuring_run_and_the_metrics_the_training_blocks():
     """Hand-made drafter outputs right on exactly the first ``chain`` slots of each block: the walk's tokens
     and steps are those of decoding over the measuring run (two rows, one shorter and padded); ``acc``,
@@ -164,7 +152,7 @@ def test_the_walk_reads_the_measuring_run_and_the_metrics_the_training_blocks():
                 d[b, j, k, tok] = 1.0
     _, m = dflash_loss(d, head, ids, anchors, gamma=GAMMA, n_train=2)
     want = [
-        _decode([a for a in r if a >= 0], c[: sum(a >= 0 for a in r)])
+        decode_steps([a for a in r if a >= 0], c[: sum(a >= 0 for a in r)])
         for r, c in zip(runs, run_chains, strict=True)
     ]
     assert (int(m["walk_tokens"]), int(m["walk_steps"])) == (sum(t for t, _ in want), sum(s for _, s in want))
@@ -177,7 +165,7 @@ def test_the_walk_reads_the_measuring_run_and_the_metrics_the_training_blocks():
     assert (f["acc"], f["accept_len"]) == (r["acc"], r["accept_len"])
     # no measuring blocks (n_train = A): the walk runs over the training blocks, as before
     _, m0 = dflash_loss(d[:, :2], head, ids, anchors[:, :2], gamma=GAMMA, n_train=2)
-    want0 = [_decode(t, c) for t, c in zip(train, train_chains, strict=True)]
+    want0 = [decode_steps(t, c) for t, c in zip(train, train_chains, strict=True)]
     assert (int(m0["walk_tokens"]), int(m0["walk_steps"])) == (
         sum(t for t, _ in want0),
         sum(s for _, s in want0),
