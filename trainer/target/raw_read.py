@@ -128,7 +128,7 @@ class ParallelRead:
         def work():
             try:
                 if cuda:
-                    self._cuda_worker(take, lock, landed, state)
+                    self._cuda_worker(take, landed, state)
                 else:
                     while (job := take()) is not None:
                         fd, foff, d, off, n = job
@@ -166,7 +166,7 @@ class ParallelRead:
         if progress is not None:
             progress(self.total, self.total)
 
-    def _cuda_worker(self, take, lock, landed, state) -> None:
+    def _cuda_worker(self, take, landed, state) -> None:
         with torch.cuda.device(self.device):
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))  # the destinations' allocation
