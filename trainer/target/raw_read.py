@@ -101,7 +101,8 @@ class ParallelRead:
         self.total += nbytes
 
     def run(self, progress=None) -> None:
-        """Read every job; ``progress(done, total)`` from this thread as chunks land (bytes, increasing)."""
+        """Read every job; ``progress(done, total)`` as each chunk lands (bytes, increasing; called by the reading
+        threads, one call at a time), and once more at the end."""
         try:
             if self.jobs:
                 self._run(progress)
@@ -125,17 +126,21 @@ class ParallelRead:
                 state["next"] += 1
                 return self.jobs[i]
 
+        def landed_bytes(n: int) -> None:  # under the lock: progress calls one at a time, in order
+            with landed:
+                state["done"] += n
+                if progress is not None and n:
+                    progress(state["done"], self.total)
+
         def work():
             try:
                 if cuda:
-                    self._cuda_worker(take, landed, state)
+                    self._cuda_worker(take, landed_bytes)
                 else:
                     while (job := take()) is not None:
                         fd, foff, d, off, n = job
                         _pread_into(fd, memoryview(d[off : off + n].numpy()), foff)
-                        with landed:
-                            state["done"] += n
-                            landed.notify_all()
+                        landed_bytes(n)
             except BaseException as e:  # noqa: BLE001 - raised by run() in the calling thread
                 with landed:
                     state["error"] = state["error"] or e
@@ -152,13 +157,6 @@ class ParallelRead:
         with landed:
             while state["finished"] < nthreads:
                 landed.wait()
-                if progress is not None and state["error"] is None:
-                    done = state["done"]
-                    lock.release()
-                    try:
-                        progress(done, self.total)
-                    finally:
-                        lock.acquire()
         for t in threads:
             t.join()
         if state["error"] is not None:
@@ -166,7 +164,7 @@ class ParallelRead:
         if progress is not None:
             progress(self.total, self.total)
 
-    def _cuda_worker(self, take, landed, state) -> None:
+    def _cuda_worker(self, take, landed_bytes) -> None:
         with torch.cuda.device(self.device):
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))  # the destinations' allocation
@@ -180,9 +178,7 @@ class ParallelRead:
                     fd, foff, d, off, n = job
                     if events[i] is not None:
                         events[i].synchronize()
-                        with landed:
-                            state["done"] += pending[i]
-                            landed.notify_all()
+                        landed_bytes(pending[i])
                         pending[i] = 0
                     _pread_into(fd, views[i][:n], foff)
                     with torch.cuda.stream(stream):
@@ -193,6 +189,5 @@ class ParallelRead:
                     i ^= 1
             finally:
                 stream.synchronize()
-            with landed:
-                state["done"] += sum(pending)
-                landed.notify_all()
+            for n in pending:
+                landed_bytes(n)
