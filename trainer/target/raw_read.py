@@ -115,8 +115,7 @@ class ParallelRead:
         cuda = self.device.type == "cuda"
         nthreads = max(1, min(self.THREADS, len(self.jobs), os.cpu_count() or 1))
         lock = threading.Lock()
-        landed = threading.Condition(lock)
-        state = {"next": 0, "done": 0, "error": None, "finished": 0}
+        state = {"next": 0, "done": 0, "error": None}
 
         def take():
             with lock:
@@ -127,7 +126,7 @@ class ParallelRead:
                 return self.jobs[i]
 
         def landed_bytes(n: int) -> None:  # under the lock: progress calls one at a time, in order
-            with landed:
+            with lock:
                 state["done"] += n
                 if progress is not None and n:
                     progress(state["done"], self.total)
@@ -142,21 +141,14 @@ class ParallelRead:
                         _pread_into(fd, memoryview(d[off : off + n].numpy()), foff)
                         landed_bytes(n)
             except BaseException as e:  # noqa: BLE001 - raised by run() in the calling thread
-                with landed:
+                with lock:
                     state["error"] = state["error"] or e
-            finally:
-                with landed:
-                    state["finished"] += 1
-                    landed.notify_all()
 
         threads = [
             threading.Thread(target=work, name=f"read-weights-{i}", daemon=True) for i in range(nthreads)
         ]
         for t in threads:
             t.start()
-        with landed:
-            while state["finished"] < nthreads:
-                landed.wait()
         for t in threads:
             t.join()
         if state["error"] is not None:
