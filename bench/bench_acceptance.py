@@ -33,8 +33,9 @@ rate, block size; ``--arch``) and evaluates both with the same loop; ``loss_curv
 from the real value comes from judging text the drafter trained on (several epochs at this bench's size), and
 how much from judging the data's text instead of the target's own.
 ``--train-text generated``: the drafters train on the target's own greedy continuation of the training chunks'
-first 128 bytes (the loss on what it wrote), as recipes that regenerate responses with the target do; the step
-records' estimate then reads text of the kind the evaluation decodes.
+first 128 bytes (the loss on what it wrote; as many bytes as the evaluation decodes, ``--gen-tokens``), as
+recipes that regenerate responses with the target do; the step records' estimate then reads text of the kind
+the evaluation decodes.
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -156,8 +157,10 @@ def write_jsonl(path: str, seqs: list[list[int]], masks: list[list[int]] | None 
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def generate_text(cfg, target_dir: str, seqs: list[list[int]], batch: int) -> tuple[list, list, dict]:
-    """The target's own greedy continuation of each sequence's first PROMPT bytes, up to SEQ bytes or its
+def generate_text(
+    cfg, target_dir: str, seqs: list[list[int]], batch: int, new: int
+) -> tuple[list, list, dict]:
+    """The target's own greedy continuation of each sequence's first PROMPT bytes, ``new`` bytes or up to its
     ``<eos>``: (sequences, loss masks: 0 on the prompt, 1 on what the target wrote, a summary)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -169,16 +172,17 @@ def generate_text(cfg, target_dir: str, seqs: list[list[int]], batch: int) -> tu
     with torch.no_grad():
         for i in range(0, len(seqs), batch):
             x = torch.tensor([s[:PROMPT] for s in seqs[i : i + batch]], device=dev)
-            y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=SEQ - PROMPT,
+            y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=new,
                                do_sample=False, eos_token_id=EOS, pad_token_id=EOS).tolist()  # fmt: skip
             for row in y:
-                new = row[PROMPT:]
-                new = new[: new.index(EOS)] if EOS in new else new
-                out.append(row[:PROMPT] + new)
-                masks.append([0] * PROMPT + [1] * len(new))
-                made += len(new)
+                wrote = row[PROMPT:]
+                wrote = wrote[: wrote.index(EOS)] if EOS in wrote else wrote
+                out.append(row[:PROMPT] + wrote)
+                masks.append([0] * PROMPT + [1] * len(wrote))
+                made += len(wrote)
     took = time.monotonic() - t0
-    return out, masks, {"sequences": len(out), "generated_tokens": made, "seconds": took, "batch": batch}
+    return out, masks, {"sequences": len(out), "generated_tokens": made, "new_tokens": new, "seconds": took,
+                        "batch": batch}  # fmt: skip
 
 
 def env() -> dict:
@@ -367,6 +371,14 @@ def main() -> int:
         "--gen-chunks", type=int, default=None, help="--train-text generated: how many (default: chunks / 2)"
     )
     ap.add_argument(
+        "--gen-tokens",
+        type=int,
+        default=None,
+        help="--train-text generated: bytes the target writes after each prompt (default: the evaluation's new "
+        "tokens, so that the training text is the kind the evaluation decodes; a weak target's greedy text "
+        "falls into loops further on, which drafters learn well: 384 bytes made the CPU estimate read 2x real)",
+    )
+    ap.add_argument(
         "--prompt-sets",
         default="",
         help="more evaluations of every drafter: set:len,... (set heldout or "
@@ -407,6 +419,7 @@ def main() -> int:
             os.path.join(work, "target"),
             chunks(train, n, a.seed),
             512 if cfg["device"] != "cpu" else 128,
+            a.gen_tokens or cfg["new"],
         )
         write_jsonl(os.path.join(work, "data", "train.jsonl"), seqs, masks)
         res["phase_seconds"]["generated_train_text"] = time.monotonic() - t0
