@@ -5,8 +5,9 @@ Qwen3.5 / Qwen3.6 checkpoints are multimodal (``Qwen3_5ForConditionalGeneration`
 ``load_text_model(path, text_config, device, dtype)`` builds the text-only causal LM
 (``AutoModelForCausalLM.from_config(text_config)``: ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM``) with
 the (possibly cut) text config (under transformers' ``no_init_weights``: no random initialisation of
-tensors about to be overwritten, which at 27B costs seconds even on the GPU), then fills each of its tensors from the safetensors files by name with
-``safe_open(...).get_tensor(key)``: ``model.X`` from ``model.language_model.X`` (multimodal layout) or
+tensors about to be overwritten, which at 27B costs seconds even on the GPU), then fills each of its tensors
+from the safetensors files by name (stored as the model holds them: ``raw_read.ParallelRead``, several threads;
+else ``safe_open(...).get_tensor(key)`` and a copy): ``model.X`` from ``model.language_model.X`` (multimodal layout) or
 ``model.X`` (text layout), ``lm_head.weight`` as is. Nothing else is read: not the vision tower, not the
 MTP head, not the decoder layers past the config's ``num_hidden_layers``. Per-expert MoE tensors
 (``mlp.experts.E.{gate,up,down}_proj.weight``, how transformers saves them) are stacked into the fused
