@@ -69,3 +69,25 @@ def tiny_prompts(tiny_assets, n: int) -> list[list[int]]:
             if len(prompts) == n:
                 break
     return prompts
+
+
+def cpu_drafter_role(drafter, head, *, block_size: int, max_anchors: int, gamma: float, **kw):
+    """A DrafterRole on the CPU with no optimizer, a fresh generator and meter (``kw``: any other argument,
+    e.g. ``noise_type`` (default gaussian), ``grad_clip`` (1.0), ``est_anchors``)."""
+    from trainer.run.rundir import RoleMeter
+    from trainer.runtime.roles import DrafterRole
+
+    kw.setdefault("noise_type", "gaussian")
+    kw.setdefault("grad_clip", 1.0)
+    return DrafterRole(
+        drafter,
+        head,
+        None,
+        device="cpu",
+        block_size=block_size,
+        max_anchors=max_anchors,
+        gamma=gamma,
+        generator=torch.Generator(),
+        meter=RoleMeter("cpu", "drafter"),
+        **kw,
+    )

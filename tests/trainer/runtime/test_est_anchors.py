@@ -6,13 +6,11 @@ import pytest
 import torch
 
 import trainer.runtime.roles as roles_mod
-from tests.support.model_util import tiny_drafter, tiny_target
+from tests.support.model_util import cpu_drafter_role, tiny_drafter, tiny_target
 from tests.support.walk import decode_steps
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.loss import dflash_loss, metrics_to_floats
-from trainer.run.rundir import RoleMeter
 from trainer.runtime.hidden_queue import HiddenBatch
-from trainer.runtime.roles import DrafterRole
 from trainer.target.capture import capture
 
 torch.set_num_threads(1)
@@ -44,18 +42,12 @@ def _step(arch, est_anchors, monkeypatch, before=(), seed=SEED):
         return dflash_loss(out, head, ids, anchors, gamma, **kw)
 
     monkeypatch.setattr(roles_mod, "dflash_loss", spy)
-    role = DrafterRole(
+    role = cpu_drafter_role(
         drafter,
         head,
-        None,
-        device="cpu",
         block_size=cfg.block_size,
         max_anchors=MAX_ANCHORS,
         gamma=GAMMA,
-        noise_type="gaussian",
-        grad_clip=1.0,
-        generator=torch.Generator(),
-        meter=RoleMeter("cpu", "drafter"),
         est_anchors=est_anchors,
     )
     hb = _batch(target, cfg.target_layer_ids)
@@ -174,7 +166,6 @@ def test_the_walk_reads_the_measuring_run_and_the_metrics_the_training_blocks():
 
 def test_est_anchors_of_one_is_refused():
     with pytest.raises(ValueError, match="est_anchors"):
-        DrafterRole(
-            None, None, None, device="cpu", block_size=4, max_anchors=4, gamma=1.0, noise_type="uniform",
-            grad_clip=1.0, generator=torch.Generator(), meter=RoleMeter("cpu", "drafter"), est_anchors=1,
-        )  # fmt: skip
+        cpu_drafter_role(
+            None, None, block_size=4, max_anchors=4, gamma=1.0, noise_type="uniform", est_anchors=1
+        )

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from tests.support.model_util import tiny_drafter, tiny_target
+from tests.support.model_util import cpu_drafter_role, tiny_drafter, tiny_target
 from trainer.data.dataset import Plan, load_dir
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.masks import anchor_count, sample_anchors
@@ -14,7 +14,7 @@ from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
 from trainer.runtime.hidden_queue import HiddenBatch
 from trainer.runtime.loop import quiet_transformers
-from trainer.runtime.roles import DrafterRole, TargetRole, launch_lock
+from trainer.runtime.roles import TargetRole, launch_lock
 from trainer.target.capture import capture, load_target
 
 
@@ -66,18 +66,8 @@ def test_dflash2_drafter_role_labels_its_selector_by_the_targets_argmax_with_sof
     with torch.no_grad():
         hidden, final = capture(target, ids, docs, cfg.target_layer_ids, need_final_hidden=True)
     hb = HiddenBatch(0, 0, T, hidden, final, ids, lm, docs)
-    role = DrafterRole(
-        drafter,
-        head,
-        None,
-        device="cpu",
-        block_size=bs,
-        max_anchors=max_anchors,
-        gamma=gamma,
-        noise_type="uniform",
-        grad_clip=1.0,
-        generator=torch.Generator(),
-        meter=RoleMeter("cpu", "drafter"),
+    role = cpu_drafter_role(
+        drafter, head, block_size=bs, max_anchors=max_anchors, gamma=gamma, noise_type="uniform"
     )
     got = role.micro_step(hb, 0.0, 1.0, seed=seed)
 

@@ -6,13 +6,12 @@ import copy
 import pytest
 import torch
 
+from tests.support.model_util import cpu_drafter_role
 from tests.support.trainer_run import tiny_flags
 from trainer.drafting import head as head_mod
 from trainer.drafting.head import FrozenHead
 from trainer.run.flags import build_parser, validate
-from trainer.run.rundir import RoleMeter
 from trainer.runtime.loop import Trainer, quiet_transformers
-from trainer.runtime.roles import DrafterRole
 from trainer.runtime.shared_head import head_from_target
 from trainer.target.capture import load_target
 
@@ -84,18 +83,14 @@ def test_single_process_trainer_shares_the_targets_tensors_and_trains_the_same(t
     drafters = [t.drafter, copy.deepcopy(t.drafter)]
     outs = []
     for drafter, head in zip(drafters, (t.head, from_files), strict=True):
-        role = DrafterRole(
+        role = cpu_drafter_role(
             drafter,
             head,
-            None,
-            device="cpu",
             block_size=t.cfg.block_size,
             max_anchors=args.max_anchors,
             gamma=args.gamma,
             noise_type=args.noise_type,
             grad_clip=args.grad_clip,
-            generator=torch.Generator(),
-            meter=RoleMeter("cpu", "drafter"),
         )
         outs.append(role.micro_step(hb, 0.1, 1.0, seed=7))
     assert outs[0].keys() == outs[1].keys()
