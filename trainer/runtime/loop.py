@@ -316,6 +316,12 @@ class Trainer:
             log(check_queue_memory(d, self.queue.capacity, len(self.target_roles), per, a))
         self.log_setup()
 
+    def compile_caches_loaded(self) -> None:
+        """Wait for the compile mega-cache's load (setup_model started it): before anything compiles."""
+        if self.mega_thread is not None:
+            self.mega_thread.join()
+            self.mega_thread = None
+
     def warm_up(self, lock, target_dtype) -> None:
         """Where the drafter's first step compiles (CUDA), compile it now on a stand-in batch (runtime/warmup.py):
         called before the first hidden states can arrive."""
@@ -323,9 +329,7 @@ class Trainer:
 
         if not warmup.wanted(self.device):
             return
-        if self.mega_thread is not None:  # the compile caches complete before anything compiles
-            self.mega_thread.join()
-            self.mega_thread = None
+        self.compile_caches_loaded()
         startup_phase(self.startup, "compiling", part="drafter step on a stand-in batch", device=self.device)
         try:
             took = warmup.trace_first_step(self, lock, target_dtype)
@@ -603,9 +607,7 @@ class Trainer:
                 f"the checkpoint's data cursor ({self.cursor}) plus {need} micro-batches "
                 f"to go exceeds the {self.plan.total} this data gives",
             )
-        if self.mega_thread is not None:  # the compile caches complete before anything compiles
-            self.mega_thread.join()
-            self.mega_thread = None
+        self.compile_caches_loaded()
         if self.dist is None:
             self.start_workers()
         else:
