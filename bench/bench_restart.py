@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python bench/bench_restart.py --out $OUT --parts one,two     # one H200 (both roles), two H200s
     PYTHONPATH=. python bench/bench_restart.py --tiny --out /tmp/br           # CPU: the tiny shape, one process
+    PYTHONPATH=. python bench/bench_restart.py --target qwen3.6-27b --parts one --out $OUT   # the 27B shape
 
 For each part: a fresh run directory; launch ``python -m trainer.pipeline`` (bench/bench_pipeline.py's
 reference shape: random-weight Qwen3-8B-shaped target in ``--work``, 5-layer drafter, 8192-token sequences),
@@ -28,6 +29,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_pipeline import REF, TINY, flags, log, make_data, make_target  # noqa: E402
+
+# the 27B target: built by bench_seeds' builder (random weights at the exact Qwen3.6-27B text shape, saved as
+# safetensors shards by parallel threads) in a process of its own, so that none of its memory stays in this one
+BUILD_27B = (
+    "import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/bench']; from bench_seeds import build_target; "
+    "print(build_target(sys.argv[2], sys.argv[3] == 'tiny', sys.argv[4]))"
+)
 
 
 def records(path: str) -> list[dict]:
@@ -127,24 +135,58 @@ def main() -> None:
         help="a third launch (warm) under cProfile: OUT/PART_warm.prof(.txt)",
     )
     ap.add_argument("--warm", type=int, default=1, help="warm launches after the cold one (each resumes)")
+    ap.add_argument(
+        "--runs",
+        default=None,
+        help="folder of the run directories (default: --work); at the 27B shape each checkpoint is ~26 GB "
+        "and one is kept (--keep-checkpoints 1), so put them on a disk when the target fills /dev/shm",
+    )
+    ap.add_argument(
+        "--target",
+        choices=("qwen3-8b", "qwen3.6-27b"),
+        default="qwen3-8b",
+        help="qwen3-8b: bench_pipeline's dense reference shape; qwen3.6-27b: the hybrid seeds' target "
+        "(bench_seeds' builder; needs flash-linear-attention on a GPU); --tiny: each one's tiny shape",
+    )
     a = ap.parse_args()
     if a.tiny:
         a.seq, a.layers, a.block, a.anchors, a.sequences, a.parts = 256, 1, 8, 32, 200, "cpu"
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.work, exist_ok=True)
+    os.makedirs(a.runs or a.work, exist_ok=True)
     target, data = os.path.join(a.work, "target"), os.path.join(a.work, "data")
-    make_target(target, a.tiny)
-    make_data(data, a.sequences, a.seq, (TINY if a.tiny else REF)["vocab_size"])
-    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+    build = {}
+    if a.target == "qwen3-8b":
+        make_target(target, a.tiny)
+        vocab = (TINY if a.tiny else REF)["vocab_size"]
+    else:
+        if not os.path.exists(os.path.join(target, ".complete")):
+            t0 = time.time()
+            dev = ["tiny", "cpu"] if a.tiny else ["full", "cuda:0"]
+            subprocess.run([sys.executable, "-c", BUILD_27B, ROOT, target, *dev], check=True)
+            build = {"seconds": time.time() - t0}
+            log(f"27B-shaped target built and saved in {build['seconds']:.1f}s: {target}")
+        with open(os.path.join(target, "config.json")) as f:
+            cfg = json.load(f)
+        vocab = cfg.get("text_config", cfg)["vocab_size"]
+        build["bytes"] = sum(
+            os.path.getsize(os.path.join(target, f)) for f in os.listdir(target) if f.endswith(".safetensors")
+        )
+    make_data(data, a.sequences, a.seq, vocab)
+    # the code under test first; what the caller's PYTHONPATH holds (e.g. flash-linear-attention) after it
+    path = os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH", "")) if x)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
     if a.tiny:
         env.setdefault("OMP_NUM_THREADS", "1")
     layouts = {"cpu": ("cpu", "cpu"), "one": ("0", "0"), "two": ("0", "1")}
     results = {}
     for part in a.parts.split(","):
         tg, dg = layouts[part]
-        run = os.path.join(a.work, f"restart_{part}")
+        run = os.path.join(a.runs or a.work, f"restart_{part}")
         shutil.rmtree(run, ignore_errors=True)
         argv = flags(a, target, data, run, tg, dg, 100000)
+        if a.target == "qwen3.6-27b":
+            argv += ["--keep-checkpoints", "1"]
         out = []
         launches = ["none"] + ["auto"] * a.warm + (["auto"] if a.profile else [])
         for i, resume in enumerate(launches):
@@ -157,6 +199,7 @@ def main() -> None:
             log(f"{part} {r['launch']}: {json.dumps(r)}")
             out.append(r)
         results[part] = out
+    results["target"] = {"shape": a.target, "path": target, **build}
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     rows = [
@@ -164,6 +207,8 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for part, rs in results.items():
+        if part == "target":
+            continue
         for r in rs:
             rows.append(
                 f"| {part} | {r['launch']} | {r['first_step_s']} | {r['wall_to_first_step_s'] and round(r['wall_to_first_step_s'], 2)} "
