@@ -130,7 +130,7 @@ def train_target(cfg, train: bytes, held: bytes, out_dir: str, seed: int) -> dic
         if step % 100 == 0 or step == steps - 1:
             losses.append((step, float(loss.detach())))
             print(
-                f"target step {step}/{steps} loss {float(loss):.3f} ({time.monotonic() - t0:.0f}s)",
+                f"target step {step}/{steps} loss {loss.item():.3f} ({time.monotonic() - t0:.0f}s)",
                 flush=True,
             )
     train_s = time.monotonic() - t0

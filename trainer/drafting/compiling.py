@@ -13,5 +13,6 @@ def compile_enabled() -> bool:
 
 # inductor warns on every compile that splits a softmax reduction ("Online softmax is disabled on the fly
 # since Inductor decides to split the reduction ..."): nothing a user of the trainer can act on, and it filled
-# train.log. Only that exact message is silenced.
-warnings.filterwarnings("ignore", message="Online softmax is disabled")
+# train.log. Only that exact message is silenced; it begins with a newline, and the filter's pattern is matched
+# at the message's start, so it allows leading white space.
+warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled")
