@@ -115,6 +115,15 @@ def launch_once(
     }
 
 
+def drop_page_cache() -> float:
+    """``sync``, then drop the page cache (needs root); the seconds it took."""
+    t0 = time.time()
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    return time.time() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_restart"))
@@ -140,6 +149,12 @@ def main() -> None:
         default=None,
         help="folder of the run directories (default: --work); at the 27B shape each checkpoint is ~26 GB "
         "and one is kept (--keep-checkpoints 1), so put them on a disk when the target fills /dev/shm",
+    )
+    ap.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="before each launch: sync, and drop the kernel's page cache (root), so that the target's weights "
+        "are read from the disk, not from memory (a --work on a disk; tmpfs is not dropped)",
     )
     ap.add_argument(
         "--target",
@@ -194,7 +209,10 @@ def main() -> None:
             since = len(records(os.path.join(run, "metrics.jsonl")))
             profiled = a.profile and i == len(launches) - 1
             prof = os.path.join(a.out, f"{part}_warm.prof") if profiled else None
+            dropped = drop_page_cache() if a.drop_caches else None
             r = launch_once(argv, run, since, a.steps, a.timeout, env, prof)
+            if dropped is not None:
+                r["page_cache_dropped_s"] = dropped
             r["launch"] = "cold" if i == 0 else "warm, profiled" if profiled else "warm"
             log(f"{part} {r['launch']}: {json.dumps(r)}")
             out.append(r)
