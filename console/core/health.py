@@ -224,7 +224,7 @@ class Health:
         elif kind == "event":
             self._on_event(rec, t)
         elif kind == "eval":
-            v = _num(rec.get("mean_accept_len"))
+            v = _num(rec.get("accept_len"))  # the eval record's field (docs/run-directory.md)
             if v is not None and math.isfinite(v):
                 f.accept_last = v
                 f.accept_best = v if f.accept_best is None else max(f.accept_best, v)

@@ -86,13 +86,17 @@ async def collect(session: Session) -> dict:
 
 def acceptance(last_eval: dict | None, last_step: dict | None) -> dict | None:
     """``{"value", "source", "step"}``: the newest ``eval`` record's measured acceptance length (source
-    ``eval``), else the last step's running estimate (``estimate``), else an old run's product formula (``old``)."""
+    ``eval``; with ``se``, its standard error over the evaluation's prompts, where the record has one), else
+    the last step's running estimate (``estimate``), else an old run's product formula (``old``)."""
 
     def num(v):
         return isinstance(v, (int, float)) and not isinstance(v, bool)
 
     if last_eval and num(last_eval.get("accept_len")):
-        return {"value": last_eval["accept_len"], "source": "eval", "step": last_eval.get("step")}
+        out = {"value": last_eval["accept_len"], "source": "eval", "step": last_eval.get("step")}
+        if num(last_eval.get("accept_len_se")):
+            out["se"] = last_eval["accept_len_se"]
+        return out
     for key, source in (("accept_len_est", "estimate"), ("accept_len", "old")):
         if last_step and num(last_step.get(key)):
             return {"value": last_step[key], "source": source, "step": last_step.get("step")}
@@ -118,7 +122,8 @@ def accept_part(acc: dict | None) -> str | None:
     if not acc:
         return None
     if acc["source"] == "eval":
-        return f"accept_len {acc['value']:.2f} (measured, step {acc['step']})"
+        se = f" +- {acc['se']:.2f}" if "se" in acc else ""
+        return f"accept_len {acc['value']:.2f}{se} (measured, step {acc['step']})"
     if acc["source"] == "estimate":
         return f"accept_len {acc['value']:.2f} (estimate)"
     return f"accept_len {acc['value']:.2f}"

@@ -7,10 +7,16 @@
 - ``spec_tok_s`` / ``target_tok_s``: new tokens over decode seconds (after the prefill), speculative and
   target alone, in the same run; ``speedup`` = their ratio;
 - ``rewind_forwards`` (hybrid linear-attention targets): the extra target forwards that rolled the
-  linear-attention state back after a rejected draft (one per such verify step; included in the timing).
+  linear-attention state back after a rejected draft (one per such verify step; included in the timing);
+- ``mean_accept_len_se`` (``over_prompts``): the standard error of ``mean_accept_len`` with the *prompt* as
+  the unit that varies (a prompt's verify steps are not independent: one loops and accepts whole blocks,
+  another is hard throughout); ``prompt_accept_len`` / ``prompt_steps``: each prompt's own mean and verify
+  steps, so that two drafters evaluated on the same prompts can be compared prompt by prompt.
 """
 
 from __future__ import annotations
+
+import math
 
 
 def summarize(accept_lens: list[int], block_size: int) -> dict:
@@ -29,13 +35,36 @@ def summarize(accept_lens: list[int], block_size: int) -> dict:
     }
 
 
+def over_prompts(per_prompt: list[list[int]]) -> dict:
+    """The spread of the pooled mean over prompts. ``mean_accept_len`` is a ratio of sums, R = sum(T_i) /
+    sum(S_i) (prompt i: T_i tokens accepted + bonus over S_i verify steps); its standard error by the usual
+    linearisation, sqrt(n / (n - 1) * sum((T_i - R S_i)^2)) / sum(S_i): ``None`` with fewer than 2 prompts
+    that took a step."""
+    steps = [len(x) for x in per_prompt]
+    tokens = [sum(x) for x in per_prompt]
+    n, total = sum(1 for s in steps if s), sum(steps)
+    se = None
+    if n >= 2:
+        r = sum(tokens) / total
+        se = (
+            math.sqrt(n / (n - 1) * sum((t - r * s) ** 2 for t, s in zip(tokens, steps, strict=True))) / total
+        )
+    return {
+        "mean_accept_len_se": se,
+        "prompt_accept_len": [t / s if s else None for t, s in zip(tokens, steps, strict=True)],
+        "prompt_steps": steps,
+    }
+
+
 def format_report(r: dict) -> str:
     lines = [
         f"drafter {r['drafter']} (block {r['block_size']}) on {r['target']}",
         f"{r['prompts']} prompts x up to {r['max_new_tokens']} new tokens, temperature {r['temperature']:g}, "
         f"device {r['device']}",
-        f"mean acceptance length: {r['mean_accept_len']:.3f} tokens per verify step "
-        f"({r['verify_steps']} steps, {r['new_tokens']} new tokens)",
+        f"mean acceptance length: {r['mean_accept_len']:.3f}"
+        + (f" +- {r['mean_accept_len_se']:.3f}" if r.get("mean_accept_len_se") is not None else "")
+        + f" tokens per verify step ({r['verify_steps']} steps, {r['new_tokens']} new tokens"
+        + (", +- one standard error over prompts)" if r.get("mean_accept_len_se") is not None else ")"),
         "per position k=1..: " + " ".join(f"{x:.2f}" for x in r["per_position"]),
         "histogram (length 1..): " + " ".join(str(x) for x in r["histogram"]),
         f"decode: speculative {r['spec_tok_s']:.1f} tok/s, target alone {r['target_tok_s']:.1f} tok/s, "

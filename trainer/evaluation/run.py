@@ -133,7 +133,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
         target_text_config,
     )
     from trainer.evaluation.prompts import read_prompts
-    from trainer.evaluation.report import summarize
+    from trainer.evaluation.report import over_prompts, summarize
     from trainer.evaluation.spec_decode import CachedTarget, speculative_generate, target_generate
 
     t_start = time.monotonic()
@@ -173,6 +173,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
     speculative_generate(target, proposer, prompts[0], w_new, 0.0, None, eos)
 
     accept_lens: list[int] = []
+    per_prompt: list[list[int]] = []
     spec_tokens = spec_s = base_tokens = base_s = 0.0
     mismatches = rewinds = 0
     progress = Progress(len(prompts), show_progress)
@@ -189,6 +190,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
         spec_tokens += len(spec.tokens)
         spec_s += spec.decode_s
         accept_lens.extend(spec.accept_lens)
+        per_prompt.append(list(spec.accept_lens))
         outputs.append((list(prompt), list(spec.tokens)))
         rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
@@ -202,6 +204,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
     greedy = a.temperature <= 0 and not a.no_baseline
     return {
         **summarize(accept_lens, cfg.block_size),
+        **over_prompts(per_prompt),
         "block_size": cfg.block_size,
         "prompts": len(prompts),
         "max_new_tokens": a.max_new_tokens,

@@ -132,6 +132,7 @@ class EvalScheduler:
             step=step,
             checkpoint=path,
             accept_len=rep["mean_accept_len"],
+            accept_len_se=rep.get("mean_accept_len_se"),
             per_position=rep["per_position"],
             histogram=rep["histogram"],
             prompts=rep["prompts"],

@@ -304,13 +304,13 @@ def test_real_acceptance_20_percent_below_its_best():
     c = Clock()
     h = running(c)
     for v in (3.0, 3.5, 2.81):
-        h.apply(Record({"kind": "eval", "t": c.t, "step": 10, "mean_accept_len": v}))
+        h.apply(Record({"kind": "eval", "t": c.t, "step": 10, "accept_len": v}))
     h.apply(Record({"kind": "eval", "t": c.t, "step": 11}))  # another schema: skipped
     assert h.evaluate() == []
-    h.apply(Record({"kind": "eval", "t": c.t, "step": 30, "mean_accept_len": 2.7}))
+    h.apply(Record({"kind": "eval", "t": c.t, "step": 30, "accept_len": 2.7}))
     (ch,) = h.evaluate()
     assert ch.alert.key == "accept_drop" and "23% below its best 3.50" in ch.alert.message
-    h.apply(Record({"kind": "eval", "t": c.t, "step": 40, "mean_accept_len": 3.4}))
+    h.apply(Record({"kind": "eval", "t": c.t, "step": 40, "accept_len": 3.4}))
     assert h.evaluate()[0].kind == "cleared"
 
 

@@ -197,6 +197,13 @@ def test_acceptance_shows_the_newest_eval_else_the_estimate_marked():
     assert acceptance(None, {"accept_len_est": 2.9, "accept_len": 0.5, "step": 3})["source"] == "estimate"
     assert acceptance(None, {"accept_len": 0.5, "step": 3}) == {"value": 0.5, "source": "old", "step": 3}
     assert acceptance(None, None) is None
+    # an eval record with its spread over prompts: status shows it beside the value
+    from console.core.status import accept_part
+
+    ev_se = {**ev, "accept_len_se": 0.25}
+    assert acceptance(ev_se, None) == {"value": 3.125, "source": "eval", "step": 2, "se": 0.25}
+    assert accept_part(acceptance(ev_se, None)) == "accept_len 3.12 +- 0.25 (measured, step 2)"
+    assert accept_part(acceptance(ev, None)) == "accept_len 3.12 (measured, step 2)"
 
 
 def test_acceptance_histories_fold_estimates_and_evals_bounded():

@@ -47,6 +47,15 @@ def test_eval_records_and_exact_resume(tiny_assets, tmp_path):
         assert e["checkpoint"].endswith(f"step_{e['step']:08d}")
         assert 1.0 <= e["accept_len"] <= 8 and len(e["per_position"]) == 7
         assert (e["prompts"], e["new_tokens"], e["temperature"]) == (2, 8, 0.0) and e["seconds"] > 0
+        assert e["accept_len_se"] is None or e["accept_len_se"] >= 0
+    # the console's health checks read these very records: the real acceptance they track is the record's
+    from console.core.events import Record
+    from console.core.health import Health
+
+    h = Health()
+    for r in recs:
+        h.apply(Record(r))
+    assert h.f.accept_last == ev[-1]["accept_len"] and h.f.accept_best == max(e["accept_len"] for e in ev)
     assert (cut_dir / "evals" / f"step_{N:08d}" / "drafter" / "model.safetensors").exists()
 
     # the checkpoint: drafter/ in the training dtype (exact resume), export/ in bf16 for serving, both 0644

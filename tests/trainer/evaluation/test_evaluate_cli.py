@@ -37,6 +37,13 @@ def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
     assert rep["greedy_match"] is True and rep["greedy_mismatches"] == 0
     assert 1.0 <= rep["mean_accept_len"] < 1.5
     assert sum(rep["histogram"]) == rep["verify_steps"] and len(rep["per_position"]) == 3
+    # the spread over prompts: each prompt's own figures rebuild the pooled mean
+    assert rep["prompt_steps"] and len(rep["prompt_steps"]) == 3 == len(rep["prompt_accept_len"])
+    pooled = (
+        sum(m * n for m, n in zip(rep["prompt_accept_len"], rep["prompt_steps"], strict=True))
+        / rep["verify_steps"]
+    )
+    assert abs(pooled - rep["mean_accept_len"]) < 1e-9 and rep["mean_accept_len_se"] >= 0
     assert rep["spec_tok_s"] > 0 and rep["target_tok_s"] > 0 and rep["speedup"] > 0
     assert rep["rewind_forwards"] == 0  # a KV-cache target is cropped, never run again
     # --save-outputs: prompt + output per line, in the training data's format, the output's tokens trained
