@@ -95,6 +95,7 @@ class ConsoleState:
     accept_len: float | None = None  # the old product estimate (runs from before accept_len_est)
     accept_len_est: float | None = None  # the trainer's running estimate (step records)
     eval_accept_len: float | None = None  # the newest real value (an `eval` record)
+    eval_accept_len_se: float | None = None  # its standard error over the evaluation's prompts, if recorded
     eval_step: int | None = None
     lr: float | None = None
     grad_norm: float | None = None
@@ -261,6 +262,7 @@ class ConsoleState:
         if value is None:
             return
         self.eval_accept_len = value
+        self.eval_accept_len_se = _num(rec.get("accept_len_se"))
         self.eval_step = step if isinstance(step, int) and not isinstance(step, bool) else None
         if self.eval_step is not None:
             self.eval_hist.append((self.eval_step, value))

@@ -34,6 +34,8 @@ def accept_text(state: ConsoleState) -> Text:
     value, source = state.acceptance()
     t = Text(fmt_number(value, ".2f"), style="bold")
     if source == "eval":
+        if state.eval_accept_len_se is not None:
+            t.append(f" +- {state.eval_accept_len_se:.2f}")
         t.append(f" measured at step {state.eval_step}", style="dim")
         if state.accept_len_est is not None:
             t.append(f", est. now {state.accept_len_est:.2f}", style="dim")

@@ -197,7 +197,9 @@ def test_acceptance_shows_the_newest_eval_else_the_estimate_marked():
     assert acceptance(None, {"accept_len_est": 2.9, "accept_len": 0.5, "step": 3})["source"] == "estimate"
     assert acceptance(None, {"accept_len": 0.5, "step": 3}) == {"value": 0.5, "source": "old", "step": 3}
     assert acceptance(None, None) is None
-    # an eval record with its spread over prompts: status shows it beside the value
+    # an eval record with its spread over prompts: the screen and status show it beside the value
+    st.apply_record({"t": T0 + 4, "kind": "eval", "step": 4, "accept_len": 3.5, "accept_len_se": 0.25})
+    assert accept_text(st).plain == "3.50 +- 0.25 measured at step 4, est. now 2.90"
     from console.core.status import accept_part
 
     ev_se = {**ev, "accept_len_se": 0.25}
