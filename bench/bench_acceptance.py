@@ -55,6 +55,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from trainer.evaluation.report import paired_ratio  # noqa: E402
 from trainer.run.flags import build_parser  # noqa: E402  (the trainer's own defaults)
 
 EOS, MASK, VOCAB = 256, 257, 260
@@ -479,6 +480,16 @@ def main() -> int:
             print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
                               "est_uniform": est_uniform, "old": d.get("accept_len_old"),
                               "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
+        for block, _, arch in group:  # DFlash 2 against DFlash 1 of the same block, prompt by prompt
+            one, two = res.get(f"block{block}_dflash", {}), res.get(f"block{block}_dflash2", {})
+            if (
+                arch == "dflash2"
+                and "prompt_steps" in one.get("eval", {})
+                and "prompt_steps" in two.get("eval", {})
+            ):
+                res[f"block{block}_dflash2_vs_dflash"] = cmp = paired_ratio(one["eval"], two["eval"])
+                save()
+                print(json.dumps({"block": block, "dflash2_over_dflash": cmp}), flush=True)
         for ((block, _, arch), (ps, plen)), st in extra:  # the same drafters on other prompt sets
             e = finish_eval(st)
             key = f"block{block}" + (f"_{arch}" if arch else "")

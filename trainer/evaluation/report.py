@@ -56,6 +56,29 @@ def over_prompts(per_prompt: list[list[int]]) -> dict:
     }
 
 
+def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dict:
+    """Drafter B against drafter A, both evaluated on the same prompts (two ``--json`` reports): the ratio of
+    their mean acceptance lengths, and its 95% interval by a bootstrap that resamples *prompts*, each drawn
+    prompt counted for both drafters (the comparison is paired: a prompt easy for one is easy for the other)."""
+    import random
+
+    pa, pb = a["prompt_steps"], b["prompt_steps"]
+    if len(pa) != len(pb) or a.get("prompts") != b.get("prompts"):
+        raise ValueError("the two evaluations did not decode the same prompts")
+    ta = [m * n if n else 0.0 for m, n in zip(a["prompt_accept_len"], pa, strict=True)]
+    tb = [m * n if n else 0.0 for m, n in zip(b["prompt_accept_len"], pb, strict=True)]
+
+    def ratio(idx) -> float:
+        sa, sb = sum(pa[i] for i in idx), sum(pb[i] for i in idx)
+        return (sum(tb[i] for i in idx) / sb) / (sum(ta[i] for i in idx) / sa) if sa and sb else math.nan
+
+    n, rng = len(pa), random.Random(seed)
+    boot = sorted(ratio([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
+    boot = [x for x in boot if x == x]
+    lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
+    return {"ratio": ratio(range(n)), "ci95": [lo, hi], "prompts": n, "resamples": resamples}
+
+
 def format_report(r: dict) -> str:
     lines = [
         f"drafter {r['drafter']} (block {r['block_size']}) on {r['target']}",

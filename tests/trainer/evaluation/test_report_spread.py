@@ -66,3 +66,27 @@ def test_text_report_shows_the_standard_error():
     text = format_report(r)
     assert f"{r['mean_accept_len']:.3f} +- {r['mean_accept_len_se']:.3f}" in text
     assert "standard error over prompts" in text
+
+
+def _report(pp: list[list[int]]) -> dict:
+    return {**summarize([x for p in pp for x in p], 8), **over_prompts(pp), "prompts": len(pp)}
+
+
+def test_paired_ratio_of_two_drafters_on_the_same_prompts():
+    from trainer.evaluation.report import paired_ratio
+
+    a = _prompts(5)
+    same = paired_ratio(_report(a), _report(a), resamples=2000)
+    assert same["ratio"] == pytest.approx(1.0) and same["ci95"] == [pytest.approx(1.0), pytest.approx(1.0)]
+    # B accepts one more token on every step of every prompt: ahead, and the paired interval excludes 1
+    b = [[x + 1 for x in p] for p in a]
+    r = paired_ratio(_report(a), _report(b), resamples=2000)
+    ra, rb = _report(a)["mean_accept_len"], _report(b)["mean_accept_len"]
+    assert r["ratio"] == pytest.approx(rb / ra) and 1.0 < r["ci95"][0] <= r["ratio"] <= r["ci95"][1]
+    # the same gain judged unpaired (B's prompts shuffled against A's) is far less certain
+    rng = np.random.default_rng(0)
+    shuffled = [b[i] for i in rng.permutation(len(b))]
+    u = paired_ratio(_report(a), _report(shuffled), resamples=2000)
+    assert u["ci95"][1] - u["ci95"][0] > 2 * (r["ci95"][1] - r["ci95"][0])
+    with pytest.raises(ValueError, match="same prompts"):
+        paired_ratio(_report(a), _report(a[:-1]))
