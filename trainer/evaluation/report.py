@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 
 def summarize(accept_lens: list[int], block_size: int) -> dict:
@@ -60,8 +61,6 @@ def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dic
     """Drafter B against drafter A, both evaluated on the same prompts (two ``--json`` reports): the ratio of
     their mean acceptance lengths, and its 95% interval by a bootstrap that resamples *prompts*, each drawn
     prompt counted for both drafters (the comparison is paired: a prompt easy for one is easy for the other)."""
-    import random
-
     pa, pb = a["prompt_steps"], b["prompt_steps"]
     if len(pa) != len(pb) or a.get("prompts") != b.get("prompts"):
         raise ValueError("the two evaluations did not decode the same prompts")
@@ -73,8 +72,8 @@ def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dic
         return (sum(tb[i] for i in idx) / sb) / (sum(ta[i] for i in idx) / sa) if sa and sb else math.nan
 
     n, rng = len(pa), random.Random(seed)
-    boot = sorted(ratio([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
-    boot = [x for x in boot if x == x]
+    draws = (ratio([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
+    boot = sorted(x for x in draws if not math.isnan(x))  # (a draw of prompts without a step: none to count)
     lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
     return {"ratio": ratio(range(n)), "ci95": [lo, hi], "prompts": n, "resamples": resamples}
 
