@@ -172,8 +172,8 @@ def evaluate(a, show_progress: bool = False) -> dict:
     target_generate(target, prompts[0], w_new, 0.0, None, eos)
     speculative_generate(target, proposer, prompts[0], w_new, 0.0, None, eos)
 
-    accept_lens: list[int] = []
-    per_prompt: list[list[int]] = []
+    per_prompt: list[list[int]] = []  # each prompt's acceptance length per verify step
+    accepted = verify_steps = 0  # their running sums, for the progress line
     spec_tokens = spec_s = base_tokens = base_s = 0.0
     mismatches = rewinds = 0
     progress = Progress(len(prompts), show_progress)
@@ -189,13 +189,13 @@ def evaluate(a, show_progress: bool = False) -> dict:
         spec = speculative_generate(target, proposer, prompt, a.max_new_tokens, a.temperature, gen, eos)
         spec_tokens += len(spec.tokens)
         spec_s += spec.decode_s
-        accept_lens.extend(spec.accept_lens)
         per_prompt.append(list(spec.accept_lens))
+        accepted, verify_steps = accepted + sum(spec.accept_lens), verify_steps + len(spec.accept_lens)
         outputs.append((list(prompt), list(spec.tokens)))
         rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
             mismatches += 1
-        progress.update(i + 1, sum(accept_lens) / len(accept_lens) if accept_lens else None)
+        progress.update(i + 1, accepted / verify_steps if verify_steps else None)
     progress.close()
     if a.save_outputs:
         save_outputs(a.save_outputs, outputs)
@@ -203,7 +203,7 @@ def evaluate(a, show_progress: bool = False) -> dict:
     target_tok_s = base_tokens / base_s if base_s > 0 else None
     greedy = a.temperature <= 0 and not a.no_baseline
     return {
-        **summarize(accept_lens, cfg.block_size),
+        **summarize([n for lens in per_prompt for n in lens], cfg.block_size),
         **over_prompts(per_prompt),
         "block_size": cfg.block_size,
         "prompts": len(prompts),
