@@ -194,7 +194,7 @@ def main() -> None:
     if a.tiny:
         env.setdefault("OMP_NUM_THREADS", "1")
     layouts = {"cpu": ("cpu", "cpu"), "one": ("0", "0"), "two": ("0", "1")}
-    results = {}
+    parts = {}
     for part in a.parts.split(","):
         tg, dg = layouts[part]
         run = os.path.join(a.runs or a.work, f"restart_{part}")
@@ -216,17 +216,14 @@ def main() -> None:
             r["launch"] = "cold" if i == 0 else "warm, profiled" if profiled else "warm"
             log(f"{part} {r['launch']}: {json.dumps(r)}")
             out.append(r)
-        results[part] = out
-    results["target"] = {"shape": a.target, "path": target, **build}
+        parts[part] = out
     with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump({**parts, "target": {"shape": a.target, "path": target, **build}}, f, indent=1)
     rows = [
         "| part | launch | launch to first step (s) | bench wall (s) | target loaded at (s) | queue waited from (s) | compile cache |",
         "|---|---|---|---|---|---|---|",
     ]
-    for part, rs in results.items():
-        if part == "target":
-            continue
+    for part, rs in parts.items():
         for r in rs:
             rows.append(
                 f"| {part} | {r['launch']} | {r['first_step_s']} | {r['wall_to_first_step_s'] and round(r['wall_to_first_step_s'], 2)} "
