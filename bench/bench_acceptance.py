@@ -55,7 +55,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from trainer.evaluation.report import paired_ratio  # noqa: E402
+from trainer.evaluation.report import paired_ratio, pool  # noqa: E402
 from trainer.run.flags import build_parser  # noqa: E402  (the trainer's own defaults)
 
 EOS, MASK, VOCAB = 256, 257, 260
@@ -67,6 +67,10 @@ TINY = dict(hidden=64, layers=4, heads=4, kv=2, head_dim=16, inter=128, steps=60
 SMALL = dict(hidden=128, layers=4, heads=4, kv=2, head_dim=32, inter=384, steps=400, batch=16,
              chunks=4000, drafter_steps=300, budget=4096, prompts=16, new=64, device="cpu")  # fmt: skip
 SEQ, PROMPT = 512, 128
+# --blocks arch names that are a trainer architecture plus flags (the result key keeps the name)
+VARIANTS = {
+    "dflash2ug": ("dflash2", ["--selector-unary-grad"])
+}  # the selector's loss through the unary logits
 
 
 def corpus(limit_files: int | None):
@@ -204,7 +208,8 @@ def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, sche
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
             "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule]  # fmt: skip
     if arch:
-        argv += ["--arch", arch]
+        base, extra = VARIANTS.get(arch, (arch, []))
+        argv += ["--arch", base, *extra]
     if soft:
         argv += ["--use-soft-labels"]
     log = open(os.path.join(out, log_name), "w")  # noqa: SIM115 (closed by finish_drafter)
@@ -283,31 +288,65 @@ def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=Tr
     )
 
 
+def shard_prompts(work: str, prompts: str, n: int, shards: int) -> list[tuple[str, int]]:
+    """The first ``n`` prompts of a prompt set cut into ``shards`` consecutive files (``<set>/shardI/``), so that
+    the shards' evaluations together decode exactly the prompts one evaluation of ``n`` would."""
+    with open(os.path.join(work, prompts, "prompts.jsonl")) as f:
+        lines = [x for x in f if x.strip()][:n]
+    if len(lines) < n:
+        raise SystemExit(f"{prompts}: {len(lines)} prompts, {n} asked for")
+    dirs, cut = [], [round(i * n / shards) for i in range(shards + 1)]
+    for i in range(shards):
+        d = os.path.join(work, prompts, f"shard{i}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "prompts.jsonl"), "w") as f:
+            f.writelines(lines[cut[i] : cut[i + 1]])
+        dirs.append((os.path.join(prompts, f"shard{i}"), cut[i + 1] - cut[i]))
+    return dirs
+
+
 def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
     """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
-    ``train``: chunks of the training files) cut to ``prompt_len`` bytes; ``finish_eval`` waits and parses it."""
+    ``train``: chunks of the training files) cut to ``prompt_len`` bytes, as ``cfg["eval_shards"]`` processes
+    side by side on consecutive slices of the prompts; ``finish_eval`` waits and pools them."""
     tag = f"b{block}" + (f"_{arch}" if arch else "")
-    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
-            "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, prompts),
-            "--num-prompts", str(cfg["prompts"]), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
-            str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
     name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
-    if (
-        not name
-    ):  # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
-        argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", "out.jsonl")]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT)
-    return p, os.path.join(out, f"eval_{tag}{name}.log"), time.monotonic()
+    shards = cfg.get("eval_shards", 1)
+    sets = (
+        [(prompts, cfg["prompts"])] if shards == 1 else shard_prompts(work, prompts, cfg["prompts"], shards)
+    )
+    procs = []
+    for i, (pset, n) in enumerate(sets):
+        argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
+                "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, pset),
+                "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
+                str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
+        if (
+            not name
+        ):  # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
+            argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", f"out{i}.jsonl")]
+        procs.append(
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT
+            )
+        )
+    return procs, os.path.join(out, f"eval_{tag}{name}.log"), time.monotonic()
 
 
 def finish_eval(started) -> dict:
-    p, log_path, t0 = started
-    stdout, stderr = p.communicate()
+    procs, log_path, t0 = started
+    reports, failed = [], None
     with open(log_path, "w") as f:
-        f.write(stderr)
-    if p.returncode != 0 or not stdout.strip():
-        return {"rc": p.returncode, "stderr": stderr[-2000:]}
-    rep = json.loads(stdout.strip().splitlines()[-1])
+        for i, p in enumerate(procs):
+            stdout, stderr = p.communicate()
+            f.write(f"--- shard {i}\n{stderr}" if len(procs) > 1 else stderr)
+            if p.returncode != 0 or not stdout.strip():
+                failed = failed or {"rc": p.returncode, "shard": i, "stderr": stderr[-2000:]}
+            else:
+                reports.append(json.loads(stdout.strip().splitlines()[-1]))
+    if failed:
+        return failed
+    rep = reports[0] if len(reports) == 1 else pool(reports)
     rep["wall_seconds_with_load"] = time.monotonic() - t0
     return rep
 
@@ -322,7 +361,7 @@ def main() -> int:
     ap.add_argument(
         "--blocks",
         default="8:2,16:3",
-        help="block:layers[:arch],... (arch dflash or dflash2; e.g. 8:2:dflash,8:2:dflash2 compares DFlash 1 and 2 "
+        help="block:layers[:arch],... (arch dflash, dflash2, or dflash2ug: dflash2 with --selector-unary-grad; e.g. 8:2:dflash,8:2:dflash2 compares DFlash 1 and 2 "
         "with the same data, steps, learning rate and block size)",
     )
     ap.add_argument(
@@ -334,6 +373,13 @@ def main() -> int:
         default=None,
         help="held-out prompts per evaluation (default: 32; small 16; tiny 4). The prompt, not the verify step, "
         "is what varies: a 16-prompt CPU evaluation read 3.62 where 464 prompts read 4.76 (docs/evaluate.md)",
+    )
+    ap.add_argument(
+        "--eval-shards",
+        type=int,
+        default=1,
+        help="run each evaluation as N processes side by side on consecutive slices of its prompts, pooled "
+        "(report.pool): 128 prompts in the time of 32 on a GPU that one small-target evaluation leaves idle",
     )
     ap.add_argument(
         "--parallel", action="store_true", help="train all drafters at once, then evaluate all at once"
@@ -402,6 +448,9 @@ def main() -> int:
         cfg["drafter_steps"] = a.drafter_steps
     if a.eval_prompts:
         cfg["prompts"] = a.eval_prompts
+    if not 1 <= a.eval_shards <= cfg["prompts"]:
+        ap.error(f"--eval-shards must be 1 .. the evaluation's prompts ({cfg['prompts']})")
+    cfg["eval_shards"] = a.eval_shards
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")
     os.makedirs(a.out, exist_ok=True)
     res: dict = {"config": cfg, "seed": a.seed, "command": sys.argv}
@@ -476,16 +525,21 @@ def main() -> int:
             print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
                               "est_uniform": est_uniform, "old": d.get("accept_len_old"),
                               "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
-        for block, _, arch in group:  # DFlash 2 against DFlash 1 of the same block, prompt by prompt
-            one, two = res.get(f"block{block}_dflash", {}), res.get(f"block{block}_dflash2", {})
-            if (
-                arch == "dflash2"
-                and "prompt_steps" in one.get("eval", {})
-                and "prompt_steps" in two.get("eval", {})
-            ):
-                res[f"block{block}_dflash2_vs_dflash"] = cmp = paired_ratio(one["eval"], two["eval"])
-                save()
-                print(json.dumps({"block": block, "dflash2_over_dflash": cmp}), flush=True)
+        for (
+            block,
+            _,
+            arch,
+        ) in group:  # DFlash 2 (and its variants) against DFlash 1 of the same block, prompt by prompt
+            for base in ("dflash", "dflash2"):
+                one, two = res.get(f"block{block}_{base}", {}), res.get(f"block{block}_{arch}", {})
+                if (
+                    arch not in (None, "dflash", base)
+                    and "prompt_steps" in one.get("eval", {})
+                    and "prompt_steps" in two.get("eval", {})
+                ):
+                    res[f"block{block}_{arch}_vs_{base}"] = cmp = paired_ratio(one["eval"], two["eval"])
+                    save()
+                    print(json.dumps({"block": block, f"{arch}_over_{base}": cmp}), flush=True)
         for ((block, _, arch), (ps, plen)), st in extra:  # the same drafters on other prompt sets
             e = finish_eval(st)
             key = f"block{block}" + (f"_{arch}" if arch else "")

@@ -25,10 +25,13 @@ token ``p`` (slot ``l - 1``'s token; the verified anchor for ``l = 1``) to candi
   topk=K)`` takes from its own chunked pass), else the data token; teacher forcing on the data (the
   predecessor is the data token before, the anchor for slot 1); the candidate set is the unary top-k with the
   label put in place of the last candidate when it is missing; cross-entropy over the ``K`` candidates with
-  the DFlash position weights, added to the DFlash loss with weight 1. Here the unary logits enter the
-  selector's score detached (the unary term is trained by the DFlash loss; the ``(N, K, hidden)`` gather a
-  gradient through them needs is not made); the gradient reaches the three selector tensors and the drafter
-  through ``hidden_projection``.
+  the DFlash position weights, added to the DFlash loss with weight 1. By default the unary logits enter the
+  selector's score detached (the unary term is trained by the DFlash loss); the gradient reaches the three
+  selector tensors and the drafter through ``hidden_projection``. ``unary_grad=True`` (the trainer's
+  ``--selector-unary-grad``) lets the selector's loss reach the drafter through the unary logits too, as
+  speculators does (its score adds the live logits): the same values forward, and in backward ``sum_k
+  g[n, k] * lm_head[cand[n, k]]`` into the drafter's hidden state, gathered chunk by chunk (``_UnaryLogits``:
+  no ``(N, K, hidden)`` tensor is kept).
 """
 
 from __future__ import annotations
@@ -107,6 +110,32 @@ def walk(
     return idx, q
 
 
+class _UnaryLogits(torch.autograd.Function):
+    """``h`` ``(N, H)``, ``weight`` ``(V, H)`` (frozen), ``cand`` ``(N, K)`` -> ``h[n] . weight[cand[n, k]]``
+    ``(N, K)`` fp32, differentiable in ``h`` only. Forward and backward gather ``chunk`` rows at a time, so the
+    ``(N, K, H)`` rows are never all held (nor saved for backward)."""
+
+    @staticmethod
+    def forward(ctx, h, weight, cand, chunk):
+        ctx.save_for_backward(h, weight, cand)
+        ctx.chunk = chunk
+        out = torch.empty(cand.shape, dtype=torch.float32, device=h.device)
+        for s in range(0, h.shape[0], chunk):
+            rows = weight[cand[s : s + chunk]]  # (n, K, H)
+            out[s : s + chunk] = torch.einsum("nh,nkh->nk", h[s : s + chunk].to(weight.dtype), rows).float()
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, weight, cand = ctx.saved_tensors
+        gh = torch.empty_like(h)
+        for s in range(0, h.shape[0], ctx.chunk):
+            rows = weight[cand[s : s + ctx.chunk]]
+            g = grad[s : s + ctx.chunk].to(weight.dtype)
+            gh[s : s + ctx.chunk] = torch.einsum("nk,nkh->nh", g, rows).to(h.dtype)
+        return gh, None, None, None
+
+
 @torch.no_grad()
 def _unary_topk(
     h: torch.Tensor, weight: torch.Tensor, k: int, chunk: int
@@ -133,6 +162,7 @@ def selector_loss(
     candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
     labels: torch.Tensor | None = None,
     n_train: int | None = None,
+    unary_grad: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The selector's teacher-forced K-way cross-entropy over the slots ``k >= 1`` of real blocks, weighted as
     ``dflash_loss`` (``exp(-(k-1)/gamma)``), normalised by the weights' sum (0 with no real block).
@@ -144,7 +174,9 @@ def selector_loss(
     passes ``dflash_loss``'s ``label_ids``: the target's argmax with soft labels); None: the data token.
     The predecessor is the data token before either way (speculators' teacher forcing).
     ``n_train``: the first ``n_train`` anchor columns are training blocks; the rest (the trainer's measuring
-    blocks, ``dflash_loss``'s ``n_train``) get weight 0 and stay out of the metrics. None: all of them train."""
+    blocks, ``dflash_loss``'s ``n_train``) get weight 0 and stay out of the metrics. None: all of them train.
+    ``unary_grad``: the loss also reaches ``draft_hidden`` through the candidates' unary logits (speculators'
+    objective); the loss's value is the same either way."""
     B, A, bs, H = draft_hidden.shape
     T = input_ids.shape[1]
     device = draft_hidden.device
@@ -182,6 +214,9 @@ def selector_loss(
     cand[:, -1] = torch.where(present, cand[:, -1], labels)
     unary[:, -1] = torch.where(present, unary[:, -1], label_logit)
     tgt = torch.where(present, hit.long().argmax(dim=1), torch.full_like(labels, selector.top_k - 1))
+    if unary_grad:  # the values above, plus a zero that carries the gradient through the live logits
+        live = _UnaryLogits.apply(h, lm_head_weight, cand, max(1, chunk_tokens // selector.top_k))
+        unary = unary + (live - live.detach())
     scores = unary + selector.transition(h, prev, cand).float()
     ce = F.cross_entropy(scores, tgt, reduction="none")
     loss = (ce * w).sum() / w.sum().clamp(min=1e-12)

@@ -41,8 +41,10 @@ def over_prompts(per_prompt: list[list[int]]) -> dict:
     sum(S_i) (prompt i: T_i tokens accepted + bonus over S_i verify steps); its standard error by the usual
     linearisation, sqrt(n / (n - 1) * sum((T_i - R S_i)^2)) / sum(S_i): ``None`` with fewer than 2 prompts
     that took a step."""
-    steps = [len(x) for x in per_prompt]
-    tokens = [sum(x) for x in per_prompt]
+    return _spread([sum(x) for x in per_prompt], [len(x) for x in per_prompt])
+
+
+def _spread(tokens: list[float], steps: list[int]) -> dict:
     n, total = sum(1 for s in steps if s), sum(steps)
     se = None
     if n >= 2:
@@ -55,6 +57,39 @@ def over_prompts(per_prompt: list[list[int]]) -> dict:
         "prompt_accept_len": [t / s if s else None for t, s in zip(tokens, steps, strict=True)],
         "prompt_steps": steps,
     }
+
+
+def pool(reports: list[dict]) -> dict:
+    """Evaluations of one drafter on disjoint prompt sets (shards run side by side) as the one evaluation of all
+    their prompts: acceptance over all their verify steps (from the histograms), the spread over all prompts
+    (in shard order), token counts summed; ``spec_tok_s`` / ``target_tok_s`` = all tokens over all decode
+    seconds (each shard's speed under the others' load); ``seconds`` the longest shard's; ``shards`` their
+    number. The shards must share the drafter, the target and the settings."""
+    if not reports:
+        raise ValueError("no evaluations to pool")
+    for key in ("block_size", "drafter", "target", "temperature", "max_new_tokens"):
+        if len({str(r.get(key)) for r in reports}) != 1:
+            raise ValueError(f"the evaluations differ in {key}: not shards of one evaluation")
+    lens = [n for r in reports for n, c in enumerate(r["histogram"], 1) for _ in range(c)]
+    steps = [s for r in reports for s in r["prompt_steps"]]
+    means = [m for r in reports for m in r["prompt_accept_len"]]
+    out = {**reports[0], **summarize(lens, reports[0]["block_size"])}
+    out.update(_spread([m * s if s else 0.0 for m, s in zip(means, steps, strict=True)], steps))
+    for key in ("prompts", "new_tokens", "rewind_forwards", "greedy_mismatches"):
+        vals = [r.get(key) for r in reports]
+        out[key] = None if None in vals else sum(vals)
+    if out["greedy_mismatches"] is not None:
+        out["greedy_match"] = out["greedy_mismatches"] == 0
+    for key in ("spec_tok_s", "target_tok_s"):  # decode seconds = tokens / speed, per shard
+        rates = [r.get(key) for r in reports]
+        secs = sum(r["new_tokens"] / v for r, v in zip(reports, rates, strict=True) if v) if all(rates) else 0
+        out[key] = out["new_tokens"] / secs if secs else None
+    out["speedup"] = (
+        out["spec_tok_s"] / out["target_tok_s"] if out["spec_tok_s"] and out["target_tok_s"] else None
+    )
+    out["seconds"] = max(r["seconds"] for r in reports)
+    out["shards"] = len(reports)
+    return out
 
 
 def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dict:

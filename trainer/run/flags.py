@@ -214,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--selector-top-k", type=_positive_int, default=None, help="dflash2 candidates per slot (16)"
     )
+    g.add_argument(
+        "--selector-unary-grad",
+        action="store_true",
+        help="dflash2: the selector's loss also trains the drafter through its unary logits (speculators' "
+        "objective; default: they enter detached, trained by the DFlash loss alone)",
+    )
     g.add_argument("--noise-start", type=float, default=0.0)
     g.add_argument("--noise-end", type=float, default=0.0)
     g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
@@ -548,12 +554,14 @@ _DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", 
 
 
 def check_arch_flags(args: argparse.Namespace) -> None:
-    """The four DFlash 2 flags are refused on ``--arch dflash`` (they would be ignored); ``--arch`` and an
-    unset ``--block-size`` are resolved before (``resolve_defaults``)."""
+    """The four DFlash 2 flags and ``--selector-unary-grad`` are refused on ``--arch dflash`` (they would be
+    ignored); ``--arch`` and an unset ``--block-size`` are resolved before (``resolve_defaults``)."""
     if args.arch != "dflash2":
         for flag in _DFLASH2_FLAGS:
             if getattr(args, flag[2:].replace("-", "_"), None) is not None:
                 raise FlagError(flag, "applies to --arch dflash2 only")
+        if getattr(args, "selector_unary_grad", False):
+            raise FlagError("--selector-unary-grad", "applies to --arch dflash2 only")
 
 
 def dflash2_flags(args: argparse.Namespace) -> dict:

@@ -265,6 +265,7 @@ class Trainer:
             lock=lock,
             anchor_run=a.anchor_run,
             est_anchors=a.est_anchors,
+            selector_unary_grad=a.selector_unary_grad,
         )
 
     def setup(self) -> None:

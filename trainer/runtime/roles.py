@@ -178,6 +178,7 @@ class DrafterRole:
         lock: contextlib.AbstractContextManager | None = None,
         anchor_run: int = 1,
         est_anchors: int = 0,
+        selector_unary_grad: bool = False,
     ):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.anchor_run = (
@@ -188,6 +189,8 @@ class DrafterRole:
         # measuring blocks per row: one run of this many consecutive anchors beside the training ones, drawn
         # by their own generator (the training anchors and noise draw exactly as without them)
         self.est_anchors = est_anchors
+        # DFlash 2: the selector's loss also reaches the drafter through the unary logits (selector_loss)
+        self.selector_unary_grad = selector_unary_grad
         self.est_generator = torch.Generator(device=generator.device) if est_anchors else None
         self.device, self.block_size, self.max_anchors, self.gamma = device, block_size, max_anchors, gamma
         self.noise_type, self.grad_clip, self.generator, self.meter = noise_type, grad_clip, generator, meter
@@ -270,6 +273,7 @@ class DrafterRole:
                         candidates=cands,
                         labels=metrics.pop("label_ids"),
                         n_train=n_train,
+                        unary_grad=self.selector_unary_grad,
                     )
                     loss = loss + sel
                     metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}

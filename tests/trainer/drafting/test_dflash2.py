@@ -403,3 +403,49 @@ def test_selector_is_labelled_by_the_targets_argmax_under_soft_labels():
         labels=m0["label_ids"],
     )
     assert plain.item() == hard.item()
+
+
+def test_selector_unary_grad_reaches_the_drafter_through_the_live_logits():
+    """``unary_grad=True`` (``--selector-unary-grad``, speculators' objective): the same loss value, and the
+    gradient a dense form gives with the candidates' logits live (``h @ lm_head.T`` gathered at the candidates,
+    the label in place of the last one when missing); gathered in chunks that do not divide the slots."""
+    drafter, cfg = dflash2(block_size=4)
+    W = tiny_target().lm_head.weight.detach()
+    sel, K = drafter.candidate_selector, drafter.candidate_selector.top_k
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 3, 4, cfg.hidden_size)
+    ids = torch.randint(0, 290, (2, 20))
+    anchors = torch.tensor([[0, 6, -1], [2, 9, 17]])
+    labels = torch.randint(0, 290, (2 * 3 * 3,))  # mostly outside the top-k: the swapped-in label's logit too
+
+    def run(unary_grad):
+        h = hidden.clone().requires_grad_(True)
+        sel.zero_grad()
+        out, _ = selector_loss(
+            h, sel, W, ids, anchors, 7.0, chunk_tokens=9, labels=labels, unary_grad=unary_grad
+        )
+        out.backward()
+        return out, h.grad, sel.successor_codebook.grad.clone()
+
+    (off, g_off, s_off), (on, g_on, s_on) = run(False), run(True)
+    assert on.item() == off.item() and torch.equal(s_on, s_off)
+    assert not torch.allclose(g_on, g_off, atol=1e-4)  # the unary path adds to the drafter's gradient
+
+    # dense reference: the same slots, weights and candidates, every logit live
+    h = hidden.clone().requires_grad_(True)
+    flat = h[:, :, 1:].reshape(-1, cfg.hidden_size)
+    logits = flat @ W.t()
+    cand = logits.detach().topk(K, dim=-1).indices
+    present = cand.eq(labels.unsqueeze(1)).any(1)
+    cand[:, -1] = torch.where(present, cand[:, -1], labels)
+    tgt = torch.where(present, cand.eq(labels.unsqueeze(1)).long().argmax(1), torch.full_like(labels, K - 1))
+    k = torch.arange(1, 4)
+    tpos = anchors.unsqueeze(-1) + k
+    ok = ((anchors >= 0).unsqueeze(-1) & (tpos < 20)).reshape(-1)
+    prev = torch.gather(ids, 1, (tpos.clamp(0, 19) - 1).clamp(min=0).view(2, -1)).view(-1)
+    scores = logits.gather(1, cand) + sel.transition(flat, prev, cand)
+    w = torch.exp(-(k - 1) / 7.0).repeat(6) * ok
+    ref = (torch.nn.functional.cross_entropy(scores, tgt, reduction="none") * w).sum() / w.sum()
+    ref.backward()
+    torch.testing.assert_close(on, ref.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g_on, h.grad, rtol=1e-4, atol=1e-6)

@@ -90,3 +90,28 @@ def test_paired_ratio_of_two_drafters_on_the_same_prompts():
     assert u["ci95"][1] - u["ci95"][0] > 2 * (r["ci95"][1] - r["ci95"][0])
     with pytest.raises(ValueError, match="same prompts"):
         paired_ratio(_report(a), _report(a[:-1]))
+
+
+def _full(pp: list[list[int]], tokens: int, tok_s: float) -> dict:
+    return {**_report(pp), "block_size": 8, "drafter": "d", "target": "t", "temperature": 0.0, "max_new_tokens": 64,
+            "new_tokens": tokens, "spec_tok_s": tok_s, "target_tok_s": tok_s / 2, "rewind_forwards": 0,
+            "greedy_mismatches": 0, "greedy_match": True, "seconds": tokens / tok_s}  # fmt: skip
+
+
+def test_pooled_shards_equal_one_evaluation_of_all_their_prompts():
+    """Shards run side by side (``report.pool``): the statistics one evaluation of all the prompts would report,
+    the speed as all tokens over all decode seconds."""
+    from trainer.evaluation.report import pool
+
+    pp = _prompts(6)
+    whole = _full(pp, 900, 100.0)
+    parts = [_full(pp[:2], 300, 100.0), _full(pp[2:3], 100, 50.0), _full(pp[3:], 500, 250.0)]
+    got = pool(parts)
+    for key in ("mean_accept_len", "per_position", "histogram", "verify_steps", "prompt_steps", "prompts"):
+        assert got[key] == whole[key], key
+    for key in ("mean_accept_len_se", "prompt_accept_len"):
+        assert got[key] == pytest.approx(whole[key]), key
+    assert got["new_tokens"] == 900 and got["shards"] == 3 and got["greedy_match"] is True
+    assert got["spec_tok_s"] == pytest.approx(900 / (3 + 2 + 2)) and got["speedup"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="drafter"):
+        pool([parts[0], {**parts[1], "drafter": "other"}])

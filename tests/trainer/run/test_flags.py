@@ -179,6 +179,10 @@ def test_arch_flags_and_defaults(tiny_assets, tmp_path):
     with pytest.raises(FlagError) as e:
         _validate(tiny_assets, tmp_path, "--selector-rank", "8")
     assert e.value.flag == "--selector-rank"
+    with pytest.raises(FlagError) as e:
+        _validate(tiny_assets, tmp_path, "--selector-unary-grad")
+    assert e.value.flag == "--selector-unary-grad"
+    _validate(tiny_assets, tmp_path, "--arch", "dflash2", "--selector-unary-grad")
 
     def block_of(*flags):
         argv = list(tiny_flags(tiny_assets, tmp_path / "out", *flags))
