@@ -245,6 +245,10 @@ def finish_drafter(started) -> dict:
     log.close()
     with open(os.path.join(run, "metrics.jsonl")) as f:
         recs = [json.loads(x) for x in f if x.strip()]
+    # this run's records: a fresh start in a run directory used before (a warm machine's work dir) appends
+    # after the earlier runs' records, from its own "started" event on (docs/run-directory.md)
+    starts = [i for i, r in enumerate(recs) if r.get("kind") == "event" and r.get("name") == "started"]
+    recs = recs[starts[-1] :] if starts else recs
     st = [r for r in recs if r["kind"] == "step"]
     return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "run_dir": run,
             "accept_len_est": st[-1].get("accept_len_est") if st else None,
