@@ -67,10 +67,9 @@ TINY = dict(hidden=64, layers=4, heads=4, kv=2, head_dim=16, inter=128, steps=60
 SMALL = dict(hidden=128, layers=4, heads=4, kv=2, head_dim=32, inter=384, steps=400, batch=16,
              chunks=4000, drafter_steps=300, budget=4096, prompts=16, new=64, device="cpu")  # fmt: skip
 SEQ, PROMPT = 512, 128
-# --blocks arch names that are a trainer architecture plus flags (the result key keeps the name)
-VARIANTS = {
-    "dflash2ug": ("dflash2", ["--selector-unary-grad"])
-}  # the selector's loss through the unary logits
+# --blocks arch names that are a trainer architecture plus flags (the result key keeps the name);
+# dflash2ug: the selector's loss also through the unary logits (speculators' objective)
+VARIANTS = {"dflash2ug": ("dflash2", ["--selector-unary-grad"])}
 
 
 def corpus(limit_files: int | None):
@@ -325,9 +324,8 @@ def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=P
                 "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, pset),
                 "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
                 str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
-        if (
-            not name
-        ):  # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
+        if not name:
+            # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
             argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", f"out{i}.jsonl")]
         procs.append(
             subprocess.Popen(
@@ -529,11 +527,9 @@ def main() -> int:
             print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
                               "est_uniform": est_uniform, "old": d.get("accept_len_old"),
                               "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
-        for (
-            block,
-            _,
-            arch,
-        ) in group:  # DFlash 2 (and its variants) against DFlash 1 of the same block, prompt by prompt
+        # DFlash 2 (and its variants) against DFlash 1 of the same block (and variants against DFlash 2),
+        # prompt by prompt
+        for block, _, arch in group:
             for base in ("dflash", "dflash2"):
                 one, two = res.get(f"block{block}_{base}", {}), res.get(f"block{block}_{arch}", {})
                 if (
