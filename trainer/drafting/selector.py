@@ -29,9 +29,9 @@ token ``p`` (slot ``l - 1``'s token; the verified anchor for ``l = 1``) to candi
   selector's score detached (the unary term is trained by the DFlash loss); the gradient reaches the three
   selector tensors and the drafter through ``hidden_projection``. ``unary_grad=True`` (the trainer's
   ``--selector-unary-grad``) lets the selector's loss reach the drafter through the unary logits too, as
-  speculators does (its score adds the live logits): the same values forward, and in backward ``sum_k
-  g[n, k] * lm_head[cand[n, k]]`` into the drafter's hidden state, gathered chunk by chunk (``_UnaryLogits``:
-  no ``(N, K, hidden)`` tensor is kept).
+  speculators does (its score adds the live logits): the scores keep the values above, and the backward adds
+  ``sum_k g[n, k] * lm_head[cand[n, k]]`` into the drafter's hidden state, gathered chunk by chunk
+  (``_UnaryLogitsGrad``: no ``(N, K, hidden)`` tensor is kept, no second pass over the logits forward).
 """
 
 from __future__ import annotations
@@ -110,29 +110,26 @@ def walk(
     return idx, q
 
 
-class _UnaryLogits(torch.autograd.Function):
-    """``h`` ``(N, H)``, ``weight`` ``(V, H)`` (frozen), ``cand`` ``(N, K)`` -> ``h[n] . weight[cand[n, k]]``
-    ``(N, K)`` fp32, differentiable in ``h`` only. Forward and backward gather ``chunk`` rows at a time, so the
-    ``(N, K, H)`` rows are never all held (nor saved for backward)."""
+class _UnaryLogitsGrad(torch.autograd.Function):
+    """``h`` ``(N, H)``, ``weight`` ``(V, H)`` (frozen), ``cand`` ``(N, K)`` -> zeros ``(N, K)`` fp32 whose
+    gradient in ``h`` is that of the logits ``h[n] . weight[cand[n, k]]``: added to those logits' values (already
+    taken, detached), it makes them live without computing them again. The backward gathers ``chunk`` rows at
+    a time, so the ``(N, K, H)`` rows are never all held."""
 
     @staticmethod
     def forward(ctx, h, weight, cand, chunk):
-        ctx.save_for_backward(h, weight, cand)
-        ctx.chunk = chunk
-        out = torch.empty(cand.shape, dtype=torch.float32, device=h.device)
-        for s in range(0, h.shape[0], chunk):
-            rows = weight[cand[s : s + chunk]]  # (n, K, H)
-            out[s : s + chunk] = torch.einsum("nh,nkh->nk", h[s : s + chunk].to(weight.dtype), rows).float()
-        return out
+        ctx.save_for_backward(weight, cand)
+        ctx.chunk, ctx.h_dtype = chunk, h.dtype
+        return torch.zeros(cand.shape, dtype=torch.float32, device=h.device)
 
     @staticmethod
     def backward(ctx, grad):
-        h, weight, cand = ctx.saved_tensors
-        gh = torch.empty_like(h)
-        for s in range(0, h.shape[0], ctx.chunk):
-            rows = weight[cand[s : s + ctx.chunk]]
+        weight, cand = ctx.saved_tensors
+        gh = torch.empty(cand.shape[0], weight.shape[1], dtype=ctx.h_dtype, device=grad.device)
+        for s in range(0, cand.shape[0], ctx.chunk):
+            rows = weight[cand[s : s + ctx.chunk]]  # (n, K, H)
             g = grad[s : s + ctx.chunk].to(weight.dtype)
-            gh[s : s + ctx.chunk] = torch.einsum("nk,nkh->nh", g, rows).to(h.dtype)
+            gh[s : s + ctx.chunk] = torch.einsum("nk,nkh->nh", g, rows).to(ctx.h_dtype)
         return gh, None, None, None
 
 
@@ -214,9 +211,10 @@ def selector_loss(
     cand[:, -1] = torch.where(present, cand[:, -1], labels)
     unary[:, -1] = torch.where(present, unary[:, -1], label_logit)
     tgt = torch.where(present, hit.long().argmax(dim=1), torch.full_like(labels, selector.top_k - 1))
-    if unary_grad:  # the values above, plus a zero that carries the gradient through the live logits
-        live = _UnaryLogits.apply(h, lm_head_weight, cand, max(1, chunk_tokens // selector.top_k))
-        unary = unary + (live - live.detach())
+    if unary_grad:  # the values above, plus a zero that carries the gradient of the live logits
+        unary = unary + _UnaryLogitsGrad.apply(
+            h, lm_head_weight, cand, max(1, chunk_tokens // selector.top_k)
+        )
     scores = unary + selector.transition(h, prev, cand).float()
     ce = F.cross_entropy(scores, tgt, reduction="none")
     loss = (ce * w).sum() / w.sum().clamp(min=1e-12)

@@ -59,6 +59,13 @@ def _spread(tokens: list[float], steps: list[int]) -> dict:
     }
 
 
+def prompt_tokens(report: dict) -> list[float]:
+    """Each prompt's accepted tokens (with the bonus) over its verify steps, from a report's per-prompt means."""
+    return [
+        m * n if n else 0.0 for m, n in zip(report["prompt_accept_len"], report["prompt_steps"], strict=True)
+    ]
+
+
 def pool(reports: list[dict]) -> dict:
     """Evaluations of one drafter on disjoint prompt sets (shards run side by side) as the one evaluation of all
     their prompts: acceptance over all their verify steps (from the histograms), the spread over all prompts
@@ -71,10 +78,12 @@ def pool(reports: list[dict]) -> dict:
         if len({str(r.get(key)) for r in reports}) != 1:
             raise ValueError(f"the evaluations differ in {key}: not shards of one evaluation")
     lens = [n for r in reports for n, c in enumerate(r["histogram"], 1) for _ in range(c)]
-    steps = [s for r in reports for s in r["prompt_steps"]]
-    means = [m for r in reports for m in r["prompt_accept_len"]]
     out = {**reports[0], **summarize(lens, reports[0]["block_size"])}
-    out.update(_spread([m * s if s else 0.0 for m, s in zip(means, steps, strict=True)], steps))
+    out.update(
+        _spread(
+            [t for r in reports for t in prompt_tokens(r)], [s for r in reports for s in r["prompt_steps"]]
+        )
+    )
     for key in ("prompts", "new_tokens", "rewind_forwards", "greedy_mismatches"):
         vals = [r.get(key) for r in reports]
         out[key] = None if None in vals else sum(vals)
@@ -99,8 +108,7 @@ def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dic
     pa, pb = a["prompt_steps"], b["prompt_steps"]
     if len(pa) != len(pb) or a.get("prompts") != b.get("prompts"):
         raise ValueError("the two evaluations did not decode the same prompts")
-    ta = [m * n if n else 0.0 for m, n in zip(a["prompt_accept_len"], pa, strict=True)]
-    tb = [m * n if n else 0.0 for m, n in zip(b["prompt_accept_len"], pb, strict=True)]
+    ta, tb = prompt_tokens(a), prompt_tokens(b)
 
     def ratio(idx) -> float:
         sa, sb = sum(pa[i] for i in idx), sum(pb[i] for i in idx)
