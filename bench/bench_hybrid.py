@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_target import packed_docs, raise_compile_limits  # noqa: E402
 from bench.flops import causal_pairs, measure_matmul_tflops, rates  # noqa: E402
 from bench.prof import profile, timed  # noqa: E402
+from trainer.target.base import attach  # noqa: E402
 from trainer.target.capture import capture  # noqa: E402
 from trainer.target.hybrid import prepare_hybrid  # noqa: E402
 
@@ -58,7 +59,7 @@ def text_config(tiny: bool):
     from transformers import Qwen3_5TextConfig
 
     if tiny:
-        from trainer.data.tiny import hybrid_text_config
+        from trainer.data.tiny_build import hybrid_text_config
 
         return Qwen3_5TextConfig(**hybrid_text_config(False))
     return Qwen3_5TextConfig(
@@ -194,7 +195,7 @@ def accuracy_fp32(tiny: bool, device: str) -> dict:
             rel(got[..., i * H : (i + 1) * H], ref[k][..., i * H : (i + 1) * H]) for i in range(len(layers))
         ]
 
-    model._dflash_capture = None
+    attach(model, None)
     out["hooks_bf16_single"] = errs(capture(model, ids, rows["single"].to(device), layers)[0], "single")
     for label, kw in (
         ("fast_eager_bf16", {"fast": True, "compile": False}),
@@ -206,7 +207,7 @@ def accuracy_fp32(tiny: bool, device: str) -> dict:
     return out
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="tiny random hybrid model on the CPU (smoke run)")
     ap.add_argument("--iters", type=int, default=3)
@@ -215,211 +216,235 @@ def main() -> None:
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_hybrid"))
     a = ap.parse_args()
-    t_start = time.perf_counter()
-    steps = set(a.steps.split(","))
-    if steps - set(STEPS):
-        ap.error(f"unknown steps {sorted(steps - set(STEPS))}")
-    os.makedirs(a.out, exist_ok=True)
-    raise_compile_limits()
-    device = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
-    if a.tiny:
-        a.iters, a.warmup = 1, 1
-        rows, T, lo, hi, layers = 2, 96, 8, 40, [0, 3, 5, 7]
-    else:
-        rows, T, lo, hi, layers = 6, 8192, 1024, 8192, LAYERS
-    N = rows * T
-    import transformers
+    a.step_set = set(a.steps.split(","))
+    if a.step_set - set(STEPS):
+        ap.error(f"unknown steps {sorted(a.step_set - set(STEPS))}")
+    return a
 
-    res: dict = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "tokens_per_call": N,
-        "capture_layers": layers,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "steps": {},
-    }
-    try:
-        import fla
 
-        res["fla"] = getattr(fla, "__version__", "?")
-    except ImportError:
-        res["fla"] = None
+class Run:
+    """One bench run: the model and its inputs, the results so far (``res``, written out as each step ends)
+    and the time budget. The steps are its methods, called in STEPS order by ``main``."""
 
-    def save():
-        with open(os.path.join(a.out, "bench_hybrid.json"), "w") as f:
-            json.dump(res, f, indent=1)
+    def __init__(self, a: argparse.Namespace, t_start: float):
+        self.a, self.t_start, self.steps = a, t_start, a.step_set
+        self.device = device = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
+        if a.tiny:
+            a.iters, a.warmup = 1, 1
+            rows, T, lo, hi, self.layers = 2, 96, 8, 40, [0, 3, 5, 7]
+        else:
+            rows, T, lo, hi, self.layers = 6, 8192, 1024, 8192, LAYERS
+        self.N = N = rows * T
+        import transformers
 
-    def left() -> float:
-        return a.budget_s - (time.perf_counter() - t_start)
-
-    res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
-    print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
-    t0 = time.perf_counter()
-    model, cfg = build(a.tiny, device)
-    res["build_s"] = time.perf_counter() - t0
-    print(f"built {cfg.num_hidden_layers} layers on {device} in {res['build_s']:.1f} s", flush=True)
-    g = torch.Generator().manual_seed(0)
-    ids_single = torch.randint(0, cfg.vocab_size - 1, (rows, T), generator=g).to(device)
-    doc_single = torch.zeros(rows, T, dtype=torch.long)
-    ids_packed = torch.randint(0, cfg.vocab_size - 1, (1, N), generator=g).to(device)
-    doc_packed = packed_docs(1, N, 1, lo, hi)
-    lens = torch.unique_consecutive(doc_packed[0], return_counts=True)[1].tolist()
-    res["packed_doc_lengths"] = lens
-    outs: dict[str, torch.Tensor] = {}
-    fast = None
-
-    def direct(name: str, ids, doc, need_final: bool, min_left: float):
-        nonlocal fast
-        if name not in steps:
-            return
-        if left() < min_left:
-            res["steps"][name] = {"skipped": f"{left():.0f} s left"}
-            return
-        entry: dict = {}
+        self.res: dict = {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "device": device,
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "tokens_per_call": N,
+            "capture_layers": self.layers,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "steps": {},
+        }
         try:
-            if fast is None:
-                fast = prepare_hybrid(model, fast=True, compile=device == "cuda")
-            model._dflash_capture = fast
-            entry["mode"] = {k: v for k, v in fast.items() if k != "steps"}
+            import fla
+
+            self.res["fla"] = getattr(fla, "__version__", "?")
+        except ImportError:
+            self.res["fla"] = None
+        self.res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
+        print(f"bf16 8192^3 matmul: {self.res['matmul_tflops']} TFLOP/s", flush=True)
+        t0 = time.perf_counter()
+        self.model, self.cfg = build(a.tiny, device)
+        self.res["build_s"] = time.perf_counter() - t0
+        print(
+            f"built {self.cfg.num_hidden_layers} layers on {device} in {self.res['build_s']:.1f} s",
+            flush=True,
+        )
+        g = torch.Generator().manual_seed(0)
+        self.ids_single = torch.randint(0, self.cfg.vocab_size - 1, (rows, T), generator=g).to(device)
+        self.doc_single = torch.zeros(rows, T, dtype=torch.long)
+        self.ids_packed = torch.randint(0, self.cfg.vocab_size - 1, (1, N), generator=g).to(device)
+        self.doc_packed = packed_docs(1, N, 1, lo, hi)
+        self.lens = torch.unique_consecutive(self.doc_packed[0], return_counts=True)[1].tolist()
+        self.res["packed_doc_lengths"] = self.lens
+        self.outs: dict[str, torch.Tensor] = {}
+        self.fast = None  # the fast path's capture, prepared once by the first direct step
+
+    def save(self) -> None:
+        with open(os.path.join(self.a.out, "bench_hybrid.json"), "w") as f:
+            json.dump(self.res, f, indent=1)
+
+    def left(self) -> float:
+        return self.a.budget_s - (time.perf_counter() - self.t_start)
+
+    def ended(self, name: str, entry: dict) -> None:
+        self.res["steps"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+        self.save()
+
+    def skipped(self, name: str) -> None:
+        self.res["steps"][name] = {"skipped": f"{self.left():.0f} s left"}
+
+    def direct(self, name: str, ids, doc, need_final: bool, min_left: float) -> None:
+        if name not in self.steps:
+            return
+        if self.left() < min_left:
+            self.skipped(name)
+            return
+        model, cfg, layers, entry = self.model, self.cfg, self.layers, {}
+        try:
+            if self.fast is None:
+                self.fast = prepare_hybrid(model, fast=True, compile=self.device == "cuda")
+            attach(model, self.fast)
+            entry["mode"] = self.fast.record()
 
             def fn(ids=ids, doc=doc):  # doc ids on the host: no device sync
                 return capture(model, ids, doc, layers, need_final_hidden=need_final)
 
-            entry.update(timed(fn, a.iters, a.warmup))
+            entry.update(timed(fn, self.a.iters, self.a.warmup))
             n_layers = cfg.num_hidden_layers if need_final else max(layers) + 1
             flops = flops_per_call(cfg, n_layers, ids.numel(), causal_pairs(doc))
             entry.update(
                 tok_s=ids.numel() / entry["s_per_iter"],
                 layers_run=n_layers,
                 flops_per_call=flops,
-                **rates(flops, entry["s_per_iter"], res["matmul_tflops"]),
+                **rates(flops, entry["s_per_iter"], self.res["matmul_tflops"]),
             )
-            if device == "cuda":
-                entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-                torch.cuda.reset_peak_memory_stats()
+            self.peak_memory(entry)
             if not need_final:
-                outs[name] = fn()[0]
+                self.outs[name] = fn()[0]
         except Exception as e:  # noqa: BLE001 - report and go on
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             traceback.print_exc()
-        res["steps"][name] = entry
-        print(name, json.dumps(entry), flush=True)
-        save()
+        self.ended(name, entry)
 
-    direct("direct_packed", ids_packed, doc_packed, False, 0)
-    direct("direct_single", ids_single, doc_single, False, 60)
+    def peak_memory(self, entry: dict) -> None:
+        if self.device == "cuda":
+            entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.reset_peak_memory_stats()
 
-    # the hook path (transformers' own forward) on the one-document rows: time, and the reference
-    name = "hooks_single"
-    if name not in steps:
-        pass
-    elif left() > 60:
-        entry = {}
+    def hooks_single(self) -> None:
+        """The hook path (transformers' own forward) on the one-document rows: time, and the reference."""
+        name = "hooks_single"
+        if name not in self.steps:
+            return
+        if self.left() <= 60:
+            self.skipped(name)
+            return
+        model, layers, N, entry = self.model, self.layers, self.N, {}
         try:
-            model._dflash_capture = None
+            attach(model, None)
 
             def hook_fn():
-                return capture(model, ids_single, doc_single.to(device), layers)[0]
+                return capture(model, self.ids_single, self.doc_single.to(self.device), layers)[0]
 
-            entry.update(timed(hook_fn, max(1, a.iters - 1), 1))
-            flops = flops_per_call(cfg, max(layers) + 1, N, causal_pairs(doc_single))
+            entry.update(timed(hook_fn, max(1, self.a.iters - 1), 1))
+            flops = flops_per_call(self.cfg, max(layers) + 1, N, causal_pairs(self.doc_single))
             entry.update(
-                tok_s=N / entry["s_per_iter"], **rates(flops, entry["s_per_iter"], res["matmul_tflops"])
+                tok_s=N / entry["s_per_iter"], **rates(flops, entry["s_per_iter"], self.res["matmul_tflops"])
             )
             ref = hook_fn()
-            if "direct_single" in outs:
-                H = cfg.hidden_size
-                got = outs["direct_single"]
+            if "direct_single" in self.outs:
+                H = self.cfg.hidden_size
+                got = self.outs["direct_single"]
                 entry["direct_rel_err"] = rel(got, ref)
                 entry["direct_rel_err_by_layer"] = [
                     rel(got[..., k * H : (k + 1) * H], ref[..., k * H : (k + 1) * H])
                     for k in range(len(layers))
                 ]
             del ref
-            if device == "cuda":
-                entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-                torch.cuda.reset_peak_memory_stats()
+            self.peak_memory(entry)
         except Exception as e:  # noqa: BLE001
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             traceback.print_exc()
-        res["steps"][name] = entry
-        print(name, json.dumps(entry), flush=True)
-        save()
-    else:
-        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+        self.ended(name, entry)
 
-    # packed vs alone: each document of the packed row through the hook path alone (exact per document)
-    name = "packed_vs_alone"
-    if name not in steps:
-        pass
-    elif "direct_packed" in outs and left() > 45:
+    def packed_vs_alone(self) -> None:
+        """Each document of the packed row through the hook path alone (exact per document)."""
+        name = "packed_vs_alone"
+        if name not in self.steps:
+            return
+        if "direct_packed" not in self.outs or self.left() <= 45:
+            self.skipped(name)
+            return
         entry = {"docs": []}
         try:
-            model._dflash_capture = None
-            got = outs["direct_packed"]
-            vs_alone(entry, model, ids_packed, got, lens, layers, cfg.hidden_size, left, device)
+            attach(self.model, None)
+            got = self.outs["direct_packed"]
+            vs_alone(
+                entry,
+                self.model,
+                self.ids_packed,
+                got,
+                self.lens,
+                self.layers,
+                self.cfg.hidden_size,
+                self.left,
+                self.device,
+            )
         except Exception as e:  # noqa: BLE001
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             traceback.print_exc()
-        res["steps"][name] = entry
-        print(name, json.dumps(entry), flush=True)
-        save()
-    else:
-        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+        self.ended(name, entry)
 
-    # packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation
-    name = "packed_vs_alone_direct"
-    if name not in steps:
-        pass
-    elif left() > 45:
-        entry = {"docs": []}
+    def packed_vs_alone_direct(self) -> None:
+        """Packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation."""
+        name = "packed_vs_alone_direct"
+        if name not in self.steps:
+            return
+        if self.left() <= 45:
+            self.skipped(name)
+            return
+        model, entry = self.model, {"docs": []}
         try:
-            model._dflash_capture = prepare_hybrid(model, fast=True, compile=False)
-            got = capture(model, ids_packed, doc_packed, layers)[0]
-            if "direct_packed" in outs:
-                entry["compiled_vs_eager_packed"] = rel(outs["direct_packed"], got)
-            vs_alone(entry, model, ids_packed, got, lens, layers, cfg.hidden_size, left)
+            attach(model, prepare_hybrid(model, fast=True, compile=False))
+            got = capture(model, self.ids_packed, self.doc_packed, self.layers)[0]
+            if "direct_packed" in self.outs:
+                entry["compiled_vs_eager_packed"] = rel(self.outs["direct_packed"], got)
+            vs_alone(
+                entry, model, self.ids_packed, got, self.lens, self.layers, self.cfg.hidden_size, self.left
+            )
             del got
         except Exception as e:  # noqa: BLE001
             entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
             traceback.print_exc()
-        res["steps"][name] = entry
-        print(name, json.dumps(entry), flush=True)
-        save()
-    else:
-        res["steps"][name] = {"skipped": f"{left():.0f} s left"}
+        self.ended(name, entry)
 
-    direct("direct_packed_soft", ids_packed, doc_packed, True, 90)
-
-    if "profile" in steps and fast is not None and left() > 40:
-        model._dflash_capture = fast
+    def profile(self) -> None:
+        if "profile" not in self.steps or self.fast is None or self.left() <= 40:
+            return
+        model = self.model
+        attach(model, self.fast)
         try:
-            res["steps"]["profile"] = profile(
-                lambda: capture(model, ids_packed, doc_packed, layers),
+            self.res["steps"]["profile"] = profile(
+                lambda: capture(model, self.ids_packed, self.doc_packed, self.layers),
                 1,
-                os.path.join(a.out, "profile_hybrid_direct_packed.txt"),
+                os.path.join(self.a.out, "profile_hybrid_direct_packed.txt"),
             )
         except Exception as e:  # noqa: BLE001
-            res["steps"]["profile"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            self.res["steps"]["profile"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
             traceback.print_exc()
-        save()
-    outs.clear()
-    model = None  # free the 27B model before the fp32 accuracy model (the closures above are done)
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    if "accuracy_fp32" in steps and left() > 40:
-        try:
-            res["steps"]["accuracy_fp32"] = accuracy_fp32(a.tiny, device)
-        except Exception as e:  # noqa: BLE001
-            res["steps"]["accuracy_fp32"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
-            traceback.print_exc()
-        print("accuracy_fp32", json.dumps(res["steps"]["accuracy_fp32"]), flush=True)
-    save()
-    res["total_s"] = time.perf_counter() - t_start
-    save()
+        self.save()
 
+    def accuracy(self) -> None:
+        """Frees the bench model first (the fp32 accuracy model is built next)."""
+        self.outs.clear()
+        self.model = None  # free the 27B model before the fp32 accuracy model (the steps above are done)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        if "accuracy_fp32" in self.steps and self.left() > 40:
+            try:
+                self.res["steps"]["accuracy_fp32"] = accuracy_fp32(self.a.tiny, self.device)
+            except Exception as e:  # noqa: BLE001
+                self.res["steps"]["accuracy_fp32"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                traceback.print_exc()
+            print("accuracy_fp32", json.dumps(self.res["steps"]["accuracy_fp32"]), flush=True)
+        self.save()
+
+
+def print_summary(res: dict) -> None:
     print(f"\n{'step':22s} {'tok/s':>8s} {'TFLOP/s':>8s} {'%meas':>6s} {'1st s':>6s} {'peak GiB':>8s}")
     for name, e in res["steps"].items():
         if "tok_s" in e:
@@ -438,6 +463,25 @@ def main() -> None:
             [f"{x:.1e}" for x in h["direct_rel_err_by_layer"]],
         )
     print(f"total {res['total_s']:.0f} s", flush=True)
+
+
+def main() -> None:
+    a = parse_args()
+    t_start = time.perf_counter()
+    os.makedirs(a.out, exist_ok=True)
+    raise_compile_limits()
+    run = Run(a, t_start)
+    run.direct("direct_packed", run.ids_packed, run.doc_packed, False, 0)
+    run.direct("direct_single", run.ids_single, run.doc_single, False, 60)
+    run.hooks_single()
+    run.packed_vs_alone()
+    run.packed_vs_alone_direct()
+    run.direct("direct_packed_soft", run.ids_packed, run.doc_packed, True, 90)
+    run.profile()
+    run.accuracy()
+    run.res["total_s"] = time.perf_counter() - t_start
+    run.save()
+    print_summary(run.res)
 
 
 if __name__ == "__main__":

@@ -173,17 +173,14 @@ def alone(
 
     from trainer.data.dataset import Plan, load_dir
     from trainer.run.flags import build_parser
+    from trainer.run.settings import resolve
     from trainer.runtime.gpu_meter import role_meter
     from trainer.runtime.loop import Trainer, draft_config, micro_seed, quiet_transformers
 
     quiet_transformers()
     if argv is None:
         argv = flags(a, target, data, "/tmp/unused", "0", "0", 10**9)
-    args = build_parser().parse_args(argv)
-    if args.block_size is None or args.num_draft_layers is None:  # the trainer's defaults for this target
-        from trainer.run.flags import resolve_defaults, target_info
-
-        resolve_defaults(args, target_info(args.target_model), None)
+    args = resolve(build_parser().parse_args(argv))  # the trainer's settings (its defaults for this target)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.set_device(device)

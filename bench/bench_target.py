@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.flops import Shape, causal_pairs, measure_matmul_tflops, rates, target_capture_flops  # noqa: E402
 from bench.prof import profile, timed  # noqa: E402
+from trainer.target.base import attach  # noqa: E402
 from trainer.target.capture import capture, prepare_capture  # noqa: E402
 
 LAYERS = [1, 9, 17, 25, 33]
@@ -105,7 +106,7 @@ def packed_docs(B: int, T: int, seed: int, lo: int, hi: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="small random model on the CPU (smoke run)")
     ap.add_argument("--rows", type=int, default=2)
@@ -123,139 +124,160 @@ def main() -> None:
         help="variants to profile (torch.profiler table to OUT/profile_target_<variant>.txt)",
     )
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_target"))
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    raise_compile_limits()
-    device = "cpu" if a.tiny or not torch.cuda.is_available() else "cuda"
-    if a.tiny:
-        a.seq, a.iters, a.warmup = 256, 1, 1
-        layers = [1, 3, 5]
-    else:
-        layers = LAYERS
-    import transformers
+    return ap.parse_args()
 
-    res = {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "rows": a.rows,
-        "seq": a.seq,
-        "capture_layers": layers,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "variants": {},
-    }
-    res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
-    if device == "cuda":
-        from trainer.target.direct import _VARLEN_PARAMS, _varlen_works
 
-        res["varlen_params"], res["varlen_works"] = (
-            sorted(_VARLEN_PARAMS),
-            _varlen_works(torch.device("cuda")),
-        )
-    print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
-    t0 = time.perf_counter()
-    model, shape = build_target(a.tiny, device)
-    res["build_s"] = time.perf_counter() - t0
-    n_total = model.config.num_hidden_layers
-    B, T = a.rows, a.seq
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, shape.vocab - 1, (B, T), generator=g).to(device)
-    single = torch.zeros(B, T, dtype=torch.long)
-    packed = packed_docs(B, T, 1, max(16, T // 32), T // 2)
-    long_T = 6 * T  # the pipeline's shape: one row of a 49152-token budget, documents up to 8192
-    ids_long = torch.randint(0, shape.vocab - 1, (1, long_T), generator=g).to(device)
-    packed_long = packed_docs(1, long_T, 2, max(16, T // 32), T)
-    res["docs_per_row_packed"] = [len(set(r)) for r in packed.tolist()]
-    res["docs_long"] = len(set(packed_long[0].tolist()))
-    refs: dict[str, torch.Tensor] = {}
+class Run:
+    """One bench run: the model, its inputs (``single``, ``packed`` and ``long`` rows), the hook path's
+    reference outputs and the results so far (``res``, written out after each variant)."""
 
-    def reference(kind: str) -> torch.Tensor:
-        if kind not in refs:
-            model._dflash_capture = None
-            i, d = (
-                (ids_long, packed_long) if kind == "long" else (ids, single if kind == "single" else packed)
+    def __init__(self, a: argparse.Namespace):
+        self.a = a
+        self.device = device = "cpu" if a.tiny or not torch.cuda.is_available() else "cuda"
+        if a.tiny:
+            a.seq, a.iters, a.warmup = 256, 1, 1
+            self.layers = [1, 3, 5]
+        else:
+            self.layers = LAYERS
+        import transformers
+
+        self.res = res = {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "device": device,
+            "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+            "rows": a.rows,
+            "seq": a.seq,
+            "capture_layers": self.layers,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "variants": {},
+        }
+        res["matmul_tflops"] = measure_matmul_tflops() if device == "cuda" else None
+        if device == "cuda":
+            from trainer.target.attention import VARLEN_PARAMS, varlen_works
+
+            res["varlen_params"], res["varlen_works"] = (
+                sorted(VARLEN_PARAMS),
+                varlen_works(torch.device("cuda")),
             )
-            refs[kind] = capture(model, i, d.to(device), layers)[0]
-        return refs[kind]
+        print(f"bf16 8192^3 matmul: {res['matmul_tflops']} TFLOP/s", flush=True)
+        t0 = time.perf_counter()
+        self.model, self.shape = build_target(a.tiny, device)
+        res["build_s"] = time.perf_counter() - t0
+        B, T = a.rows, a.seq
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, self.shape.vocab - 1, (B, T), generator=g).to(device)
+        self.single = torch.zeros(B, T, dtype=torch.long)
+        self.packed = packed_docs(B, T, 1, max(16, T // 32), T // 2)
+        long_T = 6 * T  # the pipeline's shape: one row of a 49152-token budget, documents up to 8192
+        self.ids_long = torch.randint(0, self.shape.vocab - 1, (1, long_T), generator=g).to(device)
+        self.packed_long = packed_docs(1, long_T, 2, max(16, T // 32), T)
+        res["docs_per_row_packed"] = [len(set(r)) for r in self.packed.tolist()]
+        res["docs_long"] = len(set(self.packed_long[0].tolist()))
+        self.refs: dict[str, torch.Tensor] = {}
 
-    for name in a.variants.split(","):
+    def inputs(self, kind: str):
+        if kind == "long":
+            return self.ids_long, self.packed_long
+        return self.ids, (self.single if kind == "single" else self.packed)
+
+    def reference(self, kind: str) -> torch.Tensor:
+        if kind not in self.refs:
+            attach(self.model, None)
+            i, d = self.inputs(kind)
+            self.refs[kind] = capture(self.model, i, d.to(self.device), self.layers)[0]
+        return self.refs[kind]
+
+    def full_hooks(self, i):
+        """A plain forward of the whole base model with forward hooks on the captured layers."""
+        model, layers, got = self.model, self.layers, {}
+        hooks = [
+            model.model.layers[j].register_forward_hook(
+                lambda _m, _a, out, j=j, got=got: got.__setitem__(
+                    j, out[0] if isinstance(out, tuple) else out
+                )
+            )
+            for j in layers
+        ]
+
+        def fn(i=i, got=got):
+            with torch.no_grad():
+                model.model(input_ids=i, use_cache=False)
+            return torch.cat([got[j] for j in layers], -1)
+
+        return fn, hooks
+
+    def direct(self, name: str, i, docs, entry: dict):
+        """``capture`` after ``prepare_capture(model, attn)`` (compiled first on CUDA, eager if that fails)."""
+        model, layers, cuda = self.model, self.layers, self.device == "cuda"
+        attn = name[len("direct_") :].rsplit("_", 1)[0]
+        entry["attn"] = prepare_capture(model, attn=attn, compile=cuda)
+        if cuda:  # compile first here, so that a compile failure falls back to eager
+            try:
+                capture(model, i, docs, layers)
+            except Exception as e:  # noqa: BLE001
+                entry["compile_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                traceback.print_exc()
+                prepare_capture(model, attn=attn, compile=False)
+        # doc_ids on the host: the varlen path reads document boundaries there without a device sync
+        host_docs = docs
+
+        def fn(i=i, host_docs=host_docs):
+            return capture(model, i, host_docs, layers)[0]
+
+        return fn
+
+    def against_reference(self, entry: dict, fn, ref) -> None:
+        out = fn()
+        entry["rel_err_vs_hooks"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+        H = self.shape.hidden  # per captured layer: bf16 rounding grows with depth
+        entry["rel_err_by_layer"] = [
+            float(
+                (out[..., k * H : (k + 1) * H].float() - ref[..., k * H : (k + 1) * H].float()).norm()
+                / ref[..., k * H : (k + 1) * H].float().norm()
+            )
+            for k in range(len(self.layers))
+        ]
+        attach(self.model, None)
+        prepare_capture(
+            self.model, attn=entry["attn"], compile=self.device == "cuda" and "compile_error" not in entry
+        )
+
+    def variant(self, name: str) -> dict:
+        a, model, layers = self.a, self.model, self.layers
         kind = name.rsplit("_", 1)[1]
-        i, docs = (ids_long, packed_long) if kind == "long" else (ids, single if kind == "single" else packed)
-        docs_dev = docs.to(device)
+        i, docs = self.inputs(kind)
+        docs_dev = docs.to(self.device)
         n_layers = max(layers) + 1
         entry: dict = {}
         try:
-            model._dflash_capture = None
+            attach(model, None)
+            hooks, ref = [], None
             if name == "hf_full_hooks":
-                got: dict = {}
-                hooks = [
-                    model.model.layers[j].register_forward_hook(
-                        lambda _m, _a, out, j=j, got=got: got.__setitem__(
-                            j, out[0] if isinstance(out, tuple) else out
-                        )
-                    )
-                    for j in layers
-                ]
-
-                def fn(i=i, got=got):
-                    with torch.no_grad():
-                        model.model(input_ids=i, use_cache=False)
-                    return torch.cat([got[j] for j in layers], -1)
-
-                n_layers = n_total
+                fn, hooks = self.full_hooks(i)
+                n_layers = model.config.num_hidden_layers
             elif name.startswith("hooks_"):
-                hooks = []
 
                 def fn(i=i, docs_dev=docs_dev):
                     return capture(model, i, docs_dev, layers)[0]
             else:
-                hooks = []
-                ref = reference(kind)  # the hook path's output, computed before switching the model over
-                attn = name[len("direct_") :].rsplit("_", 1)[0]
-                entry["attn"] = prepare_capture(model, attn=attn, compile=device == "cuda")
-                if device == "cuda":  # compile first here, so that a compile failure falls back to eager
-                    try:
-                        capture(model, i, docs, layers)
-                    except Exception as e:  # noqa: BLE001
-                        entry["compile_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-                        traceback.print_exc()
-                        prepare_capture(model, attn=attn, compile=False)
-                # doc_ids on the host: the varlen path reads document boundaries there without a device sync
-                host_docs = docs
-
-                def fn(i=i, host_docs=host_docs):
-                    return capture(model, i, host_docs, layers)[0]
-
+                ref = self.reference(kind)  # the hook path's output, computed before switching the model over
+                fn = self.direct(name, i, docs, entry)
             tok = i.numel()
             entry.update(timed(fn, a.iters, a.warmup))
-            pairs = causal_pairs(docs)
-            flops = target_capture_flops(shape, n_layers, tok, pairs)
+            flops = target_capture_flops(self.shape, n_layers, tok, causal_pairs(docs))
             entry.update(
                 {
                     "tokens_per_iter": tok,
                     "layers_run": n_layers,
                     "tok_s": tok / entry["s_per_iter"],
                     "flops_per_iter": flops,
-                    **rates(flops, entry["s_per_iter"], res["matmul_tflops"]),
+                    **rates(flops, entry["s_per_iter"], self.res["matmul_tflops"]),
                 }
             )
             if name.startswith("direct_"):
-                out = fn()
-                entry["rel_err_vs_hooks"] = float((out.float() - ref.float()).norm() / ref.float().norm())
-                H = shape.hidden  # per captured layer: bf16 rounding grows with depth
-                entry["rel_err_by_layer"] = [
-                    float(
-                        (out[..., k * H : (k + 1) * H].float() - ref[..., k * H : (k + 1) * H].float()).norm()
-                        / ref[..., k * H : (k + 1) * H].float().norm()
-                    )
-                    for k in range(len(layers))
-                ]
-                model._dflash_capture = None
-                prepare_capture(
-                    model, attn=entry["attn"], compile=device == "cuda" and "compile_error" not in entry
-                )
-            if device == "cuda":
+                self.against_reference(entry, fn, ref)
+            if self.device == "cuda":
                 entry["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
                 torch.cuda.reset_peak_memory_stats()
             if name in a.profile.split(","):
@@ -265,12 +287,10 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - report and go on with the next variant
             entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             traceback.print_exc()
-        res["variants"][name] = entry
-        print(name, json.dumps({k: v for k, v in entry.items() if k != "profile"}), flush=True)
-        with open(os.path.join(a.out, "bench_target.json"), "w") as f:
-            json.dump(res, f, indent=1)
-    model._dflash_capture = None
+        return entry
 
+
+def print_summary(res: dict) -> None:
     print(
         f"\n{'variant':28s} {'tok/s':>9s} {'TFLOP/s':>8s} {'%meas':>6s} {'%989':>6s} {'1st s':>6s} {'relerr':>8s}"
     )
@@ -282,6 +302,21 @@ def main() -> None:
             f"{name:28s} {e['tok_s']:9.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
             f"{100 * e['mfu_datasheet']:6.1f} {e['first_call_s']:6.1f} {e.get('rel_err_vs_hooks', float('nan')):8.1e}"
         )
+
+
+def main() -> None:
+    a = parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    raise_compile_limits()
+    run = Run(a)
+    for name in a.variants.split(","):
+        entry = run.variant(name)
+        run.res["variants"][name] = entry
+        print(name, json.dumps({k: v for k, v in entry.items() if k != "profile"}), flush=True)
+        with open(os.path.join(a.out, "bench_target.json"), "w") as f:
+            json.dump(run.res, f, indent=1)
+    attach(run.model, None)
+    print_summary(run.res)
 
 
 if __name__ == "__main__":

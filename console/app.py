@@ -32,7 +32,7 @@ from console.core.session_protocol import ScreenSession
 from console.core.ssh import HostKeyRefused, backoff
 from console.core.state import ConsoleState
 from console.screens.alerts import AlertsScreen
-from console.screens.checkpoints import CheckpointsScreen, CopyJobs
+from console.screens.checkpoints_dialog import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
 from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog

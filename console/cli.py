@@ -27,7 +27,8 @@ from console import __version__
 from console.core import control
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.options import options_from_args
-from console.core.startup import StartupPrinter
+from console.core.phases import StopPhase
+from console.core.startup_fold import StartupPrinter
 
 # --- exit codes (docs/cli.md) -------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ DETACH_HELP = "return once the trainer has written its started event (no start-u
 
 
 def _startup_printer(args):
-    """The start-up progress of launch/restart (console/core/startup.py), None with --detach."""
+    """The start-up progress of launch/restart (console/core/startup_fold.py), None with --detach."""
     if getattr(args, "detach", False):
         return None
     return StartupPrinter(sys.stdout, time.time)
@@ -259,7 +260,7 @@ def err(msg: str) -> None:
 
 def resolve_targets(args):
     """The runs the positionals name (console/core/targets.py); ConfigError for a bad config file."""
-    from console.core.config import load
+    from console.core.config_file import load
     from console.core.targets import resolve
 
     base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
@@ -280,7 +281,7 @@ CHANGING = ("launch", "deploy", "stop", "restart")
 def resolve_one_target(args):
     """The one run the positional names (a config name or HOST [--ct N]); ConfigError when it is not
     exactly one run or the config file is unusable."""
-    from console.core.config import load
+    from console.core.config_file import load
     from console.core.targets import resolve_one
 
     base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
@@ -292,7 +293,7 @@ def resolve_one_target(args):
 
 def _readonly_refusal(args, target) -> int | None:
     """EXIT_READONLY with a message when ``target`` is read-only and the command changes the remote."""
-    from console.core.config import config_path
+    from console.core.config_file import config_path
 
     if args.command in CHANGING and target.readonly:
         err(
@@ -306,7 +307,7 @@ def _readonly_refusal(args, target) -> int | None:
 def _connect_failed(args, e: Exception) -> int:
     """A connection that failed: exit 2 when the target is neither a config name nor a host that
     resolves (most likely a misspelt name), else 1."""
-    from console.core.config import ConfigError, config_path, load
+    from console.core.config_file import ConfigError, config_path, load
     from console.core.targets import names
 
     err(str(e))
@@ -337,7 +338,7 @@ def _single(args, target) -> None:
 
 
 async def cmd_status(args) -> int:
-    from console.core.config import ConfigError
+    from console.core.config_file import ConfigError
     from console.core.status import collect, format_text
 
     if len(args.host) == 1 and is_record(args.host[0]):
@@ -401,7 +402,7 @@ async def cmd_check(args) -> int:
     """``status --check``: the monitoring-plugin convention (console/core/check.py); anything that keeps
     the check from looking (connection, host key, config file) is UNKNOWN (3)."""
     from console.core.check import UNKNOWN, check, line
-    from console.core.config import health_config
+    from console.core.config_file import health_config
 
     try:
         cfg = health_config()
@@ -503,12 +504,12 @@ class Countdown:
         while True:
             await asyncio.sleep(0.2 if self.tty else 1.0)
             ph = self.phase
-            if ph is None or ph.phase in ("exited", "timeout", "refused"):
+            if ph is None or ph.phase in (StopPhase.EXITED, StopPhase.TIMEOUT, StopPhase.REFUSED):
                 continue
             now = time.monotonic()
             left = self.timeout - (now - self.t0)
             in_phase = now - self.phase_t
-            if ph.phase == "saving" and ph.expected_s is not None:
+            if ph.phase == StopPhase.SAVING and ph.expected_s is not None:
                 msg = f"  saving: {in_phase:.1f} s of ~{ph.expected_s:.1f} s"
             else:
                 msg = f"  {ph.phase}: {in_phase:.1f} s"
@@ -611,7 +612,7 @@ async def cmd_logs(args) -> int:
 def cmd_connect(args) -> int:
     """The operator screen on a session built from the connection flags."""
     from console.app import ConsoleApp
-    from console.core.config import ConfigError, health_config
+    from console.core.config_file import ConfigError, health_config
     from console.core.session import Session
     from console.screens.health_hooks import HealthHooks
 
@@ -640,7 +641,7 @@ def cmd_connect(args) -> int:
             return EXIT_USAGE
     if len(targets) > 1:
         from console.core.fleet import build_runs
-        from console.tui.fleet import FleetApp
+        from console.tui.fleet_app import FleetApp
 
         runs = build_runs(targets)
         app = FleetApp(runs, health=hooks)
@@ -673,7 +674,7 @@ def cmd_connect(args) -> int:
 
 def cmd_replay(args) -> int:
     from console.core.record import RecordError, read
-    from console.tui.replay import ReplayApp
+    from console.tui.replay_app import ReplayApp
 
     try:
         rec = read(args.file)
@@ -781,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo.run(args) or 0
     if args.command in ONE_RUN and not (args.command == "logs" and is_record(args.host)):
-        from console.core.config import ConfigError
+        from console.core.config_file import ConfigError
 
         try:
             target = resolve_one_target(args)

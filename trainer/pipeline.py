@@ -23,16 +23,21 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from typing import NamedTuple
 
 from trainer import __version__
 from trainer.data.dataset import DataError
 from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
-from trainer.run.flags import FlagError, build_parser, resolved_flags, validate
+from trainer.run.flags import FlagError, build_parser
+from trainer.run.settings import resolve
 from trainer.run.startup import StartupEvents, expected
 from trainer.run.stopping import StopControl
 from trainer.runtime import compile_cache
-from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Trainer, log
+from trainer.runtime.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, log
+from trainer.runtime.loop import Trainer
+from trainer.runtime.sources import ThreadedSource
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
 
@@ -48,6 +53,54 @@ def resolve_resume(resume: str, ckpt_root: str) -> str | None:
     return path
 
 
+class Run(NamedTuple):
+    """How this run runs, chosen once (``run_strategy``): ``run()`` -> (exit code, reason); ``close()`` after it
+    whatever happened (in one process: the target threads stopped)."""
+
+    run: Callable[[], tuple[int, str]]
+    close: Callable[[], None]
+
+
+def run_strategy(
+    args, devices, stop, writer, reporter, run_dir: str, resume_path: str | None, startup
+) -> Run:
+    """``--launch single``: the drafter here, fed by target threads in this process (runtime/sources.py);
+    otherwise this process is the launcher of one worker per device (runtime/launcher.py)."""
+    if devices.mode == "single":
+        source = ThreadedSource(args, devices, stop, reporter)
+        trainer = Trainer(
+            args, source, stop, writer, run_dir, resume_path, device=devices.drafter[0], startup=startup
+        )
+
+        def single() -> tuple[int, str]:
+            trainer.setup()
+            return trainer.train()
+
+        return Run(single, source.close)
+    from trainer.runtime.launcher import Launcher
+
+    launcher = Launcher(args, devices, stop, writer, reporter, run_dir, resume_path)
+    launcher.startup = startup
+    return Run(launcher.run, lambda: None)
+
+
+def run_reported(run: Run, writer, reporter) -> tuple[int, str]:
+    """``run`` with its failures reported (stderr / train.log and an ``error`` event): (exit code, reason)."""
+    try:
+        return run.run()
+    except (FlagError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        writer.event("error", message=str(e))
+        return EXIT_USAGE, "error"
+    except Exception as e:  # noqa: BLE001 - reported in metrics.jsonl and train.log, then exit 1
+        traceback.print_exc()
+        writer.event("error", message=f"{type(e).__name__}: {e}")
+        return EXIT_ERROR, "error"
+    finally:
+        run.close()
+        reporter.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     pycache = compile_cache.bytecode_cache()  # before torch's import (the worker processes inherit it)
     stop = StopControl()
@@ -57,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"trainer {__version__}")
     args = parser.parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
     try:
-        devices = validate(args)  # also fills the drafter defaults (family, or the resumed checkpoint's)
+        args = resolve(args)  # frozen settings: defaults (the family's, a resumed checkpoint's), checked
+        devices = args.devices()
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    argv += resolved_flags(args)  # workers get the launcher's resolved values, not their own
     run_dir = os.path.abspath(args.output_dir)
     os.makedirs(run_dir, exist_ok=True)
     ckpt_root = os.path.join(run_dir, "checkpoints")
@@ -74,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    drafter = {"arch": args.arch, "block_size": args.block_size, "num_draft_layers": args.num_draft_layers}
     roles = {"target": devices.target, "drafter": devices.drafter}
-    rundir.write_run_json(run_dir, rundir.run_info(run_dir, roles, __version__, drafter))
+    rundir.write_run_json(run_dir, rundir.run_info(run_dir, roles, __version__, args.drafter_record()))
     for n in checkpoint.remove_partial(ckpt_root):
         log(f"removed an unfinished checkpoint folder: {n}")
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))
@@ -107,31 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     if evals is not None:
         reporter.on_tick.append(evals.poll)
     reporter.start()
-    if devices.mode == "single":
-        trainer = Trainer(args, devices, stop, writer, reporter, run_dir, resume_path)
-    else:
-        from trainer.runtime.launcher import Launcher
-
-        trainer = Launcher(args, argv, devices, stop, writer, reporter, run_dir, resume_path)
-    trainer.startup = startup
-    try:
-        if devices.mode == "single":
-            trainer.setup()
-            code, reason = trainer.train()
-        else:
-            code, reason = trainer.run()
-    except (FlagError, DataError) as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        writer.event("error", message=str(e))
-        code, reason = EXIT_USAGE, "error"
-    except Exception as e:  # noqa: BLE001 - reported in metrics.jsonl and train.log, then exit 1
-        traceback.print_exc()
-        writer.event("error", message=f"{type(e).__name__}: {e}")
-        code, reason = EXIT_ERROR, "error"
-    finally:
-        if devices.mode == "single":
-            trainer.stop_workers()
-        reporter.stop()
+    run = run_strategy(args, devices, stop, writer, reporter, run_dir, resume_path, startup)
+    code, reason = run_reported(run, writer, reporter)
     if evals is not None:
         evals.finish(reason, lambda: stop.requested)
     stop.drain()

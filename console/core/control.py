@@ -1,4 +1,4 @@
-"""Trainer control through the helper: find, deploy, launch, stop cleanly, restart.
+"""Trainer control through the helper: find, deploy, launch, stop cleanly, plan a restart and relaunch.
 
 Every function takes a started :class:`~console.core.helper.Helper`; nothing here knows about
 reconnects or the screen. Results say how an action ended (:class:`~console.core.events.Outcome`).
@@ -16,12 +16,14 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.formatting import fmt_bytes
 from console.core.helper import Helper, HelperError, HelperGone, b64encode
 from console.core.metrics import MetricsParser
+from console.core.phases import StopPhase
 from console.core.streams import MAX_LINE, FileTail, clean_line
 
 TRAINER_MODULE = "trainer.pipeline"
@@ -98,30 +100,80 @@ async def read_run_json(helper: Helper, run_dir: str) -> dict | None:
     return run if isinstance(run, dict) else None
 
 
-def _same_process(info: dict | None, start_time: int | None, cmdline: list[str]) -> bool:
-    return bool(
-        info
-        and info.get("alive")
-        and info.get("start_time") == start_time
-        and info.get("cmdline", [])[1:] == list(cmdline)[1:]
+@dataclass
+class Verdict:
+    """The helper's answer to "is this PID still that trainer?" (``helper_program.identity``)."""
+
+    state: str  # "same" | "gone" (not running, a zombie) | "other" (another process or program now)
+    why: str  # why not, as the helper says it ("" when the same)
+    proc: dict | None  # /proc/PID as the helper read it (None when there is none)
+
+    @property
+    def same(self) -> bool:
+        return self.state == "same"
+
+    def now_running(self) -> str:
+        cmd = (self.proc or {}).get("cmdline")
+        return shlex.join(str(a) for a in cmd)[:200] if isinstance(cmd, list) else "?"
+
+
+def trainer_identity(trainer: TrainerInfo) -> dict:
+    """What the trainer is known by, for the helper to check a PID against: its start time, its command
+    line after argv[0], and its owner (its effective uid must be the helper's own, or that of the owner of
+    the run.json it was found through)."""
+    run_json = (
+        posixpath.join(trainer.run_dir, "run.json")
+        if trainer.source == "run.json" and trainer.run_dir
+        else None
+    )
+    return {
+        "start_time": trainer.start_time,
+        "argv_rest": list(trainer.cmdline[1:]),
+        "owner": {"run_json": run_json},
+    }
+
+
+async def identify(helper: Helper, trainer: TrainerInfo) -> Verdict:
+    """Is ``trainer.pid`` still ``trainer``? Every check of find, stop, resume and restart asks this: the
+    one rule lives in the helper (``helper_program.identity``), where /proc is read. An answer that is
+    not one of the three verdicts counts as "other": never the trainer, never signalled."""
+    r = await helper.call("identify", pid=trainer.pid, expect=trainer_identity(trainer))
+    r = r if isinstance(r, dict) else {}
+    proc = r.get("proc") if isinstance(r.get("proc"), dict) else None
+    state = r.get("identity") if r.get("identity") in ("same", "gone", "other") else "other"
+    if state == "same" and proc is None:
+        state = "other"
+    return Verdict(state, str(r.get("why") or "")[:200], proc)
+
+
+def _recorded(run: dict | None, run_dir: str | None) -> TrainerInfo | None:
+    """The trainer run.json names (None without a pid). A start time or command that is not there
+    never matches a process."""
+    if not run or not isinstance(run.get("pid"), int):
+        return None
+    st = run.get("start_time")
+    cmd = run.get("command")
+    cmd = [str(a) for a in cmd] if isinstance(cmd, list) else []
+    return TrainerInfo(run["pid"], st if isinstance(st, int) else -1, cmd, run_dir, "run.json", run)
+
+
+def _found(v: Verdict, recorded: TrainerInfo) -> TrainerInfo:
+    """``recorded`` as /proc shows it, once the helper said it is the same process."""
+    proc = v.proc or {}
+    cmd = proc.get("cmdline")
+    return TrainerInfo(
+        recorded.pid,
+        recorded.start_time,
+        [str(a) for a in cmd] if isinstance(cmd, list) else recorded.cmdline,
+        recorded.run_dir,
+        recorded.source,
+        recorded.run,
     )
 
 
-async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo | None, dict | None]:
-    """The live trainer (of ``run_dir`` when given) and the run.json found, if any.
-
-    run.json first (its pid must still run with the recorded start time and command), else a process
-    running ``trainer.pipeline`` / ``train_dflash_pipeline.py`` whose ``--output-dir`` (resolved
-    against its own cwd) is ``run_dir``; without ``run_dir`` the oldest such process.
-    """
-    run = await read_run_json(helper, run_dir) if run_dir else None
-    if run and isinstance(run.get("pid"), int):
-        cmd = run.get("command") or []
-        info = await helper.proc(run["pid"])
-        if _same_process(info, run.get("start_time"), cmd):
-            return TrainerInfo(
-                info["pid"], info["start_time"], info["cmdline"], run_dir, "run.json", run
-            ), run
+async def _candidates(helper: Helper, run_dir: str | None) -> list[tuple[dict, str | None]]:
+    """Processes running ``trainer.pipeline`` / ``train_dflash_pipeline.py`` (of ``run_dir`` when given),
+    the roots of launcher trees, oldest first; with their ``--output-dir`` resolved against their cwd."""
     cands = []
     for info in await helper.call("find", patterns=[TRAINER_MODULE, USER_SCRIPT]):
         if not is_trainer_cmdline(info["cmdline"]):
@@ -133,28 +185,43 @@ async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo
         cands.append((info, rd))
     pids = {c[0]["pid"] for c in cands}
     cands = [c for c in cands if c[0]["ppid"] not in pids]  # the root of a launcher tree
-    if not cands:
-        return None, run
-    info, rd = min(cands, key=lambda c: (c[0]["start_time"], c[0]["pid"]))
-    if rd is not None and (run is None or run_dir != rd):
-        run = await read_run_json(helper, rd)
-    if run and run.get("pid") == info["pid"] and run.get("start_time") == info["start_time"]:
-        return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "run.json", run), run
-    return TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "cmdline", None), run
+    return sorted(cands, key=lambda c: (c[0]["start_time"], c[0]["pid"]))
 
 
-async def stale_run_pid(helper: Helper, run: dict | None) -> dict | None:
+async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo | None, dict | None]:
+    """The live trainer (of ``run_dir`` when given) and the run.json found, if any.
+
+    run.json first (its pid must still be that trainer: :func:`identify`), else a process running
+    ``trainer.pipeline`` / ``train_dflash_pipeline.py`` whose ``--output-dir`` (resolved against its
+    own cwd) is ``run_dir``; without ``run_dir`` the oldest such process (that the helper also says is
+    the trainer: its owner).
+    """
+    run = await read_run_json(helper, run_dir) if run_dir else None
+    recorded = _recorded(run, run_dir)
+    if recorded is not None:
+        v = await identify(helper, recorded)
+        if v.same:
+            return _found(v, recorded), run
+    for info, rd in await _candidates(helper, run_dir):
+        crun = run if run is not None and rd == run_dir else (await read_run_json(helper, rd) if rd else None)
+        named = _recorded(crun, rd)
+        if named is not None and named.pid == info["pid"]:
+            v = await identify(helper, named)
+            if v.same:
+                return _found(v, named), crun
+        seen = TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "cmdline", None)
+        if (await identify(helper, seen)).same:
+            return seen, crun
+    return None, run
+
+
+async def stale_run_pid(helper: Helper, run: dict | None, run_dir: str | None = None) -> dict | None:
     """/proc info of run.json's pid when that pid runs but is not the recorded trainer (else None)."""
-    if not run or not isinstance(run.get("pid"), int):
+    recorded = _recorded(run, run_dir)
+    if recorded is None:
         return None
-    info = await helper.proc(run["pid"])
-    if (
-        info
-        and info.get("alive")
-        and not _same_process(info, run.get("start_time"), run.get("command") or [])
-    ):
-        return info
-    return None
+    v = await identify(helper, recorded)
+    return v.proc if v.state == "other" else None
 
 
 # --- deploy ------------------------------------------------------------------------------------------
@@ -359,7 +426,7 @@ class StopFollow:
         self._said: tuple[list[str], str, float] = ([], "", 0.0)  # the files last named, when
 
     # -- phases --------------------------------------------------------------------------------------
-    def phase(self, name: str, detail: str, expected: float | None = None) -> None:
+    def phase(self, name: StopPhase, detail: str, expected: float | None = None) -> None:
         if self.on_phase is not None:
             self.on_phase(ActionPhase(name, detail, expected, time.time()))
 
@@ -371,38 +438,39 @@ class StopFollow:
     def _event(self, ev: dict) -> None:
         name = ev.get("name")
         if name == "stop_requested":
-            self.phase("signal_sent", f"trainer acknowledged {ev.get('signal') or self.sig}")
+            self.phase(StopPhase.SIGNAL_SENT, f"trainer acknowledged {ev.get('signal') or self.sig}")
         elif name == "checkpoint_saving":
             self.saving_seen = True
-            self.phase("saving", f"saving checkpoint at step {ev.get('step')}", _num(ev.get("expected_s")))
+            self.phase(
+                StopPhase.SAVING, f"saving checkpoint at step {ev.get('step')}", _num(ev.get("expected_s"))
+            )
         elif name == "checkpoint_saved":
             self.saved = ev
             secs = _num(ev.get("seconds"))
             self.phase(
-                "saved",
+                StopPhase.SAVED,
                 f"checkpoint saved: {ev.get('path')}" + (f" ({secs:.1f} s)" if secs is not None else ""),
             )
         elif name == "error":
             self.errors.append(str(ev.get("message")))
-            self.phase("error", f"trainer reported an error: {ev.get('message')}")
+            self.phase(StopPhase.ERROR, f"trainer reported an error: {ev.get('message')}")
         elif name == "stopped":
             self.stopped = ev
 
     # -- the first link: verify, signal, follow --------------------------------------------------------
     async def start(self, helper: Helper) -> ActionResult:
         trainer, pid, sig = self.trainer, self.trainer.pid, self.sig
-        self.phase("verifying", f"pid {pid}: checking /proc/{pid} still is the trainer")
-        info = await helper.proc(pid)
-        if info is None or not info.get("alive"):
-            self.phase("exited", f"pid {pid} is not running")
+        self.phase(StopPhase.VERIFYING, f"pid {pid}: checking /proc/{pid} still is the trainer")
+        v = await identify(helper, trainer)
+        if v.state == "gone":
+            self.phase(StopPhase.EXITED, f"pid {pid} is not running")
             return ActionResult(Outcome.NO_TRAINER, f"no trainer: pid {pid} is not running", trainer)
-        if info["start_time"] != trainer.start_time or info["cmdline"][1:] != trainer.cmdline[1:]:
-            now = shlex.join(info["cmdline"])[:200]
+        if not v.same:
             msg = (
-                f"refused: pid {pid} is no longer the trainer (start time {info['start_time']} vs "
-                f"{trainer.start_time}; now running: {now}); nothing was signalled"
+                f"refused: pid {pid} is no longer the trainer ({v.why}; now running: {v.now_running()}); "
+                "nothing was signalled"
             )
-            self.phase("refused", msg)
+            self.phase(StopPhase.REFUSED, msg)
             return ActionResult(Outcome.REFUSED, msg, trainer)
         metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
         self.has_events = trainer.source == "run.json" or bool(
@@ -414,32 +482,30 @@ class StopFollow:
         elif trainer.run_dir:
             self.baseline = await scan_dir(helper, trainer.run_dir)
         self.signalled = True  # from here on a dropped link never leads to a second signal
-        sent = await helper.call(
-            "kill",
-            pid=pid,
-            sig=sig,
-            expect={"start_time": trainer.start_time, "argv_rest": trainer.cmdline[1:]},
-        )
+        sent = await helper.call("kill", pid=pid, sig=sig, expect=trainer_identity(trainer))
         if not sent["sent"]:
             self.signalled = False
             if self.tail is not None:
                 await self.tail.detach()
             if sent["reason"] == "mismatch":
-                msg = f"refused: pid {pid} is no longer the trainer; nothing was signalled"
-                self.phase("refused", msg)
+                why = str(sent.get("why") or "")[:200]  # changed between the check and the signal
+                because = f" ({why})" if why else ""
+                msg = f"refused: pid {pid} is no longer the trainer{because}; nothing was signalled"
+                self.phase(StopPhase.REFUSED, msg)
                 return ActionResult(Outcome.REFUSED, msg, trainer)
-            self.phase("exited", f"pid {pid} exited before the signal")
+            self.phase(StopPhase.EXITED, f"pid {pid} exited before the signal")
             return ActionResult(
                 Outcome.NO_TRAINER, f"no trainer: pid {pid} exited before the signal", trainer
             )
         self.t_signal = time.time()
-        self.phase("signal_sent", f"{sig} sent to pid {pid}")
+        self.phase(StopPhase.SIGNAL_SENT, f"{sig} sent to pid {pid}")
         if not self.has_events:
             where = (
                 f"; watching {trainer.run_dir} for new or growing files" if self.baseline is not None else ""
             )
             self.phase(
-                "saving", f"waiting for pid {pid} to save and exit (it reports no progress events){where}"
+                StopPhase.SAVING,
+                f"waiting for pid {pid} to save and exit (it reports no progress events){where}",
             )
         return await self._follow(helper)
 
@@ -447,15 +513,9 @@ class StopFollow:
     async def resume(self, helper: Helper) -> ActionResult:
         """Go on after a reconnect (only once ``signalled``): follow a live trainer or read the outcome."""
         tr, pid = self.trainer, self.trainer.pid
-        info = await helper.proc(pid)
-        if (
-            info is not None
-            and info.get("alive")
-            and info.get("start_time") == tr.start_time
-            and info.get("cmdline", [])[1:] == tr.cmdline[1:]
-        ):
+        if (await identify(helper, tr)).same:
             self.phase(
-                "reconnected",
+                StopPhase.RECONNECTED,
                 f"link back: pid {pid} (start time {tr.start_time}) is still the trainer; following its save "
                 f"(not signalled again)",
             )
@@ -463,7 +523,8 @@ class StopFollow:
                 self.tail.attach(helper)
             return await self._follow(helper)
         self.phase(
-            "reconnected", f"link back: pid {pid} exited while the link was down; reading the run directory"
+            StopPhase.RECONNECTED,
+            f"link back: pid {pid} exited while the link was down; reading the run directory",
         )
         if self.tail is not None:
             await self.tail.drain(helper)
@@ -501,7 +562,7 @@ class StopFollow:
         said_names, said_text, said_t = self._said
         if names != said_names or (text != said_text and now - said_t >= REPORT_EVERY_S):
             self._said = (names, text, now)  # a new file at once; a growing one every few seconds
-            self.phase("saving", f"writing in {self.trainer.run_dir}: {text}")
+            self.phase(StopPhase.SAVING, f"writing in {self.trainer.run_dir}: {text}")
 
     def _timeout(self) -> ActionResult:
         pid = self.trainer.pid
@@ -512,7 +573,7 @@ class StopFollow:
             f"save in progress; checkpoints/latest keeps the last complete one) `kill -KILL {pid}` "
             f"inside the container."
         )
-        self.phase("timeout", msg)
+        self.phase(StopPhase.TIMEOUT, msg)
         return ActionResult(Outcome.STILL_RUNNING, msg, self.trainer)
 
     async def _latest(self, helper: Helper) -> str | None:
@@ -543,8 +604,8 @@ class StopFollow:
             if self.baseline is not None:
                 await self._report_files(helper, final=True)
             if self.written and rc in (0, None):
-                self.phase("saved", f"wrote {_describe(self.written)}")
-                self.phase("exited", f"pid {pid} exited {when}{rc_s}")
+                self.phase(StopPhase.SAVED, f"wrote {_describe(self.written)}")
+                self.phase(StopPhase.EXITED, f"pid {pid} exited {when}{rc_s}")
                 note = (
                     ""
                     if rc is not None
@@ -563,10 +624,10 @@ class StopFollow:
                 )
             else:
                 what = f"without writing anything new in {tr.run_dir}{rc_s}"
-            self.phase("exited", f"pid {pid} exited {when} {what}")
+            self.phase(StopPhase.EXITED, f"pid {pid} exited {when} {what}")
             return ActionResult(Outcome.NO_CHECKPOINT, f"pid {pid} exited {what}", tr)
         if self.saved is not None:
-            self.phase("exited", f"pid {pid} exited {when}{rc_s}")
+            self.phase(StopPhase.EXITED, f"pid {pid} exited {when}{rc_s}")
             msg = (
                 f"stopped{' while the link was down' if offline else ''}: checkpoint "
                 f"{self.saved.get('path')} saved (step {self.saved.get('step')}); pid {pid} exited{rc_s}{src}"
@@ -581,11 +642,11 @@ class StopFollow:
         )
         if failed:
             err = self.errors[-1] if self.errors else "the save did not complete"
-            self.phase("exited", f"pid {pid} exited {when}: checkpoint failed{rc_s}")
+            self.phase(StopPhase.EXITED, f"pid {pid} exited {when}: checkpoint failed{rc_s}")
             return ActionResult(
                 Outcome.NO_CHECKPOINT, f"checkpoint failed: {err}; pid {pid} exited{rc_s}{src}{keeps}", tr
             )
-        self.phase("exited", f"pid {pid} exited {when} without saving a checkpoint{rc_s}")
+        self.phase(StopPhase.EXITED, f"pid {pid} exited {when} without saving a checkpoint{rc_s}")
         return ActionResult(
             Outcome.NO_CHECKPOINT, f"pid {pid} exited without checkpoint_saved{rc_s}{src}{keeps}", tr
         )
@@ -613,6 +674,22 @@ def pythonpath(code_dir: str, recorded: str | None, old_code_dir: str | None = N
     return ":".join([code_dir, *parts])
 
 
+def _launch_dir(flags: list[str], run_dir: str | None, cwd: str) -> tuple[list[str], str]:
+    """(the flags, with ``--output-dir`` added when only ``run_dir`` names it; the run dir, resolved)."""
+    out = flag_value(flags, "--output-dir")
+    if out is None and run_dir is None:
+        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", Outcome.USAGE)
+    if out is None:
+        flags = [*flags, "--output-dir", run_dir]
+        out = run_dir
+    rd = resolve(out, cwd)
+    if run_dir is not None and resolve(run_dir, cwd) != rd:
+        raise ControlError(
+            f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", Outcome.USAGE
+        )
+    return flags, rd
+
+
 async def launch(
     helper: Helper,
     flags: list[str],
@@ -638,18 +715,7 @@ async def launch(
     """
     say = on_status or (lambda s: None)
     cwd = cwd or helper.home
-    flags = list(flags)
-    out = flag_value(flags, "--output-dir")
-    if out is None and run_dir is None:
-        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", Outcome.USAGE)
-    if out is None:
-        flags += ["--output-dir", run_dir]
-        out = run_dir
-    rd = resolve(out, cwd)
-    if run_dir is not None and resolve(run_dir, cwd) != rd:
-        raise ControlError(
-            f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", Outcome.USAGE
-        )
+    flags, rd = _launch_dir(list(flags), run_dir, cwd)
     live, _ = await find_trainer(helper, rd)
     if live is not None:
         raise ControlError(f"refused: a live trainer (pid {live.pid}) owns {rd}; stop it first")
@@ -668,42 +734,10 @@ async def launch(
     sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
     pid = int(sp["pid"])
     follower.attach(helper)
+    # the spawned process itself (pid + start time): its command line may still change (an interpreter shim)
     waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
-    deadline = time.monotonic() + wait_s
     try:
-        while True:
-            getter = asyncio.ensure_future(events.get())
-            done, _ = await asyncio.wait(
-                [waiter, getter],
-                timeout=max(0.0, deadline - time.monotonic()),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if not getter.done():
-                getter.cancel()
-            if getter in done:
-                ev = getter.result()
-                name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
-                if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
-                    on_startup(ev)
-                if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
-                    break
-                if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
-                    break
-                continue
-            if waiter in done:
-                await follower.drain()
-                started = False
-                while not events.empty():
-                    started |= events.get_nowait().get("name") == "started"
-                rc = waiter.result().get("rc")
-                tail = "\n".join(await tail_lines(helper, log, 30))
-                raise ControlError(
-                    f"the trainer exited during start-up (exit code {rc}; "
-                    f"{'after' if started else 'before'} its started event). "
-                    f"Last lines of {log}:\n{tail}"
-                )
-            say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
-            break
+        await _await_start(helper, pid, waiter, follower, events, log, wait_s, on_startup, say)
     finally:
         if not waiter.done():
             waiter.cancel()
@@ -717,8 +751,82 @@ async def launch(
     return ActionResult(Outcome.OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
 
 
-def restart_plan(run: dict, code_dir: str | None = None) -> dict:
-    """What a restart launches: run.json's interpreter, cwd, code dir, env and argv + ``--resume auto``."""
+async def _await_start(
+    helper: Helper,
+    pid: int,
+    waiter: asyncio.Future,
+    follower: FileTail,
+    events: asyncio.Queue[dict],
+    log: str,
+    wait_s: float,
+    on_startup: Callable[[dict], None] | None,
+    say: Callable[[str], None],
+) -> None:
+    """Wait for the spawned trainer's ``started`` event (``first_step`` with ``on_startup``, which gets
+    every start-up record); :class:`ControlError` when it exits first; at ``wait_s`` it is left running."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        getter = asyncio.ensure_future(events.get())
+        done, _ = await asyncio.wait(
+            [waiter, getter],
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not getter.done():
+            getter.cancel()
+        if getter in done:
+            ev = getter.result()
+            name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
+            if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
+                on_startup(ev)
+            if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
+                return
+            if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
+                return
+            continue
+        if waiter in done:
+            await follower.drain()
+            started = False
+            while not events.empty():
+                started |= events.get_nowait().get("name") == "started"
+            rc = waiter.result().get("rc")
+            tail = "\n".join(await tail_lines(helper, log, 30))
+            raise ControlError(
+                f"the trainer exited during start-up (exit code {rc}; "
+                f"{'after' if started else 'before'} its started event). "
+                f"Last lines of {log}:\n{tail}"
+            )
+        say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
+        return
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What a restart launches (:func:`restart_plan`): run.json's interpreter, cwd, code dir, env and
+    argv with ``--resume auto``."""
+
+    flags: list[str]
+    python: str
+    cwd: str | None
+    code_dir: str | None
+    env: dict[str, str]
+    run_dir: str
+
+
+def restart_plan(trainer: TrainerInfo | None, run: dict | None, code_dir: str | None = None) -> RestartPlan:
+    """The one planning pass of a restart, before anything is stopped: the run.json of ``trainer`` (else
+    ``run``, the run dir's) made into what the relaunch starts: its interpreter, cwd, code dir (or
+    ``code_dir``), env and argv + ``--resume auto``. :class:`ControlError` when there is no run.json
+    (``NO_TRAINER`` without a trainer; a trainer found by its command line only cannot be restarted) or
+    it cannot be launched again."""
+    run = (trainer.run if trainer and trainer.run else None) or run
+    if run is None:
+        if trainer is not None:
+            raise ControlError(
+                "restart needs the trainer's run.json (this one was found by its command "
+                "line only): stop it, then launch"
+            )
+        raise ControlError("no trainer and no run.json to restart from", Outcome.NO_TRAINER)
     for key in ("interpreter", "argv", "output_dir"):
         if key not in run:
             raise ControlError(f"run.json has no {key!r}; cannot restart the same run")
@@ -727,52 +835,33 @@ def restart_plan(run: dict, code_dir: str | None = None) -> dict:
     env = {k: str(v) for k, v in (run.get("env") or {}).items() if v is not None}
     if new:
         env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old)
-    return {
-        "flags": set_flag(list(run["argv"]), "--resume", "auto"),
-        "python": run["interpreter"],
-        "cwd": run.get("cwd"),
-        "code_dir": new,
-        "env": env,
-        "run_dir": run["output_dir"],
-    }
+    return RestartPlan(
+        flags=set_flag(list(run["argv"]), "--resume", "auto"),
+        python=run["interpreter"],
+        cwd=run.get("cwd"),
+        code_dir=new,
+        env=env,
+        run_dir=run["output_dir"],
+    )
 
 
-async def restart(
+async def relaunch(
     helper: Helper,
-    trainer: TrainerInfo | None,
-    run: dict | None,
+    plan: RestartPlan,
     *,
-    timeout: float = 120.0,
-    on_phase: PhaseCallback | None = None,
-    code_dir: str | None = None,
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
     on_startup: Callable[[dict], None] | None = None,
 ) -> ActionResult:
-    """Stop cleanly (when running), then launch the same run with ``--resume auto``."""
-    run = (trainer.run if trainer and trainer.run else None) or run
-    if run is None:
-        if trainer is not None:
-            return ActionResult(
-                Outcome.ERROR,
-                "restart needs the trainer's run.json (this one was found by its command "
-                "line only): stop it, then launch",
-                trainer,
-            )
-        return ActionResult(Outcome.NO_TRAINER, "no trainer and no run.json to restart from")
-    plan = restart_plan(run, code_dir)
-    if trainer is not None:
-        res = await stop(helper, trainer, timeout=timeout, on_phase=on_phase)
-        if res.code != Outcome.OK:
-            return ActionResult(res.code, f"not restarted: {res.message}", trainer)
+    """Launch ``plan`` (the second half of a restart, once the old trainer stopped)."""
     res = await launch(
         helper,
-        plan["flags"],
-        run_dir=plan["run_dir"],
-        python=plan["python"],
-        code_dir=plan["code_dir"],
-        env=plan["env"],
-        cwd=plan["cwd"],
+        plan.flags,
+        run_dir=plan.run_dir,
+        python=plan.python,
+        code_dir=plan.code_dir,
+        env=plan.env,
+        cwd=plan.cwd,
         wait_s=wait_s,
         on_status=on_status,
         on_startup=on_startup,

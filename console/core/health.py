@@ -20,11 +20,12 @@ import re
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from console.core.events import ActionPhase, DiskInfo, Event, GpuSample, Record, TrainerFound
+from console.core.events import ActionPhase, DiskInfo, Event, Gpu, GpuSample, Record, TrainerFound
 from console.core.formatting import fmt_bytes, fmt_duration
+from console.core.phases import SIGNALLED, StopPhase
 
 OK, NOTE, WARNING, CRITICAL = "ok", "note", "warning", "critical"
 RANK = {OK: 0, NOTE: 1, WARNING: 2, CRITICAL: 3}
@@ -32,7 +33,7 @@ RANK = {OK: 0, NOTE: 1, WARNING: 2, CRITICAL: 3}
 
 @dataclass
 class HealthConfig:
-    """Thresholds: the ``[health]`` section of the config file (console/core/config.py)."""
+    """Thresholds: the ``[health]`` section of the config file (console/core/config_file.py)."""
 
     stale_metrics_s: float = 120.0  # no metrics record for this long while the trainer lives
     startup_grace_s: float = 600.0  # ... before the first record of a run (a big target loads slowly)
@@ -189,7 +190,7 @@ class Health:
             case DiskInfo():
                 self.f.disk = event
             case ActionPhase():
-                if event.phase in ("signal_sent", "saving", "saved", "exited"):
+                if StopPhase.of(event.phase) in SIGNALLED:
                     self.f.stop_requested = True
 
     def apply_all(self, events: Iterable[Event]) -> None:
@@ -309,197 +310,11 @@ class Health:
 
     # ---- rules ---------------------------------------------------------------------------------
 
-    def _rules(self, now: float) -> list[tuple[str, str, str, str, float | None]]:
-        """(key, rule, level, message, since or None) of each condition that holds now."""
-        c, f = self.config, self.f
-        out: list[tuple[str, str, str, str, float | None]] = []
-        alive = f.trainer_alive is True
-
-        # the trainer exited without a stop request
-        # (a fresh start whose process the session has not looked for since its record arrived is not an
-        # exit: a relaunch's `started` can come before its process is found, and it rang for a tick; a one-shot
-        # check looks first and reads the records after, so there a dead trainer still counts at once)
-        new_start_unseen = (
-            f.stopped is None
-            and f.start_rec_t is not None
-            and f.start_recv is not None
-            and now - f.start_rec_t < c.start_find_s
-            and (f.looked_at is None or f.looked_at < f.start_recv)
+    def _input(self, now: float) -> RuleInput:
+        tok = TokS(
+            self._median, self._low_since, self._low_since_local, self._tok[-1][1] if self._tok else 0.0
         )
-        if f.trainer_alive is False and f.started and not f.stop_requested and not new_start_unseen:
-            reason = (f.stopped or {}).get("reason")
-            clean = reason in ("finished", "signal")
-            # no grace wait: the session delivers metrics.jsonl to its end before it reports the exit
-            # (Session._trainer_exited), so a `stopped` record the trainer wrote is already here
-            if not clean:
-                if f.stopped is not None:
-                    what = f"trainer stopped: {reason} (exit {f.stopped.get('exit_code')})"
-                else:
-                    what = "trainer exited without a stop request (killed or crashed)"
-                out.append(("trainer_exit", "trainer_exit", CRITICAL, what, f.exit_seen_at))
-
-        # NaN / inf loss
-        if f.loss_bad is not None:
-            out.append(("nan_loss", "nan_loss", CRITICAL, f"loss is {f.loss_bad} at step {f.step}", None))
-        elif f.nan_skipped_step is not None:
-            out.append(
-                (
-                    "nan_loss",
-                    "nan_loss",
-                    CRITICAL,
-                    f"non-finite loss: step {f.nan_skipped_step} skipped",
-                    None,
-                )
-            )
-
-        if alive:
-            # no metrics while the process lives
-            if f.got_data and f.last_recv is not None and not f.saving:
-                quiet = now - f.last_recv
-                if quiet >= c.stale_metrics_s:
-                    out.append(
-                        (
-                            "stale_metrics",
-                            "stale_metrics",
-                            WARNING,
-                            f"no metrics for {fmt_duration(quiet)} while the trainer (PID {f.trainer_pid}) runs",
-                            f.last_recv + c.stale_metrics_s,
-                        )
-                    )
-            elif not f.got_data and f.found_at is not None and now - f.found_at >= c.startup_grace_s:
-                out.append(
-                    (
-                        "stale_metrics",
-                        "stale_metrics",
-                        WARNING,
-                        f"no metrics for {fmt_duration(now - f.found_at)} since the trainer was found",
-                        f.found_at + c.startup_grace_s,
-                    )
-                )
-
-            # tok/s well under its median
-            if self._low_since is not None and self._median and f.last_rec_t is not None:
-                low_for = f.last_rec_t - self._low_since
-                if low_for >= c.tok_s_low_s:
-                    cur = self._tok[-1][1] if self._tok else 0.0
-                    out.append(
-                        (
-                            "tok_s_drop",
-                            "tok_s_drop",
-                            WARNING,
-                            f"tok/s {cur:,.0f} under {c.tok_s_ratio:.0%} of its "
-                            f"{fmt_duration(c.tok_s_window_s)} median {self._median:,.0f} "
-                            f"for {fmt_duration(low_for)}",
-                            self._low_since_local,
-                        )
-                    )
-
-            # newest checkpoint too old
-            out.extend(self._checkpoint_rule())
-
-        # disk: free space under 2x the last checkpoint
-        d = f.disk
-        size = f.ckpt_bytes or (d.last_checkpoint_bytes if d is not None else None)
-        if d is not None and d.free_bytes is not None and size and d.free_bytes < c.disk_factor * size:
-            level = CRITICAL if d.free_bytes < size else WARNING
-            out.append(
-                (
-                    "disk_free",
-                    "disk_free",
-                    level,
-                    f"{fmt_bytes(d.free_bytes)} free on the run directory's filesystem, "
-                    f"a checkpoint takes {fmt_bytes(size)}",
-                    None,
-                )
-            )
-
-        # GPUs
-        for g in f.gpus:
-            if g.mem_used is not None and g.mem_total:
-                pct = 100.0 * g.mem_used / g.mem_total
-                if pct > c.gpu_mem_pct:
-                    out.append(
-                        (f"gpu_mem:{g.index}", "gpu_mem", WARNING, f"GPU {g.index} memory {pct:.1f}%", None)
-                    )
-            if g.temp is not None and g.temp >= c.gpu_temp_c:
-                out.append(
-                    (
-                        f"gpu_temp:{g.index}",
-                        "gpu_temp",
-                        WARNING,
-                        f"GPU {g.index} at {g.temp:.0f} C (slowdown at {c.gpu_temp_c:.0f} C)",
-                        None,
-                    )
-                )
-
-        # real acceptance
-        if (
-            f.accept_best
-            and f.accept_last is not None
-            and f.accept_last < (1 - c.accept_drop) * f.accept_best
-        ):
-            out.append(
-                (
-                    "accept_drop",
-                    "accept_drop",
-                    WARNING,
-                    f"real acceptance {f.accept_last:.2f} (step {f.accept_step}) is "
-                    f"{1 - f.accept_last / f.accept_best:.0%} below its best {f.accept_best:.2f}",
-                    None,
-                )
-            )
-
-        # code differs from the bundled trainer
-        key = deploy_key(f.run)
-        if c.code_note and alive and self.bundled_key and key and key != self.bundled_key:
-            out.append(
-                (
-                    "code_differs",
-                    "code_differs",
-                    NOTE,
-                    f"the trainer runs code {key}; the bundled trainer is {self.bundled_key} (deploy to update)",
-                    None,
-                )
-            )
-        return out
-
-    def _checkpoint_rule(self) -> list[tuple[str, str, str, str, float | None]]:
-        c, f = self.config, self.f
-        if f.saving or f.stop_requested:
-            return []
-        steps, secs = save_interval(f.run)
-        d = f.disk
-        ck_step = f.ckpt_step
-        if d is not None and d.latest_step is not None and (ck_step is None or d.latest_step > ck_step):
-            ck_step = d.latest_step
-        base_step = ck_step if ck_step is not None else f.start_step
-        if steps and base_step is not None and f.step is not None:
-            behind = f.step - base_step
-            if behind > c.checkpoint_factor * steps:
-                what = f"newest checkpoint is step {ck_step}" if ck_step is not None else "no checkpoint yet"
-                return [
-                    (
-                        "checkpoint_age",
-                        "checkpoint_age",
-                        WARNING,
-                        f"{what}, {behind} steps ago (saves every {steps} steps)",
-                        None,
-                    )
-                ]
-        if secs and f.last_rec_t is not None:
-            base_t = f.ckpt_rec_t if f.ckpt_rec_t is not None else f.start_rec_t
-            if base_t is not None and f.last_rec_t - base_t > c.checkpoint_factor * secs:
-                return [
-                    (
-                        "checkpoint_age",
-                        "checkpoint_age",
-                        WARNING,
-                        f"newest checkpoint is {fmt_duration(f.last_rec_t - base_t)} old "
-                        f"(saves every {fmt_duration(secs)})",
-                        None,
-                    )
-                ]
-        return []
+        return RuleInput(self.config, self.f, now, self.bundled_key, tok)
 
     # ---- alerts ----------------------------------------------------------------------------------
 
@@ -508,22 +323,23 @@ class Health:
         now = self.clock()
         changes: list[Change] = []
         seen: set[str] = set()
-        for key, rule, level, message, since in self._rules(now):
-            seen.add(key)
-            a = self.active.get(key)
+        r = self._input(now)
+        for fired in (x for rule in RULES for x in rule(r)):
+            seen.add(fired.key)
+            a = self.active.get(fired.key)
             if a is None:
-                start = min(now, since) if since is not None else now
-                a = Alert(key, rule, level, message, start, start)
-                self.active[key] = a
+                start = min(now, fired.since) if fired.since is not None else now
+                a = Alert(fired.key, fired.rule, fired.level, fired.message, start, start)
+                self.active[fired.key] = a
                 changes.append(Change("started", a))
             else:
-                if RANK[level] > RANK[a.level]:
+                if RANK[fired.level] > RANK[a.level]:
                     a.level_since = now
                     a.acked = False  # worse than what was acknowledged
                     changes.append(Change("escalated", a))
-                elif level != a.level:
+                elif fired.level != a.level:
                     a.level_since = now
-                a.level, a.message = level, message
+                a.level, a.message = fired.level, fired.message
         for key in [k for k in self.active if k not in seen]:
             a = self.active.pop(key)
             a.cleared = now
@@ -550,3 +366,228 @@ class Health:
         """The worst active level (``ok`` when none)."""
         levels = [a.level for a in self.active.values() if include_acked or not a.acked]
         return max(levels, key=RANK.__getitem__, default=OK)
+
+
+# ---- the rules: each a function of what Health folded, yielding the conditions that hold now ----------
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A condition a rule finds holding now; :meth:`Health.evaluate` starts, updates or keeps its
+    :class:`Alert` (and clears the alerts no rule fired)."""
+
+    key: str  # the rule, plus what it is about: "gpu_mem:0"
+    rule: str
+    level: str
+    message: str
+    since: float | None = None  # local clock: when it began holding (None: now)
+
+
+@dataclass(frozen=True)
+class TokS:
+    """The drafters' tok/s as Health follows it (the ``tok_s_drop`` rule's input)."""
+
+    median: float | None  # over the median window (None: not enough history)
+    low_since: float | None  # record time the smoothed tok/s went under the ratio
+    low_since_local: float | None  # ... the local clock then
+    current: float  # the newest smoothed tok/s
+
+
+@dataclass(frozen=True)
+class RuleInput:
+    config: HealthConfig
+    f: _Facts
+    now: float  # the injected clock
+    bundled_key: str | None  # the bundled trainer's deploy key
+    tok: TokS
+
+
+Rule = Callable[[RuleInput], Iterator[Firing]]
+
+
+def trainer_exit(r: RuleInput) -> Iterator[Firing]:
+    """The trainer exited without a stop request. A fresh start whose process the session has not looked
+    for since its record arrived is not an exit: a relaunch's `started` can come before its process is
+    found (it rang for a tick); a one-shot check looks first and reads the records after, so there a dead
+    trainer still counts at once. No grace wait: the session delivers metrics.jsonl to its end before it
+    reports the exit (Session._trainer_exited), so a `stopped` record the trainer wrote is already here."""
+    c, f, now = r.config, r.f, r.now
+    new_start_unseen = (
+        f.stopped is None
+        and f.start_rec_t is not None
+        and f.start_recv is not None
+        and now - f.start_rec_t < c.start_find_s
+        and (f.looked_at is None or f.looked_at < f.start_recv)
+    )
+    if f.trainer_alive is not False or not f.started or f.stop_requested or new_start_unseen:
+        return
+    reason = (f.stopped or {}).get("reason")
+    if reason in ("finished", "signal"):
+        return
+    if f.stopped is not None:
+        what = f"trainer stopped: {reason} (exit {f.stopped.get('exit_code')})"
+    else:
+        what = "trainer exited without a stop request (killed or crashed)"
+    yield Firing("trainer_exit", "trainer_exit", CRITICAL, what, f.exit_seen_at)
+
+
+def nan_loss(r: RuleInput) -> Iterator[Firing]:
+    """The newest loss is NaN/inf, or a step was skipped for one after the last finite loss."""
+    f = r.f
+    if f.loss_bad is not None:
+        yield Firing("nan_loss", "nan_loss", CRITICAL, f"loss is {f.loss_bad} at step {f.step}")
+    elif f.nan_skipped_step is not None:
+        yield Firing("nan_loss", "nan_loss", CRITICAL, f"non-finite loss: step {f.nan_skipped_step} skipped")
+
+
+def stale_metrics(r: RuleInput) -> Iterator[Firing]:
+    """No metrics while the process lives (not while a checkpoint is saved; a longer grace at start)."""
+    c, f, now = r.config, r.f, r.now
+    if f.trainer_alive is not True:
+        return
+    if f.got_data and f.last_recv is not None and not f.saving:
+        quiet = now - f.last_recv
+        if quiet >= c.stale_metrics_s:
+            yield Firing(
+                "stale_metrics",
+                "stale_metrics",
+                WARNING,
+                f"no metrics for {fmt_duration(quiet)} while the trainer (PID {f.trainer_pid}) runs",
+                f.last_recv + c.stale_metrics_s,
+            )
+    elif not f.got_data and f.found_at is not None and now - f.found_at >= c.startup_grace_s:
+        yield Firing(
+            "stale_metrics",
+            "stale_metrics",
+            WARNING,
+            f"no metrics for {fmt_duration(now - f.found_at)} since the trainer was found",
+            f.found_at + c.startup_grace_s,
+        )
+
+
+def tok_s_drop(r: RuleInput) -> Iterator[Firing]:
+    """The drafters' tok/s well under its median for a while (record time)."""
+    c, f, tok = r.config, r.f, r.tok
+    if f.trainer_alive is not True or tok.low_since is None or not tok.median or f.last_rec_t is None:
+        return
+    low_for = f.last_rec_t - tok.low_since
+    if low_for >= c.tok_s_low_s:
+        yield Firing(
+            "tok_s_drop",
+            "tok_s_drop",
+            WARNING,
+            f"tok/s {tok.current:,.0f} under {c.tok_s_ratio:.0%} of its "
+            f"{fmt_duration(c.tok_s_window_s)} median {tok.median:,.0f} for {fmt_duration(low_for)}",
+            tok.low_since_local,
+        )
+
+
+def checkpoint_age(r: RuleInput) -> Iterator[Firing]:
+    """The newest checkpoint (the later of checkpoint_saved and the disk's `latest`) is more than
+    ``checkpoint_factor`` save intervals (``--save-every`` steps, or ``--save-every-minutes``) old."""
+    c, f = r.config, r.f
+    if f.trainer_alive is not True or f.saving or f.stop_requested:
+        return
+    steps, secs = save_interval(f.run)
+    d = f.disk
+    ck_step = f.ckpt_step
+    if d is not None and d.latest_step is not None and (ck_step is None or d.latest_step > ck_step):
+        ck_step = d.latest_step
+    base_step = ck_step if ck_step is not None else f.start_step
+    if steps and base_step is not None and f.step is not None:
+        behind = f.step - base_step
+        if behind > c.checkpoint_factor * steps:
+            what = f"newest checkpoint is step {ck_step}" if ck_step is not None else "no checkpoint yet"
+            msg = f"{what}, {behind} steps ago (saves every {steps} steps)"
+            yield Firing("checkpoint_age", "checkpoint_age", WARNING, msg)
+            return
+    if secs and f.last_rec_t is not None:
+        base_t = f.ckpt_rec_t if f.ckpt_rec_t is not None else f.start_rec_t
+        if base_t is not None and f.last_rec_t - base_t > c.checkpoint_factor * secs:
+            msg = (
+                f"newest checkpoint is {fmt_duration(f.last_rec_t - base_t)} old "
+                f"(saves every {fmt_duration(secs)})"
+            )
+            yield Firing("checkpoint_age", "checkpoint_age", WARNING, msg)
+
+
+def disk_free(r: RuleInput) -> Iterator[Firing]:
+    """Free space on the run directory's filesystem under ``disk_factor`` checkpoints (critical under one)."""
+    c, f = r.config, r.f
+    d = f.disk
+    size = f.ckpt_bytes or (d.last_checkpoint_bytes if d is not None else None)
+    if d is not None and d.free_bytes is not None and size and d.free_bytes < c.disk_factor * size:
+        yield Firing(
+            "disk_free",
+            "disk_free",
+            CRITICAL if d.free_bytes < size else WARNING,
+            f"{fmt_bytes(d.free_bytes)} free on the run directory's filesystem, "
+            f"a checkpoint takes {fmt_bytes(size)}",
+        )
+
+
+def gpu_mem(g: Gpu, c: HealthConfig) -> Firing | None:
+    if g.mem_used is None or not g.mem_total:
+        return None
+    pct = 100.0 * g.mem_used / g.mem_total
+    if pct <= c.gpu_mem_pct:
+        return None
+    return Firing(f"gpu_mem:{g.index}", "gpu_mem", WARNING, f"GPU {g.index} memory {pct:.1f}%")
+
+
+def gpu_temp(g: Gpu, c: HealthConfig) -> Firing | None:
+    if g.temp is None or g.temp < c.gpu_temp_c:
+        return None
+    msg = f"GPU {g.index} at {g.temp:.0f} C (slowdown at {c.gpu_temp_c:.0f} C)"
+    return Firing(f"gpu_temp:{g.index}", "gpu_temp", WARNING, msg)
+
+
+GPU_RULES: list[Callable[[Gpu, HealthConfig], Firing | None]] = [gpu_mem, gpu_temp]
+
+
+def gpus(r: RuleInput) -> Iterator[Firing]:
+    """Each GPU's rules (memory, temperature), GPU by GPU."""
+    for g in r.f.gpus:
+        for rule in GPU_RULES:
+            fired = rule(g, r.config)
+            if fired is not None:
+                yield fired
+
+
+def accept_drop(r: RuleInput) -> Iterator[Firing]:
+    """The newest eval's real acceptance ``accept_drop`` or more below its best."""
+    c, f = r.config, r.f
+    if f.accept_best and f.accept_last is not None and f.accept_last < (1 - c.accept_drop) * f.accept_best:
+        yield Firing(
+            "accept_drop",
+            "accept_drop",
+            WARNING,
+            f"real acceptance {f.accept_last:.2f} (step {f.accept_step}) is "
+            f"{1 - f.accept_last / f.accept_best:.0%} below its best {f.accept_best:.2f}",
+        )
+
+
+def code_differs(r: RuleInput) -> Iterator[Firing]:
+    """A note: the running trainer's deployed code is not the bundled trainer's."""
+    key = deploy_key(r.f.run)
+    if r.config.code_note and r.f.trainer_alive is True and r.bundled_key and key and key != r.bundled_key:
+        yield Firing(
+            "code_differs",
+            "code_differs",
+            NOTE,
+            f"the trainer runs code {key}; the bundled trainer is {r.bundled_key} (deploy to update)",
+        )
+
+
+# every rule, in the order evaluate() reports what changed
+RULES: list[Rule] = [
+    trainer_exit,
+    nan_loss,
+    stale_metrics,
+    tok_s_drop,
+    checkpoint_age,
+    disk_free,
+    gpus,
+    accept_drop,
+    code_differs,
+]

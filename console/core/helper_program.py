@@ -93,19 +93,60 @@ def proc_info(pid):
     }
 
 
-def _matches(info, expect):
-    if not expect:
-        return True
-    if (
-        "start_time" in expect
-        and expect["start_time"] is not None
-        and info["start_time"] != expect["start_time"]
-    ):
-        return False
-    if "cmdline" in expect and expect["cmdline"] is not None and info["cmdline"] != expect["cmdline"]:
-        return False
-    rest = expect.get("argv_rest")  # everything after argv[0], which may be spelled differently
-    return not (rest is not None and info["cmdline"][1:] != rest)
+NOT_RUNNING = "not running"
+
+
+def _uid(pid):
+    """The effective uid of PID (the ``Uid:`` line of /proc/PID/status), or None."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            raw = f.read(1 << 16)
+    except OSError:
+        return None
+    for line in raw.split(b"\n"):
+        if line.startswith(b"Uid:"):
+            parts = line.split()
+            return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+    return None
+
+
+def _owners(run_json):
+    """The uids a trainer may run as: the helper's own, and the owner of its run.json (the trainer
+    writes that file as itself; run.json has no uid field, so this works for every run.json)."""
+    out = {os.geteuid()}
+    if run_json:
+        try:
+            out.add(os.stat(run_json).st_uid)
+        except OSError:
+            pass
+    return out
+
+
+def identity(info, expect):
+    """The one rule of "is this PID still that process?" (the trainer, for stop, restart and find).
+
+    ``info`` is proc_info of the PID (None: there is none); ``expect`` what is known of the process,
+    each part checked when present: ``start_time`` (/proc/PID/stat field 22: with the PID it names one
+    process), ``argv_rest`` (its command line after argv[0], which may be spelled differently),
+    ``owner`` (``{"run_json": path or None}``: its effective uid must be one of :func:`_owners`).
+    Returns ``("same", None)``, ``("gone", why)`` (not running, or a zombie) or ``("other", why)``.
+    """
+    if info is None or not info["alive"]:
+        return "gone", NOT_RUNNING
+    expect = expect or {}
+    st = expect.get("start_time")
+    if st is not None and info["start_time"] != st:
+        return "other", f"start time {info['start_time']} vs {st}"
+    rest = expect.get("argv_rest")
+    if rest is not None and info["cmdline"][1:] != list(rest):
+        return "other", "another command line"
+    owner = expect.get("owner")
+    if owner is not None:
+        uid = _uid(info["pid"])
+        allowed = _owners(owner.get("run_json"))
+        if uid not in allowed:
+            return "other", f"owned by uid {uid}, not {' or '.join(str(u) for u in sorted(allowed))}"
+    return "same", None
 
 
 def _sig(value):
@@ -125,6 +166,13 @@ def op_proc(req):
     return proc_info(int(req["pid"]))
 
 
+def op_identify(req):
+    """Is PID still the process ``expect`` names (:func:`identity`)? The verdict, why, and its /proc."""
+    info = proc_info(int(req["pid"]))
+    verdict, why = identity(info, req.get("expect"))
+    return {"identity": verdict, "why": why, "proc": info}
+
+
 def op_kill(req):
     """Signal a process after checking it still is the one expected (pidfd: no PID-reuse race)."""
     pid = int(req["pid"])
@@ -139,10 +187,11 @@ def op_kill(req):
             fd = None
     try:
         info = proc_info(pid)
-        if info is None or not info["alive"]:
+        verdict, why = identity(info, req.get("expect"))
+        if verdict == "gone":
             return {"sent": False, "reason": "gone", "proc": info}
-        if not _matches(info, req.get("expect")):
-            return {"sent": False, "reason": "mismatch", "proc": info}
+        if verdict != "same":
+            return {"sent": False, "reason": "mismatch", "why": why, "proc": info}
         if fd is not None and hasattr(signal, "pidfd_send_signal"):
             signal.pidfd_send_signal(fd, sig)
         else:
@@ -169,10 +218,10 @@ def op_wait_exit(req, cancel):
             fd = None
     try:
         info = proc_info(pid)
-        if info is None or not info["alive"]:
-            return _exited(pid, "gone")
-        if start_time is not None and info["start_time"] != start_time:
-            return _exited(pid, "reused")
+        verdict, _ = identity(info, {"start_time": start_time})
+        if verdict != "same":
+            return _exited(pid, "gone" if verdict == "gone" else "reused")
+        pinned = {"start_time": info["start_time"]}  # this process, as its pidfd pins it
         if fd is not None:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
@@ -191,12 +240,7 @@ def op_wait_exit(req, cancel):
             else:
                 end = time.monotonic() + wait
                 while time.monotonic() < end:
-                    info = proc_info(pid)
-                    if (
-                        info is None
-                        or not info["alive"]
-                        or (start_time is not None and info["start_time"] != start_time)
-                    ):
+                    if identity(proc_info(pid), pinned)[0] != "same":  # as a pidfd: this process ended
                         return _exited(pid, "exit")
                     time.sleep(0.01)
     finally:
@@ -568,6 +612,7 @@ def op_cancel(req):
 QUICK = {
     "ping": op_ping,
     "proc": op_proc,
+    "identify": op_identify,
     "kill": op_kill,
     "stat": op_stat,
     "read": op_read,

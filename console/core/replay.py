@@ -1,6 +1,6 @@
 """The time cursor of a replay (``dflash-console replay``): where in the record the screen is,
 moving at ``speed`` x real time from the record's start, pausable, and jumpable both ways. The
-screen folds the record's events up to ``now()`` (console/tui/replay.py)."""
+screen folds the record's events up to ``now()`` (console/tui/replay_app.py)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from console.core.events import (
 from console.core.helper import Helper, HelperError, HelperGone
 from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
+from console.core.phases import StopPhase
 from console.core.ssh import backoff, connect
 from console.core.streams import FileTail, LineSplitter, start_offset
 from console.core.telemetry import Telemetry
@@ -428,13 +429,13 @@ class Session:
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         if trainer is None:
-            stale = await control.stale_run_pid(helper, self.run)
+            stale = await control.stale_run_pid(helper, self.run, self.run_dir)
             if stale is not None:
                 msg = (
                     f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
                     f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled"
                 )
-                p = ActionPhase("refused", msg, None, time.time())
+                p = ActionPhase(StopPhase.REFUSED, msg, None, time.time())
                 self._phase_fn(on_phase)(p)
                 return ActionResult(Outcome.REFUSED, msg)
             where = f" for {self.run_dir}" if self.run_dir else ""
@@ -463,7 +464,7 @@ class Session:
                 )
             phase(
                 ActionPhase(
-                    "reconnecting",
+                    StopPhase.RECONNECTING,
                     f"the link dropped during the stop ({err}); reconnecting. pid {trainer.pid} got {sig} once "
                     "and is not signalled again",
                     None,
@@ -478,7 +479,7 @@ class Session:
                     f"the link did not come back within {timeout:.0f} s: pid {trainer.pid} got {sig} and may "
                     f"still be saving; check `status` once the host is reachable"
                 )
-                phase(ActionPhase("error", msg, None, time.time()))
+                phase(ActionPhase(StopPhase.ERROR, msg, None, time.time()))
                 return ActionResult(Outcome.ERROR, msg, trainer)
             try:
                 return await follow.resume(helper)
@@ -493,35 +494,32 @@ class Session:
         wait_s: float = 300.0,
         on_startup=None,
     ) -> ActionResult:
-        """Stop cleanly, then launch the same run (run.json) with ``--resume auto``."""
+        """Stop cleanly, then launch the same run (run.json) with ``--resume auto``: planned once
+        (control.restart_plan), before anything is stopped; the stop survives a dropped link (_stop)."""
         helper = self._writable()
         phase = self._phase_fn(on_phase)
         trainer = self.trainer or await self._refresh_trainer()
         run = self.run
         if run is None and self.run_dir:
             run = await control.read_run_json(helper, self.run_dir)
-        if trainer is not None and (trainer.run or run):  # the stop survives a dropped link (see _stop)
-            try:  # refuse before stopping when it could not be launched again
-                control.restart_plan(trainer.run or run, code_dir)
-            except control.ControlError as e:
-                return ActionResult(e.outcome, str(e), trainer)
+        try:  # refuse before stopping when it could not be launched again
+            plan = control.restart_plan(trainer, run, code_dir)
+        except control.ControlError as e:
+            return ActionResult(e.outcome, str(e), trainer)
+        if trainer is not None:
             res = await self._stop(helper, trainer, timeout, phase, "SIGINT")
             if res.code != Outcome.OK:
                 return ActionResult(res.code, f"not restarted: {res.message}", trainer)
             if self.trainer is trainer:
                 self._set_trainer(None)
-            run, trainer = trainer.run or run, None
+            trainer = None
             helper = self.need_helper()
         try:
-            res = await control.restart(
+            res = await control.relaunch(
                 helper,
-                trainer,
-                run,
-                timeout=timeout,
-                on_phase=phase,
-                code_dir=code_dir,
+                plan,
                 wait_s=wait_s,
-                on_status=lambda s: phase(ActionPhase("launching", s, None, time.time())),
+                on_status=lambda s: phase(ActionPhase(StopPhase.LAUNCHING, s, None, time.time())),
                 on_startup=on_startup,
             )
         except control.ControlError as e:
@@ -531,7 +529,7 @@ class Session:
                 Outcome.ERROR, f"the link dropped during the restart ({e}); check `status`", trainer
             )
         if res.code == Outcome.OK and res.trainer is not None:
-            phase(ActionPhase("started", res.message, None, time.time()))
+            phase(ActionPhase(StopPhase.STARTED, res.message, None, time.time()))
             await self._adopt(res.trainer)
         return res
 

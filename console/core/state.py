@@ -28,7 +28,7 @@ from console.core.events import (
 from console.core.formatting import fmt_bytes
 from console.core.health import Health
 from console.core.metrics import headline_tok_s
-from console.core.startup import StartupFold, StartupView
+from console.core.startup_fold import StartupFold, StartupView
 
 
 @dataclass
@@ -133,7 +133,8 @@ class ConsoleState:
         self._tp: deque[tuple[float, list[dict]]] = deque()  # throughput records in the window
         self.records = 0
         self._ever_connected = False
-        self.startup = StartupFold()  # the run's start-up: phase, bytes, estimate (console/core/startup.py)
+        # the run's start-up: phase, bytes, estimate (console/core/startup_fold.py)
+        self.startup = StartupFold()
         self.conn.since = self.clock()
         if self.health is None:
             self.health = Health(clock=self.clock)
@@ -363,7 +364,7 @@ class ConsoleState:
             self._event(t, f"event {name}")
 
     def _on_startup(self, rec: dict, t: float | None) -> None:
-        """A start-up record: the panel's start-up line (console/core/startup.py); events for the list are
+        """A start-up record: the panel's start-up line (console/core/startup_fold.py); events for the list are
         only a compile cache that was not reused and the first step."""
         self.startup.apply(rec)
         phase = rec.get("phase")
@@ -448,7 +449,7 @@ class ConsoleState:
         return max(0.0, self.clock() - self.conn.since)
 
     def startup_view(self) -> StartupView | None:
-        """The run's start-up (console/core/startup.py); None before any start-up record."""
+        """The run's start-up (console/core/startup_fold.py); None before any start-up record."""
         return self.startup.view(self.clock())
 
     def data_age_s(self) -> float | None:

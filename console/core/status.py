@@ -17,8 +17,8 @@ from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.session import Session
-from console.core.startup import StartupFold, StartupView
-from console.core.startup import line as startup_line
+from console.core.startup_fold import StartupFold, StartupView
+from console.core.startup_fold import line as startup_line
 from console.core.telemetry import nvidia_smi_argv, parse_output
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from console.core.config import ConfigError, config_path, section
+from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
 
 KEYS = {

@@ -21,20 +21,21 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from console.core.events import Outcome
+from console.core.events import ActionPhase, ActionResult, Outcome
 from console.core.formatting import fmt_duration
+from console.core.phases import FAILED, STOP_STEPS, StopPhase
 from console.core.state import ConsoleState
 
-STEPS = [
-    ("verifying", "check PID is still the trainer"),
-    ("signal_sent", "SIGINT sent"),
-    ("saving", "saving checkpoint"),
-    ("saved", "checkpoint saved"),
-    ("exited", "trainer exited"),
-]
-FAILED = {"timeout", "refused", "error"}
+# the checklist's wording of each of the stop's steps (console/core/phases.py: STOP_STEPS, in order)
+LABELS: dict[StopPhase, str] = {
+    StopPhase.VERIFYING: "check PID is still the trainer",
+    StopPhase.SIGNAL_SENT: "SIGINT sent",
+    StopPhase.SAVING: "saving checkpoint",
+    StopPhase.SAVED: "checkpoint saved",
+    StopPhase.EXITED: "trainer exited",
+}
 
-Runner = Callable[..., Awaitable[object]]  # (timeout=..., on_phase=...) -> ActionResult
+Runner = Callable[..., Awaitable[ActionResult]]  # (timeout=..., on_phase=...) -> ActionResult
 
 
 def trainer_summary(state: ConsoleState) -> Text:
@@ -46,7 +47,7 @@ def trainer_summary(state: ConsoleState) -> Text:
     t.append("PID ", style="dim")
     t.append(str(tr.pid), style="bold")
     t.append(f"   found by {tr.source}", style="dim")
-    if getattr(tr, "run_dir", None):
+    if tr.run_dir:
         t.append(f"   run dir {tr.run_dir}", style="dim")
     t.append("\ncommand ", style="dim")
     cmd = shlex.join(tr.cmdline) if tr.cmdline else "?"
@@ -104,11 +105,11 @@ class StopDialog(ModalScreen[object]):
         self.runner = runner
         self.timeout = timeout
         self.clock = clock
-        self.phases: dict[str, object] = {}  # phase name -> ActionPhase
-        self.arrived: dict[str, float] = {}  # phase name -> clock() when it arrived
-        self.extra: list[object] = []  # phases not in STEPS (restart's launch steps, ...)
+        self.phases: dict[StopPhase, ActionPhase] = {}  # a step or a failure -> its ActionPhase
+        self.arrived: dict[StopPhase, float] = {}  # ... -> clock() when it arrived
+        self.extra: list[ActionPhase] = []  # other phases (a restart's launch, a dropped link, ...)
         self.started_at: float | None = None
-        self.result: object | None = None
+        self.result: ActionResult | Exception | None = None
         self.done = False
 
     def compose(self) -> ComposeResult:
@@ -171,13 +172,13 @@ class StopDialog(ModalScreen[object]):
         self.done = True
         self._show()
 
-    def on_phase(self, phase) -> None:
-        name = getattr(phase, "phase", str(phase))
-        if name in dict(STEPS) or name in FAILED:
+    def on_phase(self, phase: ActionPhase) -> None:
+        name = StopPhase.of(phase.phase)
+        if name is not None and (name in LABELS or name in FAILED):
             self.phases[name] = phase
             self.arrived[name] = self.clock()
         else:  # restart's launching/started, a stop's reconnecting/reconnected: one line each, the newest
-            self.extra = [p for p in self.extra if getattr(p, "phase", None) != name] + [phase]
+            self.extra = [p for p in self.extra if p.phase != phase.phase] + [phase]
         self._show()
 
     # ---- rendering ----------------------------------------------------------------------------
@@ -193,9 +194,9 @@ class StopDialog(ModalScreen[object]):
 
     def phases_text(self) -> Text:
         t = Text()
-        reached = [i for i, (name, _) in enumerate(STEPS) if name in self.phases]
+        reached = [i for i, name in enumerate(STOP_STEPS) if name in self.phases]
         last = max(reached) if reached else -1
-        for i, (name, label) in enumerate(STEPS):
+        for i, name in enumerate(STOP_STEPS):
             ph = self.phases.get(name)
             if ph is not None:
                 mark, style = "✔ ", "green"
@@ -205,50 +206,54 @@ class StopDialog(ModalScreen[object]):
                 mark, style = "◌ ", "bold yellow"
             else:
                 mark, style = "  ", "dim"
-            t.append(mark + label + (" (not seen)" if mark == "– " else ""), style=style)
-            if name == "saving" and (ph is not None or i == last + 1):
-                t.append(self._saving_detail(ph), style="yellow" if "saved" not in self.phases else "dim")
-            elif ph is not None and getattr(ph, "detail", ""):
+            t.append(mark + LABELS[name] + (" (not seen)" if mark == "– " else ""), style=style)
+            if name is StopPhase.SAVING and (ph is not None or i == last + 1):
+                saved = StopPhase.SAVED in self.phases
+                t.append(self._saving_detail(ph), style="dim" if saved else "yellow")
+            elif ph is not None and ph.detail:
                 t.append(f"  {ph.detail}", style="dim")
             t.append("\n")
         for ph in self.extra:
-            if ph.phase == "reconnecting":  # the link dropped mid-stop: the stop goes on after it
+            kind = StopPhase.of(ph.phase)
+            if kind is StopPhase.RECONNECTING:  # the link dropped mid-stop: the stop goes on after it
                 t.append("↻ link lost", style="bold yellow")
-            elif ph.phase == "reconnected":
+            elif kind is StopPhase.RECONNECTED:
                 t.append("✔ link back", style="green")
             else:
                 t.append(f"✔ {ph.phase}", style="green")
-            if getattr(ph, "detail", ""):
+            if ph.detail:
                 t.append(f"  {ph.detail}", style="dim")
             t.append("\n")
         return t
 
-    def _saving_detail(self, ph) -> str:
+    def _saving_detail(self, ph: ActionPhase | None) -> str:
         if ph is None:
             return ""
-        exp = getattr(ph, "expected_s", None)
+        exp = ph.expected_s
         s = ""
-        if "saved" not in self.phases:
-            s += f"  {self.clock() - self.arrived['saving']:.0f}s"
+        if StopPhase.SAVED not in self.phases:
+            s += f"  {self.clock() - self.arrived[StopPhase.SAVING]:.0f}s"
             s += f" of ~{exp:.0f}s expected" if exp is not None else " (no past save to estimate from)"
-        elif getattr(ph, "detail", ""):
+        elif ph.detail:
             s += f"  {ph.detail}"
         return s
 
     def outcome_text(self) -> Text:
         t = Text()
-        failed = next((self.phases[n] for n in ("refused", "timeout", "error") if n in self.phases), None)
+        order = (StopPhase.REFUSED, StopPhase.TIMEOUT, StopPhase.ERROR)
+        failed = next((self.phases[n] for n in order if n in self.phases), None)
         if not self.done:
             left = max(0.0, self.timeout - self.elapsed())
             t.append(f"waiting… {self.elapsed():.0f}s elapsed, gives up in {left:.0f}s", style="bold")
             return t
-        code = getattr(self.result, "code", None)
-        msg = getattr(self.result, "message", None) or (str(self.result) if self.result else "")
+        res = self.result if isinstance(self.result, ActionResult) else None
+        code = res.code if res is not None else None
+        msg = (res.message if res is not None else None) or (str(self.result) if self.result else "")
         if isinstance(self.result, Exception) or failed is not None or code not in (Outcome.OK, None):
             t.append("✖ ", style="bold red")
-            if (failed is not None and failed.phase == "timeout") or code == Outcome.STILL_RUNNING:
+            if (failed is not None and failed.phase == StopPhase.TIMEOUT) or code == Outcome.STILL_RUNNING:
                 tr = self.state.trainer
-                pid = getattr(tr, "pid", "?")
+                pid = tr.pid if tr is not None else "?"
                 t.append(
                     f"still running after {self.timeout:.0f} s; it was left running, not killed.\n",
                     style="bold red",
@@ -260,7 +265,7 @@ class StopDialog(ModalScreen[object]):
                     style="yellow",
                 )
             else:
-                t.append(msg or getattr(failed, "detail", "failed"), style="bold red")
+                t.append(msg or (failed.detail if failed is not None else "failed"), style="bold red")
         else:
             t.append("✔ ", style="bold green")
             t.append(msg or "done", style="bold green")

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
-from console.core.startup import fraction, panel_parts
+from console.core.startup_fold import fraction, panel_parts
 from console.core.state import ConsoleState
 from console.widgets.alert_text import summary
 from console.widgets.text_widget import TextWidget

@@ -10,7 +10,8 @@ from tests.support.model_util import VOCAB, tiny_drafter, tiny_target, tiny_targ
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.loss import dflash_loss, metrics_to_floats
 from trainer.drafting.masks import sample_anchors
-from trainer.target.capture import capture
+from trainer.target.base import attach
+from trainer.target.capture import capture, capture_of
 
 pytestmark = [
     pytest.mark.gpu,
@@ -132,10 +133,10 @@ def test_training_steps_through_flex(mode):
 @pytest.mark.parametrize("attn", ["varlen", "flex"])
 def test_direct_capture_matches_transformers_on_cuda(attn):
     """The compiled direct capture path (per-document varlen / flex attention) == transformers' forward."""
+    from trainer.target.attention import varlen_works
     from trainer.target.capture import prepare_capture
-    from trainer.target.direct import _varlen_works
 
-    if attn == "varlen" and not _varlen_works(torch.device(DEV)):
+    if attn == "varlen" and not varlen_works(torch.device(DEV)):
         pytest.skip("this torch has no working varlen_attn")
     target = tiny_target(**TC).to(DEV, torch.bfloat16)
     g = torch.Generator().manual_seed(0)
@@ -147,9 +148,10 @@ def test_direct_capture_matches_transformers_on_cuda(attn):
     ref, ref_final = capture(target, ids, doc, [0, 2], need_final_hidden=True)
     assert prepare_capture(target, attn=attn) == attn
     one = torch.zeros_like(doc)  # one document per row (the varlen mode takes SDPA's causal kernel then)
-    target._dflash_capture, saved = None, target._dflash_capture
+    saved = capture_of(target)
+    attach(target, None)
     ref_one, _ = capture(target, ids, one, [0, 2])
-    target._dflash_capture = saved
+    attach(target, saved)
     for d, r, rf in ((doc, ref, ref_final), (doc.cpu(), ref, ref_final), (one, ref_one, None)):
         out, final = capture(target, ids, d, [0, 2], need_final_hidden=rf is not None)
         for got, want in ((out, r), (final, rf)) if rf is not None else ((out, r),):

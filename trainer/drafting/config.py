@@ -1,7 +1,8 @@
 """DraftConfig: the DFlash drafter's shape, derived from the target model's config.
 
 API (stable; the pipeline codes against it):
-- ``DraftConfig`` dataclass (fields below), validated on construction (``ValueError`` naming the setting).
+- ``DraftConfig`` dataclass (fields below), validated on construction (``ConfigError``, a ``ValueError``, with
+  the ``setting`` it is about).
 - ``DraftConfig.from_target_config(target_config, *, num_draft_layers=1, block_size=16,
   mask_token_id=None, target_layer_ids=None, layer_types=None, sliding_window=None, arch="dflash",
   dflash2=None)``:
@@ -30,6 +31,16 @@ ARCHS = ("dflash", "dflash2")
 DFLASH2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 # the published DFlash 2 defaults (z-lab drafters; vllm-project/speculators DFlash2SpeculatorConfig)
 DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
+
+
+class ConfigError(ValueError):
+    """A DraftConfig that cannot be; ``setting`` is the field (or target config entry) the failed rule is
+    about, so that the trainer names its flag (``trainer.run.flags.flag_for_setting``)."""
+
+    def __init__(self, setting: str, message: str):
+        super().__init__(message)
+        self.setting = setting
+
 
 # model_type of the (text) config -> accepted. All are pre-norm RMSNorm decoders with RoPE and GQA whose
 # hidden states the drafter can read; the drafter itself is always Qwen3-style.
@@ -102,7 +113,7 @@ class DraftConfig:
         def positive(name: str) -> None:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                raise ConfigError(name, f"{name} must be a positive integer, got {v!r}")
 
         for name in (
             "hidden_size",
@@ -117,71 +128,87 @@ class DraftConfig:
         ):
             positive(name)
         if not isinstance(self.block_size, int) or self.block_size < 2:
-            raise ValueError(
-                f"block_size must be an integer >= 2 (anchor + >=1 mask slot), got {self.block_size!r}"
+            raise ConfigError(
+                "block_size",
+                f"block_size must be an integer >= 2 (anchor + >=1 mask slot), got {self.block_size!r}",
             )
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
+            raise ConfigError(
+                "num_attention_heads",
                 f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_key_value_heads ({self.num_key_value_heads})"
+                f"num_key_value_heads ({self.num_key_value_heads})",
             )
         if not self.target_layer_ids:
-            raise ValueError("target_layer_ids must name at least one target layer")
+            raise ConfigError("target_layer_ids", "target_layer_ids must name at least one target layer")
         bad = [i for i in self.target_layer_ids if not 0 <= i < self.num_target_layers]
         if bad:
-            raise ValueError(
+            raise ConfigError(
+                "target_layer_ids",
                 f"target_layer_ids {bad} out of range: the target has num_target_layers="
-                f"{self.num_target_layers} (valid 0..{self.num_target_layers - 1})"
+                f"{self.num_target_layers} (valid 0..{self.num_target_layers - 1})",
             )
         if not isinstance(self.mask_token_id, int) or not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(
-                f"mask_token_id={self.mask_token_id!r} is outside the vocabulary (vocab_size={self.vocab_size})"
+            raise ConfigError(
+                "mask_token_id",
+                f"mask_token_id={self.mask_token_id!r} is outside the vocabulary (vocab_size={self.vocab_size})",
             )
         if len(self.layer_types) != self.num_draft_layers:
-            raise ValueError(
-                f"layer_types has {len(self.layer_types)} entries, expected num_draft_layers={self.num_draft_layers}"
+            raise ConfigError(
+                "layer_types",
+                f"layer_types has {len(self.layer_types)} entries, expected num_draft_layers={self.num_draft_layers}",
             )
         for t in self.layer_types:
             if t not in LAYER_TYPES:
-                raise ValueError(f"layer_types entry {t!r} is not one of {LAYER_TYPES}")
+                raise ConfigError("layer_types", f"layer_types entry {t!r} is not one of {LAYER_TYPES}")
         if self.sliding_window is not None and (
             not isinstance(self.sliding_window, int) or self.sliding_window < 1
         ):
-            raise ValueError(
-                f"sliding_window must be a positive integer or None, got {self.sliding_window!r}"
+            raise ConfigError(
+                "sliding_window",
+                f"sliding_window must be a positive integer or None, got {self.sliding_window!r}",
             )
         if "sliding_attention" in self.layer_types and self.sliding_window is None:
-            raise ValueError("layer_types has sliding_attention layers but sliding_window is None")
+            raise ConfigError(
+                "layer_types", "layer_types has sliding_attention layers but sliding_window is None"
+            )
         self._validate_arch()
         if self.rope_scaling is not None:
             rtype = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if rtype not in _ROPE_TYPES:
-                raise ValueError(f"rope_scaling rope_type {rtype!r} is not supported (one of {_ROPE_TYPES})")
+                raise ConfigError(
+                    "rope_scaling",
+                    f"rope_scaling rope_type {rtype!r} is not supported (one of {_ROPE_TYPES})",
+                )
 
     def _validate_arch(self) -> None:
         if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+            raise ConfigError("arch", f"arch must be one of {ARCHS}, got {self.arch!r}")
         names = DFLASH2_FIELDS
         if self.arch == "dflash":
             set_ = [n for n in names if getattr(self, n) is not None]
             if set_:
-                raise ValueError(f"{', '.join(set_)} only apply to arch 'dflash2' (arch is 'dflash')")
+                raise ConfigError(
+                    set_[0], f"{', '.join(set_)} only apply to arch 'dflash2' (arch is 'dflash')"
+                )
             return
         for n in names:
             v = getattr(self, n)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{n} must be a positive integer for arch 'dflash2', got {v!r}")
+                raise ConfigError(n, f"{n} must be a positive integer for arch 'dflash2', got {v!r}")
         if self.conv_kernel_size > self.block_size:
-            raise ValueError(
-                f"conv_kernel_size ({self.conv_kernel_size}) cannot exceed block_size ({self.block_size})"
+            raise ConfigError(
+                "conv_kernel_size",
+                f"conv_kernel_size ({self.conv_kernel_size}) cannot exceed block_size ({self.block_size})",
             )
         if self.hidden_size % self.conv_group_size:
-            raise ValueError(
-                f"conv_group_size ({self.conv_group_size}) must divide hidden_size ({self.hidden_size})"
+            raise ConfigError(
+                "conv_group_size",
+                f"conv_group_size ({self.conv_group_size}) must divide hidden_size ({self.hidden_size})",
             )
         if self.selector_top_k > self.vocab_size:
-            raise ValueError(
-                f"selector_top_k ({self.selector_top_k}) cannot exceed vocab_size ({self.vocab_size})"
+            raise ConfigError(
+                "selector_top_k",
+                f"selector_top_k ({self.selector_top_k}) cannot exceed vocab_size ({self.vocab_size})",
             )
 
     # -- derived --------------------------------------------------------------------------------------
@@ -223,9 +250,10 @@ class DraftConfig:
         tc = text_config_of(target_config)
         mt = getattr(tc, "model_type", None)
         if mt not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
+            raise ConfigError(
+                "model_type",
                 f"target model_type={mt!r} is not supported: the drafter needs a Qwen3 or Llama-style "
-                f"decoder (one of {sorted(SUPPORTED_MODEL_TYPES)})"
+                f"decoder (one of {sorted(SUPPORTED_MODEL_TYPES)})",
             )
         hidden = int(tc.hidden_size)
         heads = int(tc.num_attention_heads)
@@ -241,7 +269,9 @@ class DraftConfig:
             sliding_window = getattr(tc, "sliding_window", None)
         intermediate = getattr(tc, "intermediate_size", None)
         if intermediate is None:
-            raise ValueError(f"target config (model_type={mt!r}) has no intermediate_size")
+            raise ConfigError(
+                "intermediate_size", f"target config (model_type={mt!r}) has no intermediate_size"
+            )
         return cls(
             hidden_size=hidden,
             intermediate_size=int(intermediate),

@@ -45,7 +45,7 @@ def _from_ids(rec: dict, prompt_len: int) -> list[int]:
 
 
 def _from_text(rec: dict, tokenizer, prompt_len: int) -> list[int]:
-    from trainer.data.prepare import PrepareError, _messages, _render
+    from trainer.data.tokenizing import PrepareError, _messages, _render
 
     if tokenizer is None:
         raise EvalError("a text prompt needs the target's tokenizer (none could be loaded)")

@@ -14,6 +14,8 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from trainer.evaluation.load import EvalError
 
@@ -121,9 +123,32 @@ def save_outputs(path: str, outputs: list[tuple[list[int], list[int]]]) -> None:
     os.replace(tmp, path)
 
 
-def evaluate(a, show_progress: bool = False) -> dict:
+def _device(a):
+    """The evaluation's device (``--device``, else cuda:0 when there is one) and its dtype."""
     import torch
 
+    device = a.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available() or int(device[5:]) >= torch.cuda.device_count():
+            raise EvalError(f"--device: {device} does not exist on this machine")
+        torch.cuda.set_device(device)
+    return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+
+
+@dataclass
+class _Setup:
+    """What the prompts are decoded with."""
+
+    drafter_dir: str
+    prompts: list
+    cfg: Any  # the drafter's config
+    target: Any  # spec_decode.CachedTarget
+    proposer: Any  # drafter_cache.DrafterProposer
+    eos: set
+
+
+def _load(a, device: str, dtype) -> _Setup:
+    """The prompts (the tokenizer read only when a prompt is text), the drafter, then the target."""
     from trainer.evaluation.drafter_cache import DrafterProposer
     from trainer.evaluation.load import (
         eos_ids_of,
@@ -133,16 +158,8 @@ def evaluate(a, show_progress: bool = False) -> dict:
         target_text_config,
     )
     from trainer.evaluation.prompts import read_prompts
-    from trainer.evaluation.report import over_prompts, summarize
-    from trainer.evaluation.spec_decode import CachedTarget, speculative_generate, target_generate
+    from trainer.evaluation.spec_decode import CachedTarget
 
-    t_start = time.monotonic()
-    device = a.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available() or int(device[5:]) >= torch.cuda.device_count():
-            raise EvalError(f"--device: {device} does not exist on this machine")
-        torch.cuda.set_device(device)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     drafter_dir = resolve_drafter_dir(a.drafter)
     tcfg = target_text_config(a.target_model)
     tokenizer = None
@@ -165,63 +182,104 @@ def evaluate(a, show_progress: bool = False) -> dict:
     target = CachedTarget(model, cfg.target_layer_ids)
     proposer = DrafterProposer(drafter, model.get_input_embeddings(), model.get_output_embeddings())
     eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
-    gen = torch.Generator(device=device)
+    return _Setup(drafter_dir, prompts, cfg, target, proposer, eos)
 
+
+@dataclass
+class _Tally:
+    """The decoded prompts, summed."""
+
+    # each prompt's acceptance length per verify step
+    per_prompt: list[list[int]] = field(default_factory=list)
+    accepted: int = 0  # their running sums, for the progress line
+    verify_steps: int = 0
+    spec_tokens: float = 0.0
+    spec_s: float = 0.0
+    base_tokens: float = 0.0
+    base_s: float = 0.0
+    mismatches: int = 0
+    rewinds: int = 0
+    outputs: list = field(default_factory=list)
+
+
+def _decode_prompts(a, st: _Setup, device: str, show_progress: bool) -> _Tally:
+    """Per prompt: the target alone (unless ``--no-baseline``), then speculative decoding, from one seed."""
+    import torch
+
+    from trainer.evaluation.spec_decode import speculative_generate, target_generate
+
+    gen = torch.Generator(device=device)
     # warm-up (untimed): kernels, allocator, caches
     w_new = min(8, a.max_new_tokens)
-    target_generate(target, prompts[0], w_new, 0.0, None, eos)
-    speculative_generate(target, proposer, prompts[0], w_new, 0.0, None, eos)
+    target_generate(st.target, st.prompts[0], w_new, 0.0, None, st.eos)
+    speculative_generate(st.target, st.proposer, st.prompts[0], w_new, 0.0, None, st.eos)
 
-    per_prompt: list[list[int]] = []  # each prompt's acceptance length per verify step
-    accepted = verify_steps = 0  # their running sums, for the progress line
-    spec_tokens = spec_s = base_tokens = base_s = 0.0
-    mismatches = rewinds = 0
-    progress = Progress(len(prompts), show_progress)
-    outputs = []
-    for i, prompt in enumerate(prompts):
+    t = _Tally()
+    progress = Progress(len(st.prompts), show_progress)
+    for i, prompt in enumerate(st.prompts):
         base = None
         if not a.no_baseline:
             gen.manual_seed(a.seed * 1_000_003 + i)
-            base = target_generate(target, prompt, a.max_new_tokens, a.temperature, gen, eos)
-            base_tokens += len(base.tokens)
-            base_s += base.decode_s
+            base = target_generate(st.target, prompt, a.max_new_tokens, a.temperature, gen, st.eos)
+            t.base_tokens += len(base.tokens)
+            t.base_s += base.decode_s
         gen.manual_seed(a.seed * 1_000_003 + i)
-        spec = speculative_generate(target, proposer, prompt, a.max_new_tokens, a.temperature, gen, eos)
-        spec_tokens += len(spec.tokens)
-        spec_s += spec.decode_s
-        per_prompt.append(list(spec.accept_lens))
-        accepted, verify_steps = accepted + sum(spec.accept_lens), verify_steps + len(spec.accept_lens)
-        outputs.append((list(prompt), list(spec.tokens)))
-        rewinds += spec.rewind_forwards
+        spec = speculative_generate(
+            st.target, st.proposer, prompt, a.max_new_tokens, a.temperature, gen, st.eos
+        )
+        t.spec_tokens += len(spec.tokens)
+        t.spec_s += spec.decode_s
+        t.per_prompt.append(list(spec.accept_lens))
+        t.accepted += sum(spec.accept_lens)
+        t.verify_steps += len(spec.accept_lens)
+        t.outputs.append((list(prompt), list(spec.tokens)))
+        t.rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
-            mismatches += 1
-        progress.update(i + 1, accepted / verify_steps if verify_steps else None)
+            t.mismatches += 1
+        progress.update(i + 1, t.accepted / t.verify_steps if t.verify_steps else None)
     progress.close()
-    if a.save_outputs:
-        save_outputs(a.save_outputs, outputs)
-    spec_tok_s = spec_tokens / spec_s if spec_s > 0 else None
-    target_tok_s = base_tokens / base_s if base_s > 0 else None
+    return t
+
+
+def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dict:
+    from trainer.evaluation.report import over_prompts, summarize
+
+    spec_tok_s = t.spec_tokens / t.spec_s if t.spec_s > 0 else None
+    target_tok_s = t.base_tokens / t.base_s if t.base_s > 0 else None
     greedy = a.temperature <= 0 and not a.no_baseline
     return {
-        **summarize([n for lens in per_prompt for n in lens], cfg.block_size),
-        **over_prompts(per_prompt),
-        "block_size": cfg.block_size,
-        "prompts": len(prompts),
+        **summarize([n for lens in t.per_prompt for n in lens], st.cfg.block_size),
+        **over_prompts(t.per_prompt),
+        "block_size": st.cfg.block_size,
+        "prompts": len(st.prompts),
         "max_new_tokens": a.max_new_tokens,
-        "new_tokens": int(spec_tokens),
+        "new_tokens": int(t.spec_tokens),
         "temperature": a.temperature,
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
         "spec_tok_s": spec_tok_s,
         "target_tok_s": target_tok_s,
         "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
-        "rewind_forwards": rewinds,
-        "greedy_match": (mismatches == 0) if greedy else None,
-        "greedy_mismatches": mismatches if greedy else None,
-        "drafter": os.path.abspath(drafter_dir),
+        "rewind_forwards": t.rewinds,
+        "greedy_match": (t.mismatches == 0) if greedy else None,
+        "greedy_mismatches": t.mismatches if greedy else None,
+        "drafter": os.path.abspath(st.drafter_dir),
         "target": os.path.abspath(a.target_model),
         "seconds": time.monotonic() - t_start,
     }
+
+
+def evaluate(a, show_progress: bool = False) -> dict:
+    """Load, decode every prompt both ways, save the outputs if asked; the report's fields."""
+    import torch  # noqa: F401 - before the clock starts: the report's "seconds" leave torch's import out
+
+    t_start = time.monotonic()
+    device, dtype = _device(a)
+    st = _load(a, device, dtype)
+    tally = _decode_prompts(a, st, device, show_progress)
+    if a.save_outputs:
+        save_outputs(a.save_outputs, tally.outputs)
+    return _report(a, st, tally, device, dtype, t_start)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,29 +1,97 @@
-"""Command-line flags of ``python -m trainer.pipeline`` and their validation.
+"""Command-line flags of ``python -m trainer.pipeline``: the parser, the resolvable settings' table, devices.
 
 Everything here is cheap (no torch): bad or inconsistent flags fail before any model is loaded.
 ``FlagError`` carries the flag it is about; ``pipeline.main`` prints ``error: --flag: message`` and
-exits with status 2. Checks that need torch (does CUDA index 7 exist?) are in ``check_devices``.
+exits with status 2. The parsed flags become the run's settings (``trainer.run.settings.resolve``): the
+flags of ``RESOLVABLE`` are parsed with default None and resolved there (the resumed checkpoint's value,
+else the table's default). Checks that need torch (does CUDA index 7 exist?) are in ``check_devices``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from trainer.run.families import FLA_PACKAGE, HYBRID_MODEL_TYPES
 
 # Periodic saves by time are on by default: a kill by the kernel (OOM, a reboot) loses at most this much
 # training. A drafter checkpoint takes seconds, so the cost is small.
 SAVE_EVERY_MINUTES = 15.0
 # Hybrid linear-attention targets whose packed rows are captured per document (trainer/target/hybrid.py);
-# their drafter defaults differ (FAMILY_DEFAULTS). Other targets with linear-attention layers (Qwen3-Next)
-# are refused unless every row holds one document.
-HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+# their drafter defaults differ (``Resolvable.hybrid``). Other targets with linear-attention layers
+# (Qwen3-Next) are refused unless every row holds one document.
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
-DEFAULTS = {"block_size": 16, "num_draft_layers": 1}
-FAMILY_DEFAULTS = {"block_size": 16, "num_draft_layers": 5}  # hybrid targets; mask: the tokenizer's
-FLA_PACKAGE = "flash-linear-attention"
+ARCHS = ("dflash", "dflash2")
+TOKENIZER_MASK = "the tokenizer's mask token"  # a default: the target tokenizer's mask token id, if any
+
+
+@dataclass(frozen=True)
+class Resolvable:
+    """A drafter setting whose flag is parsed with default None and resolved (``settings.resolve``): as
+    given; else, on a resume, the checkpoint's drafter config.json value (``saved``; a run restarts with the
+    settings it was launched with); else its default: ``dflash2`` under ``--arch dflash2`` where it differs,
+    ``hybrid`` for Qwen3.5/3.6 targets, else ``default``. ``only``: the one architecture that has it
+    (inherited only then; refused on the other)."""
+
+    name: str  # the settings field, the argparse dest
+    flag: str
+    default: Any
+    hybrid: Any
+    saved: Callable[[dict], Any]  # the value in a checkpoint's drafter config.json (None: not there)
+    dflash2: Any = None
+    only: str | None = None
+
+    def default_for(self, arch: str, hybrid: bool, tokenizer_mask: int | None) -> Any:
+        v = self.hybrid if hybrid else self.default
+        if arch == "dflash2" and self.dflash2 is not None:
+            v = self.dflash2
+        return tokenizer_mask if v is TOKENIZER_MASK else v
+
+
+def _saved_int(read: Callable[[dict], Any]) -> Callable[[dict], int | None]:
+    def saved(config: dict) -> int | None:
+        v = read(config)
+        return None if v is None else int(v)
+
+    return saved
+
+
+def _dflash(name: str) -> Callable[[dict], int | None]:
+    return _saved_int(lambda c: (c.get("dflash_config") or {}).get(name))
+
+
+def _saved_arch(config: dict) -> str:
+    return "dflash2" if "DFlash2DraftModel" in (config.get("architectures") or []) else "dflash"
+
+
+# The resolvable settings, in resolution order (--arch first: the others' defaults depend on it). The DFlash 2
+# fields' None is the published default, which DraftConfig fills (trainer/drafting/config.py
+# DFLASH2_DEFAULTS); a None mask token id is the target's last vocab id.
+RESOLVABLE = (
+    Resolvable("arch", "--arch", "dflash", "dflash", _saved_arch),
+    Resolvable(
+        "block_size",
+        "--block-size",
+        16,
+        16,
+        _saved_int(lambda c: c.get("block_size", (c.get("dflash_config") or {}).get("block_size"))),
+        dflash2=8,  # the published DFlash 2 default
+    ),
+    Resolvable(
+        "num_draft_layers", "--num-draft-layers", 1, 5, _saved_int(lambda c: c.get("num_hidden_layers"))
+    ),
+    Resolvable("mask_token_id", "--mask-token-id", None, TOKENIZER_MASK, _dflash("mask_token_id")),
+    *(
+        Resolvable(name, "--" + name.replace("_", "-"), None, None, _dflash(name), only="dflash2")
+        for name in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+    ),
+)
 
 
 class FlagError(ValueError):
@@ -267,21 +335,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def validate_eval(args: argparse.Namespace) -> None:
-    """The --eval-* flags (cheap checks; the evaluation process checks the rest)."""
-    if not getattr(args, "eval_every", 0):
-        return
-    if not args.eval_data:
-        raise FlagError(
-            "--eval-data", "--eval-every needs --eval-data (a JSONL file or directory of prompts)"
-        )
-    if not os.path.exists(args.eval_data):
-        raise FlagError("--eval-data", f"{args.eval_data!r} does not exist")
-    d = args.eval_device
-    if d != "cpu" and not (d.startswith("cuda:") and d[5:].isdigit()):
-        raise FlagError("--eval-device", f"expected cpu or cuda:N, got {d!r}")
-
-
 @dataclass(frozen=True)
 class Devices:
     target: list[str]  # "cpu" or "cuda:N"; "cpu" may repeat (one CPU worker each)
@@ -308,74 +361,13 @@ def parse_devices(flag: str, text: str) -> list[str]:
     return out
 
 
-def validate(args: argparse.Namespace) -> Devices:
-    """Check what can be checked without torch; raise FlagError naming the flag."""
-    tm = args.target_model
-    if not os.path.isdir(tm):
-        raise FlagError("--target-model", f"{tm!r} is not a directory")
-    if not os.path.isfile(os.path.join(tm, "config.json")):
-        raise FlagError(
-            "--target-model", f"{tm!r} has no config.json (expected a transformers model directory)"
-        )
-    if not os.path.isdir(args.data_dir):
-        raise FlagError("--data-dir", f"{args.data_dir!r} is not a directory")
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        raise FlagError("--output-dir", f"{args.output_dir!r} exists and is not a directory")
-    target = parse_devices("--target-gpus", args.target_gpus)
-    drafter = parse_devices("--drafter-gpus", args.drafter_gpus)
+def devices_of(target_gpus: str, drafter_gpus: str, launch: str) -> Devices:
+    """The device lists and the launch mode, or FlagError naming the flag that does not fit."""
+    target = parse_devices("--target-gpus", target_gpus)
+    drafter = parse_devices("--drafter-gpus", drafter_gpus)
     if ("cpu" in target) != ("cpu" in drafter):
         raise FlagError("--drafter-gpus", "CPU and CUDA roles cannot be mixed: use 'cpu' for both or neither")
-    mode = launch_mode(args.launch, target, drafter)
-    info = target_info(tm)
-    resolve_defaults(args, info, saved_drafter_config(args))
-    check_target(args, info, cuda=target[0] != "cpu")
-    if args.lr <= 0:
-        raise FlagError("--lr", f"must be > 0, got {args.lr}")
-    if not 0.0 <= args.warmup_ratio < 1.0:
-        raise FlagError("--warmup-ratio", f"must be in [0, 1), got {args.warmup_ratio}")
-    if args.weight_decay < 0:
-        raise FlagError("--weight-decay", f"must be >= 0, got {args.weight_decay}")
-    if args.grad_clip < 0:
-        raise FlagError("--grad-clip", f"must be >= 0 (0 disables), got {args.grad_clip}")
-    check_arch_flags(args)
-    if args.block_size < 2:
-        raise FlagError(
-            "--block-size", f"must be >= 2 (anchor plus at least one predicted token), got {args.block_size}"
-        )
-    if args.max_seq_len > args.token_budget:
-        raise FlagError("--max-seq-len", f"{args.max_seq_len} exceeds --token-budget {args.token_budget}")
-    if args.max_seq_len <= args.block_size:
-        raise FlagError("--max-seq-len", f"must exceed --block-size {args.block_size}")
-    if args.gamma <= 0:
-        raise FlagError("--gamma", f"must be > 0, got {args.gamma}")
-    for flag, v in (("--noise-start", args.noise_start), ("--noise-end", args.noise_end)):
-        if v < 0:
-            raise FlagError(flag, f"must be >= 0, got {v}")
-    if args.mask_token_id is not None and args.mask_token_id < 0:
-        raise FlagError("--mask-token-id", f"must be >= 0, got {args.mask_token_id}")
-    if args.target_layer_ids is not None and not args.target_layer_ids:
-        raise FlagError("--target-layer-ids", "is empty")
-    if args.layer_types is not None:
-        if len(args.layer_types) != args.num_draft_layers:
-            raise FlagError(
-                "--layer-types",
-                f"has {len(args.layer_types)} entries but --num-draft-layers is {args.num_draft_layers}",
-            )
-        bad = [t for t in args.layer_types if t not in ("full_attention", "sliding_attention")]
-        if bad:
-            raise FlagError(
-                "--layer-types", f"unknown layer type(s) {bad}: use full_attention or sliding_attention"
-            )
-    if args.resume not in ("auto", "none") and not os.path.isdir(args.resume):
-        raise FlagError(
-            "--resume", f"expected auto, none or a checkpoint directory; {args.resume!r} is not a directory"
-        )
-    if args.init_drafter is not None:
-        for fn in ("config.json", "model.safetensors"):
-            if not os.path.isfile(os.path.join(args.init_drafter, fn)):
-                raise FlagError("--init-drafter", f"{args.init_drafter!r} has no {fn}")
-    validate_eval(args)
-    return Devices(target=target, drafter=drafter, mode=mode)
+    return Devices(target=target, drafter=drafter, mode=launch_mode(launch, target, drafter))
 
 
 def target_info(path: str) -> dict:
@@ -425,69 +417,7 @@ def is_hybrid(info: dict) -> bool:
     return info["model_type"] in HYBRID_MODEL_TYPES or info["top_model_type"] in HYBRID_MODEL_TYPES
 
 
-def saved_drafter_config(args: argparse.Namespace) -> dict | None:
-    """The drafter config.json of the checkpoint this run would resume from, if any (cheap: JSON only)."""
-    from trainer.run import checkpoint
-
-    if args.resume == "none":
-        return None
-    if args.resume == "auto":
-        path = checkpoint.latest(os.path.join(args.output_dir, "checkpoints"))
-    else:
-        path = args.resume if checkpoint.is_complete(args.resume) else None
-    if path is None:
-        return None
-    try:
-        with open(os.path.join(path, "drafter", "config.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def resolve_defaults(args: argparse.Namespace, info: dict, saved: dict | None) -> None:
-    """Fill --arch, --block-size, --num-draft-layers, --mask-token-id and the DFlash 2 fields left unset: from
-    the checkpoint the run resumes from (a run restarts with the settings it was launched with), else the
-    defaults: DFlash 1; block 8 for DFlash 2 (as published); per target family (Qwen3.5/3.6: 5 layers,
-    block 16, the tokenizer's mask token; others: 1 layer, block 16)."""
-    if saved is not None:
-        dflash = saved.get("dflash_config") or {}
-        if args.arch is None:
-            args.arch = "dflash2" if "DFlash2DraftModel" in (saved.get("architectures") or []) else "dflash"
-        old = {
-            "block_size": saved.get("block_size", dflash.get("block_size")),
-            "num_draft_layers": saved.get("num_hidden_layers"),
-            "mask_token_id": dflash.get("mask_token_id"),
-        }
-        if args.arch == "dflash2":
-            old.update({name: dflash.get(name) for name in dflash2_flags(args)})
-        for name, v in old.items():
-            if getattr(args, name) is None and v is not None:
-                setattr(args, name, int(v))
-    if args.arch is None:
-        args.arch = "dflash"
-    defaults = dict(FAMILY_DEFAULTS if is_hybrid(info) else DEFAULTS)
-    if args.arch == "dflash2":
-        defaults["block_size"] = 8  # the published DFlash 2 default
-    if is_hybrid(info) and info["mask_token_id"] is not None:
-        defaults["mask_token_id"] = info["mask_token_id"]
-    for name, v in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, v)
-
-
-def resolved_flags(args: argparse.Namespace) -> list[str]:
-    """The resolved defaults as flags (appended to the argv the launcher gives its workers)."""
-    out = ["--block-size", str(args.block_size), "--num-draft-layers", str(args.num_draft_layers)]
-    if args.mask_token_id is not None:
-        out += ["--mask-token-id", str(args.mask_token_id)]
-    out += ["--arch", args.arch]
-    for name, v in dflash2_flags(args).items():
-        if v is not None:
-            out += ["--" + name.replace("_", "-"), str(v)]
-    return out
-
-
-def check_target(args: argparse.Namespace, info: dict, cuda: bool) -> None:
+def check_target(args, info: dict, cuda: bool) -> None:
     """Refuse what this target cannot do: packed rows through linear-attention layers that are not
     captured per document; a hybrid target on CUDA without flash-linear-attention."""
     linear = [t for t in info["layer_types"] if t not in ATTENTION_LAYER_TYPES]
@@ -549,47 +479,20 @@ def check_devices(devices: Devices) -> None:
                 )
 
 
-ARCHS = ("dflash", "dflash2")
-_DFLASH2_FLAGS = ("--conv-kernel-size", "--conv-group-size", "--selector-rank", "--selector-top-k")
+def dflash2_flags(args) -> dict:
+    """The DFlash 2 fields (``RESOLVABLE``'s ``only="dflash2"`` rows) as set (None: the published default)."""
+    return {r.name: getattr(args, r.name, None) for r in RESOLVABLE if r.only == "dflash2"}
 
 
-def check_arch_flags(args: argparse.Namespace) -> None:
-    """The four DFlash 2 flags and ``--selector-unary-grad`` are refused on ``--arch dflash`` (they would be
-    ignored); ``--arch`` and an unset ``--block-size`` are resolved before (``resolve_defaults``)."""
-    if args.arch != "dflash2":
-        for flag in _DFLASH2_FLAGS:
-            if getattr(args, flag[2:].replace("-", "_"), None) is not None:
-                raise FlagError(flag, "applies to --arch dflash2 only")
-        if getattr(args, "selector_unary_grad", False):
-            raise FlagError("--selector-unary-grad", "applies to --arch dflash2 only")
+def flag_for_setting(error: Exception) -> str:
+    """The flag of the drafter setting a configuration error is about (``ConfigError.setting``,
+    trainer/drafting/config.py): the option of that name (``target_layer_ids`` -> ``--target-layer-ids``);
+    a setting no flag sets (``hidden_size``, ``model_type``, ...) is the target's: ``--target-model``."""
+    setting = getattr(error, "setting", None)
+    flag = "--" + str(setting).replace("_", "-")
+    return flag if setting and flag in _options() else "--target-model"
 
 
-def dflash2_flags(args: argparse.Namespace) -> dict:
-    """The four DFlash 2 fields as given on the command line (None: the published default)."""
-    return {
-        flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"), None) for flag in _DFLASH2_FLAGS
-    }
-
-
-# DraftConfig settings (helper A's names) -> the flag that sets them, for error messages.
-SETTING_FLAGS = {
-    "conv_kernel_size": "--conv-kernel-size",
-    "conv_group_size": "--conv-group-size",
-    "selector_rank": "--selector-rank",
-    "selector_top_k": "--selector-top-k",
-    "target_layer_ids": "--target-layer-ids",
-    "mask_token_id": "--mask-token-id",
-    "layer_types": "--layer-types",
-    "sliding_window": "--sliding-window",
-    "block_size": "--block-size",
-    "num_draft_layers": "--num-draft-layers",
-    "model_type": "--target-model",
-    "intermediate_size": "--target-model",
-}
-
-
-def flag_for_setting(message: str) -> str:
-    for name, flag in SETTING_FLAGS.items():
-        if name in message:
-            return flag
-    return "--target-model"
+@functools.cache
+def _options() -> frozenset[str]:
+    return frozenset(build_parser()._option_string_actions)

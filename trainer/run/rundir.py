@@ -113,6 +113,8 @@ def code_dir() -> str:
 def run_info(
     run_dir: str, roles: dict[str, list[str]], version: str, drafter: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """run.json's contents (docs/run-directory.md); ``drafter``: the resolved drafter settings
+    (``Settings.drafter_record()``, trainer/run/settings.py), which the console reads by these names."""
     env = {k: v for k, v in os.environ.items() if k in ENV_KEYS or k.startswith(ENV_PREFIXES)}
     return {
         "pid": os.getpid(),

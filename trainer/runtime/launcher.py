@@ -1,6 +1,7 @@
 """The launcher of the multi-process pipeline: the process the console signals, one worker per device.
 
-``--launch multi``: spawns ``python -m trainer.worker FLAGS`` once per device (targets first, then
+``--launch multi``: spawns ``python -m trainer.worker --settings JSON`` (the run's resolved settings,
+``trainer.run.settings.worker_argv``; never flags to parse again) once per device (targets first, then
 drafters; ranks as in ``handoff.Layout``) with the torch.distributed environment on loopback
 (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo``; the rendezvous TCPStore is hosted by the launcher,
 so it outlives any worker) and waits for them. ``--launch torchrun``: spawns
@@ -25,10 +26,11 @@ import time
 
 from trainer.data.dataset import load_dir
 from trainer.run import checkpoint
+from trainer.run.settings import worker_argv
 from trainer.run.startup import LAUNCH_ENV
 from trainer.runtime import control_channel
+from trainer.runtime.common import EXIT_ERROR, EXIT_OK, log
 from trainer.runtime.handoff import Layout
-from trainer.runtime.loop import EXIT_ERROR, EXIT_OK, log
 
 ABORT_GRACE_S = 60.0
 
@@ -63,10 +65,8 @@ def _describe_exit(rc: int) -> str:
 
 
 class Launcher:
-    def __init__(
-        self, args, argv: list[str], devices, stop, writer, reporter, run_dir: str, resume_path: str | None
-    ):
-        self.args, self.argv, self.devices, self.stop = args, argv, devices, stop
+    def __init__(self, args, devices, stop, writer, reporter, run_dir: str, resume_path: str | None):
+        self.args, self.devices, self.stop = args, devices, stop
         self.writer, self.reporter, self.run_dir, self.resume_path = writer, reporter, run_dir, resume_path
         nnodes = args.nnodes if devices.mode == "torchrun" else 1
         self.layout = Layout(len(devices.target), len(devices.drafter), nnodes)
@@ -96,6 +96,7 @@ class Launcher:
         )
         port = self.store.port
         L = self.layout
+        argv = [sys.executable, "-m", "trainer.worker", *worker_argv(self.args)]
         for rank in range(L.world):
             env = dict(os.environ)
             env.update(
@@ -114,9 +115,7 @@ class Launcher:
                 env[LAUNCH_ENV] = repr(self.startup.t0)
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
             env.setdefault("NCCL_SOCKET_IFNAME", "lo")
-            self.procs[rank] = subprocess.Popen(
-                [sys.executable, "-m", "trainer.worker", *self.argv], env=env, stdin=subprocess.DEVNULL
-            )
+            self.procs[rank] = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
         log(
             f"launched {L.world} workers ({L.NT} target, {L.ND} drafter): pids "
             + " ".join(str(p.pid) for p in self.procs.values())

@@ -14,7 +14,7 @@ def startup_phase(startup, phase: str, **fields) -> None:
 def load_target_events(startup, args, device: str, dtype, layer_ids: list[int]):
     """``load_target`` between ``loading_target`` (with byte progress) and ``target_loaded`` events; a
     ``compiling`` event follows when the target's layer step is compiled (it compiles on its first batch)."""
-    from trainer.target.capture import load_target
+    from trainer.target.capture import capture_of, load_target
     from trainer.target.loading import weight_files_bytes
 
     if startup is not None:
@@ -29,7 +29,7 @@ def load_target_events(startup, args, device: str, dtype, layer_ids: list[int]):
     )
     if startup is not None:
         startup.target_loaded(sum(p.numel() * p.element_size() for p in model.parameters()))
-        if (getattr(model, "_dflash_capture", None) or {}).get("compiled"):
+        if capture_of(model).compiled:
             startup.phase("compiling", part="target layer step", device=device)
     return model
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -24,6 +26,10 @@ from torch import nn
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.head import FrozenHead
 from trainer.runtime.hidden_queue import HiddenBatch
+from trainer.runtime.state import DrafterState
+
+if TYPE_CHECKING:
+    from trainer.runtime.roles import DrafterRole
 
 
 def stand_in_batch(plan, g: int, cfg, device: str, dtype: torch.dtype, need_final: bool) -> HiddenBatch:
@@ -63,34 +69,41 @@ def testing() -> bool:
     return os.environ.get("DFLASH_TEST_WARMUP") == "1"
 
 
-def trace_first_step(trainer, lock, target_dtype: torch.dtype) -> float | None:
-    """Run the drafter's micro-step once on a stand-in of the run's next micro-batch; seconds it took, or
+def trace_first_step(
+    st: DrafterState,
+    make_role: Callable[[FrozenHead], DrafterRole],
+    device: str,
+    target_dtype: torch.dtype,
+    *,
+    micro_batch: int,
+    noise: float,
+    scale: float,
+    seed: int,
+    need_final: bool,
+) -> float | None:
+    """Run the drafter's micro-step once on a stand-in of micro-batch ``micro_batch`` (the replica's next one),
+    with the step's ``noise``, loss ``scale`` and anchor/noise ``seed``, through ``make_role(head)`` (a role
+    over ``st``'s drafter, optimizer and generator, with a meter of its own and no DDP); seconds it took, or
     None where nothing compiles (CPU, compilation off) or no micro-batch is left."""
-    from trainer.run.schedule import noise_at
-    from trainer.runtime.gpu_meter import role_meter
-    from trainer.runtime.loop import micro_seed
-
-    a, cfg, dev = trainer.args, trainer.cfg, trainer.device
-    g = trainer.cursor + trainer.replica  # this replica's first micro-batch (loop.Trainer.train)
-    if not wanted(dev) or g >= trainer.plan.total or trainer.step >= trainer.total_steps:
+    g, dev, cfg = micro_batch, device, st.cfg
+    if not wanted(dev) or g >= st.plan.total or st.step >= st.total_steps:
         return None
     t0 = time.monotonic()
-    hb = stand_in_batch(trainer.plan, g, cfg, dev, target_dtype, a.use_soft_labels)
-    head = trainer.head or stand_in_head(cfg.vocab_size, cfg.hidden_size, dev, trainer.head_dtype)
-    role = trainer.new_role(role_meter(dev, "drafter"), head=head, lock=lock)
+    hb = stand_in_batch(st.plan, g, cfg, dev, target_dtype, need_final)
+    head = st.head or stand_in_head(cfg.vocab_size, cfg.hidden_size, dev, st.head_dtype)
+    role = make_role(head)
     cuda = str(dev).startswith("cuda")
     snap = (
-        trainer.generator.get_state(),
+        st.generator.get_state(),
         torch.get_rng_state(),
         torch.cuda.get_rng_state(dev) if cuda else None,
     )
     try:
-        noise = noise_at(trainer.step, start=a.noise_start, end=a.noise_end, total_steps=trainer.total_steps)
-        out = role.micro_step(hb, noise, 1.0 / a.grad_accum, seed=micro_seed(a.seed, g))
+        out = role.micro_step(hb, noise, scale, seed=seed)
         del out
     finally:
-        trainer.optimizer.zero_grad(set_to_none=True)
-        trainer.generator.set_state(snap[0])
+        st.optimizer.zero_grad(set_to_none=True)
+        st.generator.set_state(snap[0])
         torch.set_rng_state(snap[1])
         if cuda:
             torch.cuda.set_rng_state(snap[2], dev)

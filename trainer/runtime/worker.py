@@ -1,7 +1,8 @@
-"""``python -m trainer.worker FLAGS``: one target or drafter worker of the multi-process pipeline.
+"""``python -m trainer.worker --settings JSON | FLAGS``: one target or drafter worker of a multi-process run.
 
-Started by the launcher (``runtime.launcher``, one per device) or by ``torchrun`` across nodes, with the
-torch.distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+Started by the launcher (``runtime.launcher``, one per device, with its resolved settings as JSON:
+``trainer.run.settings.worker_argv``) or by ``torchrun`` across nodes (the run's flags, resolved here), with
+the torch.distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR``, ``MASTER_PORT``) and ``DFLASH_CONTROL=host:port`` (the launcher's control socket). Its
 role and device come from its rank (``runtime.handoff.Layout``). NCCL for CUDA tensors, gloo for CPU ones.
 
@@ -23,9 +24,19 @@ import time
 import traceback
 
 from trainer.data.dataset import DataError
-from trainer.run.flags import FlagError, build_parser, check_devices, validate
+from trainer.run.flags import FlagError, check_devices
+from trainer.run.settings import parse_worker_argv, resolve
 from trainer.run.startup import StartupEvents
-from trainer.runtime import loop
+from trainer.runtime.common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    Logger,
+    draft_config,
+    gpu_uuid,
+    quiet_transformers,
+    total_steps_of,
+)
+from trainer.runtime.loop import Trainer
 
 PR_SET_PDEATHSIG = 1
 
@@ -142,53 +153,7 @@ def meter_thread(ch, meter, depth_of) -> None:
     threading.Thread(target=run, name="dflash-meter", daemon=True).start()
 
 
-class DrafterDist:
-    """A drafter replica's distributed side: its receiver, the stop agreement and the metric sum."""
-
-    def __init__(self, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group, depth: int):
-        self.layout, self.di, self.device, self.ctl = layout, di, device, ctl
-        self.group, self.ctrl_group, self.depth = group, ctrl_group, depth
-        self.stopped = False
-        self.queue = None
-
-    @property
-    def aborted(self) -> bool:
-        return self.ctl.abort
-
-    def start(self, plan, cursor: int, end: int):
-        """The receiver thread and the queue it fills: this replica takes cursor + di, + ND, ..."""
-        from trainer.runtime.handoff import Receiver
-        from trainer.runtime.hidden_queue import HiddenStateQueue
-
-        self.queue = HiddenStateQueue(self.depth, start=cursor + self.di, stride=self.layout.ND)
-        Receiver(self.layout, self.di, plan, cursor, end, self.queue, self.device).start()
-        return self.queue
-
-    def agree_stop(self) -> bool:
-        """At a step boundary: stop if any replica was told to (all replicas get the same answer)."""
-        import torch
-        import torch.distributed as dist
-
-        local = int(self.ctl.stop or self.ctl.abort)
-        if self.layout.ND > 1:
-            t = torch.tensor([local], dtype=torch.int64)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.ctrl_group)
-            local = int(t.item())
-        if local and not self.stopped:
-            self.stopped = True
-            if self.di == 0:
-                self.ctl.ch.send("stopping")
-        return self.stopped
-
-    def sum_metrics(self, packed):
-        import torch.distributed as dist
-
-        if self.layout.ND > 1:
-            dist.all_reduce(packed, group=self.group)
-        return packed
-
-
-def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) -> int:
+def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl, log: Logger) -> int:
     import torch
 
     from trainer.data.dataset import Plan, load_dir
@@ -197,14 +162,14 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     from trainer.runtime.roles import TargetRole
     from trainer.runtime.startup_steps import load_target_events
 
-    meter = role_meter(device, "target", loop.gpu_uuid(device))
+    meter = role_meter(device, "target", gpu_uuid(device))
     meter_thread(ctl.ch, meter, lambda: (0, 0))
     ds = load_dir(args.data_dir, args.max_seq_len)
-    loop.quiet_transformers()
-    cfg = loop.draft_config(args)
+    quiet_transformers()
+    cfg = draft_config(args)
     ds.check_vocab(cfg.vocab_size)
     plan = Plan.from_flags(ds, args)
-    total = loop.total_steps_of(plan, args.grad_accum, layout.ND, args.max_steps)
+    total = total_steps_of(plan, args.grad_accum, layout.ND, args.max_steps)
     welcome = ctl.welcome or {}
     step, cursor = int(welcome.get("step", 0)), int(welcome.get("cursor", 0))
     end = min(plan.total, cursor + max(0, total - step) * args.grad_accum * layout.ND)
@@ -219,71 +184,56 @@ def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl) 
     )
     model = load_target_events(startup, args, device, dtype, cfg.target_layer_ids)
     role = TargetRole(model, device, cfg.target_layer_ids, args.use_soft_labels, meter)
-    loop.log(f"target ready: micro-batches {cursor + ti}.. every {layout.NT} (to {end})")
+    log(f"target ready: micro-batches {cursor + ti}.. every {layout.NT} (to {end})")
     n = run_sender(layout, ti, role, plan, cursor, end, lambda: ctl.exit or ctl.abort)
-    loop.log(f"target done: {n} micro-batches sent")
+    log(f"target done: {n} micro-batches sent")
     return 0
 
 
-def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group) -> int:
-    import torch
-
+def run_drafter(
+    args, devices, layout, di: int, device: str, ctl: WorkerControl, group, ctrl_group, log: Logger
+) -> int:
     from trainer.runtime.gpu_meter import role_meter
     from trainer.runtime.handoff import PEER_GRACE_S
-    from trainer.runtime.hidden_queue import check_queue_memory, hidden_batch_bytes
+    from trainer.runtime.sources import DistributedSource
 
     resume = (ctl.welcome or {}).get("resume")
     writer = ControlWriter(ctl.ch)
-    dd = DrafterDist(layout, di, device, ctl, group, ctrl_group, args.hs_queue_depth)
-    trainer = loop.Trainer(
+    run_dir = os.path.abspath(args.output_dir)
+    meter = role_meter(device, "drafter", gpu_uuid(device))
+    source = DistributedSource(args, devices, layout, di, device, ctl, group, ctrl_group, meter, log)
+    startup = StartupEvents(
+        writer, run_dir, keep=di == 0, role="drafter", device=device, rank=layout.drafter_rank(di)
+    )
+    trainer = Trainer(
         args,
-        devices,
+        source,
         WorkerStop(),
         writer,
-        None,
-        os.path.abspath(args.output_dir),
+        run_dir,
         resume,
         device=device,
         replica=di,
         replicas=layout.ND,
-        dist=dd,
-    )
-
-    trainer.mega_name = f"drafter{di}"
-    trainer.startup = StartupEvents(
-        writer, trainer.run_dir, keep=di == 0, role="drafter", device=device, rank=layout.drafter_rank(di)
+        log=log,
+        startup=startup,
+        mega_name=f"drafter{di}",
     )
 
     def on_abort(saver: int) -> None:
         trainer.saver = di == saver
 
     ctl.on_abort = on_abort
-    meter = role_meter(device, "drafter", loop.gpu_uuid(device))
-    meter_thread(ctl.ch, meter, lambda: (dd.queue.depth() if dd.queue else 0, args.hs_queue_depth))
+    meter_thread(ctl.ch, meter, lambda: (source.queue.depth() if source.queue else 0, args.hs_queue_depth))
     try:
-        trainer.setup_model()
-        ddp = None
-        if layout.ND > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            ddp = DDP(
-                trainer.drafter,
-                process_group=group,
-                device_ids=[torch.device(device).index] if device.startswith("cuda") else None,
-            )
-        trainer.make_role(meter, ddp)
-        # the first step's compile while the targets load in their processes (the capture's dtype)
-        trainer.warm_up(None, torch.bfloat16 if devices.target[0].startswith("cuda") else torch.float32)
-        per = hidden_batch_bytes(args, trainer.cfg, 2 if device.startswith("cuda") else 4)
-        loop.log(check_queue_memory(device, args.hs_queue_depth, 1, per, args))
-        trainer.log_setup()
+        trainer.setup()
         code, reason = trainer.train()
     except Exception as e:
         # a collective that failed because a peer died: the launcher's abort follows in a moment
         aborted = ctl.wait_abort(PEER_GRACE_S)
         if trainer.saver and trainer.trained:  # save what it can: the last complete step's state
             try:
-                loop.log(
+                log(
                     f"{'aborted' if aborted else 'error'} while training ({type(e).__name__}): "
                     "saving the last complete step"
                 )
@@ -292,7 +242,7 @@ def run_drafter(args, devices, layout, di: int, device: str, ctl: WorkerControl,
                 traceback.print_exc()
         if not aborted:
             raise
-        code, reason = loop.EXIT_ERROR, "error"
+        code, reason = EXIT_ERROR, "error"
     ctl.ch.send("done", code=code, reason=reason)
     return code
 
@@ -307,11 +257,12 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    args = build_parser().parse_args(argv)
+    args = parse_worker_argv(argv)  # the launcher's --settings JSON, or torchrun's flags (exit 2 on bad ones)
     ch = control_channel.connect(os.environ["DFLASH_CONTROL"])
     role, device = "?", "?"
     try:
-        devices = validate(args)
+        args = resolve(args)  # the launcher's settings as they came; torchrun's flags resolved, checked here
+        devices = args.devices()
         T, D = len(devices.target), len(devices.drafter)
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         if local_world != T + D or world % (T + D):
@@ -323,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         layout = Layout(T, D, world // (T + D))
         role, idx, local_idx = layout.role_of(rank)
         device = (devices.target if role == "target" else devices.drafter)[local_idx]
-        loop.LOG_PREFIX = f"[{role}{idx} {device}] "
+        log = Logger(f"[{role}{idx} {device}] ")  # every line of this worker
         ctl = WorkerControl(ch, role)
         ch.send("hello", rank=rank, role=role, index=idx, device=device, uuid=None, pid=os.getpid())
         ctl.start()
@@ -334,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         cuda = device.startswith("cuda")
         if cuda:
             torch.cuda.set_device(device)
-            ch.send("uuid", uuid=loop.gpu_uuid(device))
+            ch.send("uuid", uuid=gpu_uuid(device))
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
         ctl.wait_welcome()
         from datetime import timedelta
@@ -353,17 +304,17 @@ def main(argv: list[str] | None = None) -> int:
         group = dist.new_group(layout.drafter_ranks)
         ctrl_group = dist.new_group(layout.drafter_ranks, backend="gloo")
         if role == "target":
-            code = run_target(args, devices, layout, idx, device, ctl)
+            code = run_target(args, devices, layout, idx, device, ctl, log)
             ch.send("done", code=code, reason="finished")
         else:
-            code = run_drafter(args, devices, layout, idx, device, ctl, group, ctrl_group)
+            code = run_drafter(args, devices, layout, idx, device, ctl, group, ctrl_group, log)
     except (FlagError, DataError) as e:
-        ch.send("fatal", code=loop.EXIT_USAGE, message=str(e))
-        finish(loop.EXIT_USAGE)
+        ch.send("fatal", code=EXIT_USAGE, message=str(e))
+        finish(EXIT_USAGE)
     except BaseException as e:  # noqa: BLE001 - reported to the launcher, then exit 1
         traceback.print_exc()
-        ch.send("fatal", code=loop.EXIT_ERROR, message=f"{role} {device}: {type(e).__name__}: {e}")
-        finish(loop.EXIT_ERROR)
+        ch.send("fatal", code=EXIT_ERROR, message=f"{role} {device}: {type(e).__name__}: {e}")
+        finish(EXIT_ERROR)
     finish(code)
     return code
 

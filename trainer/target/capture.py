@@ -18,12 +18,12 @@
   (e.g. -1) for the padding. Linear-attention layers do not reset their state at such boundaries in
   transformers: the hook path refuses (ValueError) a row of several documents for a target with
   linear-attention layers (Qwen3-Next: one document per row, also refused up front by the flags).
-- Hybrid linear-attention targets (Qwen3.5 / Qwen3.6, ``hybrid.HYBRID_MODEL_TYPES``): ``load_target`` loads
-  the text model only (``loading.load_text_model``: no vision tower, no MTP head, no layer past the last
-  one needed) and switches ``capture`` to ``hybrid.capture_hybrid`` on every device: each document of a
+- Hybrid linear-attention targets (Qwen3.5 / Qwen3.6, ``run.families.HYBRID_MODEL_TYPES``): ``load_target``
+  loads the text model only (``loading.load_text_model``: no vision tower, no MTP head, no layer past the
+  last one needed) and switches ``capture`` to ``hybrid.HybridCapture`` on every device: each document of a
   packed row starts from zero conv and recurrent state (plain PyTorch on CPU; flash-linear-attention's
   varlen kernels on CUDA, a RuntimeError naming the package when it is missing). On CUDA it takes the fast
-  path (``hybrid.prepare_hybrid(fast=True)``: flattened rows, compiled regions; see hybrid.py).
+  layout (``hybrid.prepare_hybrid(fast=True)``: flattened rows, compiled regions; see hybrid.py).
 - ``prepare_capture(model, attn="auto", compile=None)``: switches ``capture`` to the direct path for
   pre-norm Qwen3 / Qwen2 / Llama / Mistral decoders (``DIRECT_MODEL_TYPES``): our own loop over
   ``layers[:last + 1]`` using the layers' weights (no hooks, no transformers mask building), attention
@@ -35,24 +35,33 @@
   chosen mode, or None when the model does not qualify (``capture`` then keeps the hook path).
   ``load_target`` calls it on CUDA. The varlen path needs the document boundaries on the host: pass
   ``doc_ids`` on the CPU to avoid the one device sync per ``capture`` call that reading them costs.
+- The dispatch: each path is a ``base.Capture`` (``HookCapture`` here, ``direct.DirectCapture``,
+  ``hybrid.HybridCapture``), chosen once by ``load_target`` / ``prepare_capture`` / ``prepare_hybrid`` and
+  held by the model (``model._dflash_capture``; None there = the hook path). ``capture_of(model)`` returns
+  it, ``capture`` calls it. Its settings are fields (``capture_of(model).compiled``, ``.attn``) and ``record()`` gives them as a dict.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from trainer.drafting.config import text_config_of
 from trainer.drafting.masks import doc_positions
-from trainer.target.direct import DIRECT_MODEL_TYPES, capture_direct, decoder_of, prepare_capture
-from trainer.target.hybrid import HYBRID_MODEL_TYPES, capture_hybrid, prepare_hybrid
+from trainer.run.families import HYBRID_MODEL_TYPES
+from trainer.target.base import ATTR, Capture, check_layer_ids, decoder_of
+from trainer.target.direct import DIRECT_MODEL_TYPES, prepare_capture
+from trainer.target.hybrid import prepare_hybrid
 
 __all__ = [
     "DIRECT_MODEL_TYPES",
     "HYBRID_MODEL_TYPES",
+    "Capture",
     "capture",
+    "capture_of",
     "decoder_of",
     "load_target",
     "prepare_capture",
@@ -141,6 +150,67 @@ def has_linear_attention(config) -> bool:
     return any(t not in ("full_attention", "sliding_attention") for t in types)
 
 
+def _one_document_per_row(doc_ids: torch.Tensor) -> None:
+    start = torch.ones_like(doc_ids, dtype=torch.bool)
+    start[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    docs = int((start & (doc_ids >= 0)).sum(dim=1).max())  # padding (negative ids) is no document
+    if docs > 1:
+        raise ValueError(
+            f"a row packs {docs} documents, but this target's linear-attention layers would carry "
+            "their state from one document into the next: one document per row (--max-batch-size 1)"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class HookCapture(Capture):
+    """transformers' own forward with forward hooks on the captured layers (any decoder; module docstring)."""
+
+    kind = "hooks"
+    attn: str | None = None
+    compiled: bool = False
+
+    def __call__(self, model, input_ids, doc_ids, target_layer_ids, need_final_hidden):
+        base = decoder_of(model)
+        if has_linear_attention(model.config):
+            _one_document_per_row(doc_ids)
+        layers = base.layers
+        check_layer_ids(target_layer_ids, len(layers))
+        last = max(target_layer_ids)
+        got: dict[int, torch.Tensor] = {}
+
+        def hook_for(i: int):
+            def hook(_mod, _args, out):
+                got[i] = out[0] if isinstance(out, (tuple, list)) else out
+                if i == last and not need_final_hidden:
+                    raise _StopForward
+
+            return hook
+
+        handles = [layers[i].register_forward_hook(hook_for(i)) for i in sorted(set(target_layer_ids))]
+        position_ids = doc_positions(doc_ids.to(input_ids.device))
+        final = None
+        try:
+            with torch.no_grad():
+                out = base(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+                final = out.last_hidden_state
+        except _StopForward:
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        hidden_cat = torch.cat([got[i] for i in target_layer_ids], dim=-1)
+        return hidden_cat, (final if need_final_hidden else None)
+
+
+HOOKS = HookCapture()
+
+
+def capture_of(model: nn.Module) -> Capture:
+    """The model's capture path: the one ``load_target`` / ``prepare_*`` attached, else the hook path."""
+    cap = getattr(model, ATTR, None)
+    return HOOKS if cap is None else cap
+
+
 def capture(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -148,46 +218,4 @@ def capture(
     target_layer_ids: list[int],
     need_final_hidden: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    base = decoder_of(model)
-    st = getattr(model, "_dflash_capture", None)
-    if st is not None and st.get("kind") == "hybrid":
-        return capture_hybrid(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
-    if st is not None:
-        return capture_direct(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
-    if has_linear_attention(model.config):
-        start = torch.ones_like(doc_ids, dtype=torch.bool)
-        start[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
-        docs = int((start & (doc_ids >= 0)).sum(dim=1).max())  # padding (negative ids) is no document
-        if docs > 1:
-            raise ValueError(
-                f"a row packs {docs} documents, but this target's linear-attention layers would carry "
-                "their state from one document into the next: one document per row (--max-batch-size 1)"
-            )
-    layers = base.layers
-    if any(not 0 <= i < len(layers) for i in target_layer_ids):
-        raise ValueError(f"target_layer_ids {target_layer_ids} out of range for {len(layers)} loaded layers")
-    last = max(target_layer_ids)
-    got: dict[int, torch.Tensor] = {}
-
-    def hook_for(i: int):
-        def hook(_mod, _args, out):
-            got[i] = out[0] if isinstance(out, (tuple, list)) else out
-            if i == last and not need_final_hidden:
-                raise _StopForward
-
-        return hook
-
-    handles = [layers[i].register_forward_hook(hook_for(i)) for i in sorted(set(target_layer_ids))]
-    position_ids = doc_positions(doc_ids.to(input_ids.device))
-    final = None
-    try:
-        with torch.no_grad():
-            out = base(input_ids=input_ids, position_ids=position_ids, use_cache=False)
-            final = out.last_hidden_state
-    except _StopForward:
-        pass
-    finally:
-        for h in handles:
-            h.remove()
-    hidden_cat = torch.cat([got[i] for i in target_layer_ids], dim=-1)
-    return hidden_cat, (final if need_final_hidden else None)
+    return capture_of(model)(model, input_ids, doc_ids, target_layer_ids, need_final_hidden)

@@ -12,32 +12,39 @@ starts from zero state, at any length (1 token, shorter or longer than K):
   into a padded batch, each from a zero state); on CUDA flash-linear-attention's
   ``chunk_gated_delta_rule`` with ``cu_seqlens`` (variable-length: each document from a zero state);
 - full-attention layers (output gate, partial rotary with the decoder's own ``rotary_emb``, zero-centred
-  q/k norms) attend within each document through ``direct._attend`` (varlen / flex on CUDA, a dense
+  q/k norms) attend within each document through ``attention.attend`` (varlen / flex on CUDA, a dense
   document-causal mask on CPU).
 
 Everything runs on the layers' own modules and weights (projections, norms, MLP / MoE block, the gated
 output norm); no transformers mask building, cache or kernel routing is involved, so an installed fla
-does not change the CPU path. ``prepare_hybrid(model)`` qualifies a model and picks the backends;
-``capture_hybrid`` is called by ``capture.capture``.
+does not change the CPU path. ``prepare_hybrid(model)`` qualifies a model, picks the backends and attaches
+a ``HybridCapture``, which ``capture.capture`` calls: ONE loop over the layers (embed, per-document
+positions, each layer, the captured slots, the final norm) on one of two layouts, each with its own
+per-batch metadata (``_Batch``) and its own way of running a Gated DeltaNet or an attention layer:
 
-The fast path (``prepare_hybrid(..., fast=True)``; the default on CUDA) runs the same computation on the
-rows flattened to one sequence of ``B * T`` tokens (every row start is a document start), so that one
-compiled graph serves every batch of that many tokens:
+- ``_Rows`` (``fast=False``; the CPU default, the issue-14 path): the rows as they are, every layer eager
+  (``linear_mixer``: the conv on each row per document, the rule with q/k repeated to the value heads,
+  transformers' own gated norm module; ``attn_step``);
+- ``_Flat`` (``fast=True``; the CUDA default): the same computation on the rows flattened to one sequence
+  of ``B * T`` tokens (every row start is a document start), as regions compiled once, so that one graph
+  serves every layer and every batch of that many tokens:
 
-- ``linear_in`` (compiled): input norm, the input projections (q, k and v each by its row slice of
-  ``in_proj_qkv``), the per-document conv as ``K`` shifted taps masked by "same document" (fp32 inside one
-  fused kernel per tensor, contiguous bf16 out), SiLU, ``beta`` and the decay ``g``;
-- the gated delta rule: flash-linear-attention's varlen ``chunk_gated_delta_rule`` with ``cu_seqlens`` (and
-  its host copy: no device sync) on the 16 key heads as they are (the kernel's grouped-value form: each key
-  head serves ``Hv / Hk`` consecutive value heads, as ``repeat_interleave`` does; nothing is repeated);
-  plain PyTorch on CPU (there q/k are repeated);
-- ``linear_out`` (compiled): the gated RMS norm, ``out_proj``, residual, post norm, MLP, residual;
-- ``attn_step`` (compiled): a whole gated-attention layer (varlen attention inside, as ``direct`` does).
+  - ``linear_in`` (compiled): input norm, the input projections (q, k and v each by its row slice of
+    ``in_proj_qkv``), the per-document conv as ``K`` shifted taps masked by "same document" (fp32 inside
+    one fused kernel per tensor, contiguous bf16 out), SiLU, ``beta`` and the decay ``g``;
+  - the gated delta rule: flash-linear-attention's varlen ``chunk_gated_delta_rule`` with ``cu_seqlens``
+    (and its host copy: no device sync) on the 16 key heads as they are (the kernel's grouped-value form:
+    each key head serves ``Hv / Hk`` consecutive value heads, as ``repeat_interleave`` does; nothing is
+    repeated); plain PyTorch on CPU (there q/k are repeated);
+  - ``linear_out`` (compiled): the gated RMS norm, ``out_proj``, residual, post norm, MLP, residual;
+  - ``attn_step`` (compiled): a whole gated-attention layer (varlen attention inside, as ``direct`` does).
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -46,11 +53,10 @@ from torch import nn
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.config import text_config_of
 from trainer.drafting.masks import doc_positions
-from trainer.target.direct import _attend, _dense_mask, _doc_starts, _varlen_meta, _varlen_works, decoder_of
+from trainer.run.families import FLA_PACKAGE, HYBRID_MODEL_TYPES
+from trainer.target.attention import attend, dense_mask, doc_starts, flex_mask, varlen_meta, varlen_works
+from trainer.target.base import Capture, attach, check_layer_ids, decoder_of, store_layer
 
-# model types whose packed rows this module captures correctly (text configs and multimodal wrappers)
-HYBRID_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
-FLA_PACKAGE = "flash-linear-attention"
 CHUNK = 64
 
 
@@ -130,28 +136,28 @@ def chunk_gated_delta(q, k, v, g, beta, chunk: int = CHUNK) -> torch.Tensor:
 def _segments(doc_ids: torch.Tensor) -> list[tuple[int, int]]:
     """(start, end) of each document over the flattened rows (host)."""
     B, T = doc_ids.shape
-    starts = torch.nonzero(_doc_starts(doc_ids.cpu()).flatten()).flatten().tolist()
+    starts = torch.nonzero(doc_starts(doc_ids.cpu()).flatten()).flatten().tolist()
     return list(zip(starts, [*starts[1:], B * T], strict=True))
 
 
-def gated_delta_docs(q, k, v, g, beta, meta, backend: str) -> torch.Tensor:
-    """Per-document gated delta rule over (B, T, ...) tensors; q/k (B, T, H, Dk) with H value heads."""
+def gated_delta_docs(q, k, v, g, beta, batch: _Batch, linear: str) -> torch.Tensor:
+    """Per-document gated delta rule over (B, T, ...) tensors; q/k (B, T, H, Dk) with H value heads.
+    ``linear`` ``"fla"`` reads ``batch.cu``, ``"torch"`` ``batch.segments``."""
     B, T, H, Dk = k.shape
     Dv = v.shape[-1]
     flat = [x.reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
-    if backend == "fla":
+    if linear == "fla":
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-        cu = meta["cu"]
         o, _ = chunk_gated_delta_rule(
             *(x.unsqueeze(0) for x in flat[:3]),
             flat[3].unsqueeze(0).float(),
             flat[4].unsqueeze(0),
-            cu_seqlens=cu.long(),
+            cu_seqlens=batch.cu.long(),
             use_qk_l2norm_in_kernel=True,
         )
         return o.reshape(B, T, H, Dv).to(v.dtype)
-    segs = meta["segments"]
+    segs = batch.segments
     lmax = max(e - s for s, e in segs)
     padded = [
         torch.stack([F.pad(x[s:e], (0, 0) * (x.dim() - 1) + (0, lmax - (e - s))) for s, e in segs])
@@ -162,7 +168,7 @@ def gated_delta_docs(q, k, v, g, beta, meta, backend: str) -> torch.Tensor:
 
 
 # -- the layers ------------------------------------------------------------------------------------------------
-def linear_mixer(la: nn.Module, x: torch.Tensor, doc: torch.Tensor, meta, backend: str) -> torch.Tensor:
+def linear_mixer(la: nn.Module, x: torch.Tensor, batch: _Batch, linear: str) -> torch.Tensor:
     """A Gated DeltaNet module's forward on x (B, T, H) with every document from zero state."""
     B, T, _ = x.shape
     dk, dv = la.head_k_dim, la.head_v_dim
@@ -170,7 +176,9 @@ def linear_mixer(la: nn.Module, x: torch.Tensor, doc: torch.Tensor, meta, backen
     z = la.in_proj_z(x).reshape(B, T, -1, dv)
     b = la.in_proj_b(x)
     a = la.in_proj_a(x)
-    qkv = F.silu(causal_conv_docs(qkv, la.conv1d.weight.reshape(qkv.shape[-1], -1), la.conv1d.bias, doc))
+    qkv = F.silu(
+        causal_conv_docs(qkv, la.conv1d.weight.reshape(qkv.shape[-1], -1), la.conv1d.bias, batch.doc)
+    )
     qkv = qkv.to(x.dtype)
     q, k, v = torch.split(qkv, [la.key_dim, la.key_dim, la.value_dim], dim=-1)
     q, k, v = q.reshape(B, T, -1, dk), k.reshape(B, T, -1, dk), v.reshape(B, T, -1, dv)
@@ -179,7 +187,7 @@ def linear_mixer(la: nn.Module, x: torch.Tensor, doc: torch.Tensor, meta, backen
         q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
     beta = b.sigmoid()
     g = -la.A_log.float().exp() * F.softplus(a.float() + la.dt_bias)
-    o = gated_delta_docs(q, k, v, g, beta, meta, backend)
+    o = gated_delta_docs(q, k, v, g, beta, batch, linear)
     o = la.norm(o.reshape(-1, dv), z.reshape(-1, dv)).reshape(B, T, -1)
     return la.out_proj(o)
 
@@ -205,7 +213,7 @@ def attention_mixer(sa: nn.Module, x: torch.Tensor, cos, sin, attn: str, meta) -
     v = sa.v_proj(x).view(B, T, -1, hd)
     q = _partial_rope(q, cos, sin).to(v.dtype)
     k = _partial_rope(k, cos, sin).to(v.dtype)
-    o = _attend(q, k, v, sa.scaling, None, attn, meta).reshape(B, T, -1)
+    o = attend(q, k, v, sa.scaling, None, attn, meta).reshape(B, T, -1)
     return sa.o_proj(o * torch.sigmoid(gate))
 
 
@@ -213,121 +221,20 @@ def _is_linear(layer: nn.Module) -> bool:
     return getattr(layer, "linear_attn", None) is not None
 
 
-# -- preparation and capture --------------------------------------------------------------------------------
-def qualifies(model: nn.Module) -> bool:
-    tc = text_config_of(model.config) if hasattr(model, "config") else None
-    if tc is None or getattr(tc, "model_type", None) not in HYBRID_MODEL_TYPES:
-        return False
-    base = decoder_of(model)
-    if not all(hasattr(base, n) for n in ("embed_tokens", "rotary_emb", "layers", "norm")):
-        return False
-    for layer in base.layers:
-        if not all(hasattr(layer, n) for n in ("input_layernorm", "post_attention_layernorm", "mlp")):
-            return False
-        if _is_linear(layer):
-            la = layer.linear_attn
-            names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log", "dt_bias")
-            extra = ("norm", "out_proj", "key_dim", "value_dim", "head_k_dim", "head_v_dim")
-            if not all(hasattr(la, n) for n in (*names, *extra)):
-                return False
-        else:
-            sa = getattr(layer, "self_attn", None)
-            if sa is None or not all(
-                hasattr(sa, n)
-                for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "scaling")
-            ):
-                return False
-    return True
+def _mlp(layer: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    m = layer.mlp(layer.post_attention_layernorm(h))
+    if isinstance(m, tuple):
+        m = m[0]
+    return h + m
 
 
-def prepare_hybrid(
-    model: nn.Module,
-    attn: str = "auto",
-    linear: str = "auto",
-    fast: bool | None = None,
-    compile: bool | None = None,
-) -> dict | None:
-    """Switch ``capture`` to the per-document hybrid path; None when the model does not qualify.
-
-    ``linear``: ``"torch"`` (plain PyTorch; CPU) or ``"fla"`` (CUDA); ``"auto"`` = fla on CUDA (it must be
-    installed: RuntimeError naming the package otherwise), torch on CPU. ``attn`` as in ``direct``
-    (``"auto"``: varlen when it works on this CUDA device, else flex; sdpa on CPU). ``fast`` (default: on
-    CUDA): the flattened path with compiled dense regions (module docstring); ``compile`` (default: on CUDA
-    unless ``DFLASH_COMPILE=0``) compiles its three regions."""
-    if not qualifies(model):
-        return None
-    device = next(model.parameters()).device
-    cuda = device.type == "cuda"
-    if linear == "auto":
-        linear = "fla" if cuda else "torch"
-    if linear == "fla" and not fla_available():
-        raise RuntimeError(fla_missing_message())
-    if attn == "auto":
-        attn = ("varlen" if _varlen_works(device) else "flex") if cuda else "sdpa"
-    if fast is None:
-        fast = cuda
-    if compile is None:
-        compile = cuda and compile_enabled()
-    compile = bool(compile and fast)
-    st = {"kind": "hybrid", "attn": attn, "linear": linear, "fast": bool(fast), "compiled": compile}
-    if fast:
-        wrap = (lambda f: torch.compile(f, dynamic=None)) if compile else (lambda f: f)
-        st["steps"] = (wrap(linear_in), wrap(linear_out), wrap(attn_step))
-    model._dflash_capture = st
-    return st
+def attn_step(layer: nn.Module, h: torch.Tensor, cos, sin, attn: str, meta) -> torch.Tensor:
+    """A whole gated-attention layer on h (B, T, H) (flattened: (1, N, H)), attention within each document."""
+    x = layer.input_layernorm(h)
+    return _mlp(layer, h + attention_mixer(layer.self_attn, x, cos, sin, attn, meta))
 
 
-def capture_hybrid(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden):
-    st = model._dflash_capture
-    layers = base.layers
-    if any(not 0 <= i < len(layers) for i in target_layer_ids):
-        raise ValueError(f"target_layer_ids {target_layer_ids} out of range for {len(layers)} loaded layers")
-    if st.get("fast"):
-        return capture_hybrid_fast(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden)
-    dev = input_ids.device
-    attn, backend = st["attn"], st["linear"]
-    B, T = input_ids.shape
-    last = len(layers) - 1 if need_final_hidden else max(target_layer_ids)
-    with torch.no_grad():
-        doc = doc_ids.to(dev, non_blocking=True)
-        meta = {}
-        if backend == "fla" or attn == "varlen":
-            cu, max_len = _varlen_meta(doc_ids, dev)
-            meta["cu"] = cu
-        if backend == "torch":
-            meta["segments"] = _segments(doc_ids)
-        if attn == "varlen":
-            amask = (cu, max_len)
-        elif attn == "flex":
-            from trainer.target.direct import _flex_mask
-
-            amask = _flex_mask(doc, None, dev)
-        else:
-            amask = _dense_mask(doc, None)
-        h = base.embed_tokens(input_ids)
-        pos = doc_positions(doc)
-        cos, sin = base.rotary_emb(h, pos.unsqueeze(0).expand(3, B, T))  # text: t = h = w positions
-        H = h.shape[-1]
-        out = torch.empty(B, T, len(target_layer_ids) * H, dtype=h.dtype, device=dev)
-        for i in range(last + 1):
-            layer = layers[i]
-            x = layer.input_layernorm(h)
-            if _is_linear(layer):
-                h = h + linear_mixer(layer.linear_attn, x, doc, meta, backend)
-            else:
-                h = h + attention_mixer(layer.self_attn, x, cos, sin, attn, amask)
-            m = layer.mlp(layer.post_attention_layernorm(h))
-            if isinstance(m, tuple):
-                m = m[0]
-            h = h + m
-            for slot, li in enumerate(target_layer_ids):
-                if li == i:
-                    out[..., slot * H : (slot + 1) * H] = h
-        final = base.norm(h) if need_final_hidden else None
-    return out, final
-
-
-# -- the fast path: flattened rows, compiled dense regions ----------------------------------------------------
+# -- the fast path's regions: flattened rows ---------------------------------------------------------------
 def _conv_silu(x: torch.Tensor, weight: torch.Tensor, bias, taps: torch.Tensor) -> torch.Tensor:
     """x (1, N, C), weight (C, K), taps (K-1, N) bool (token t-j is in t's document) -> silu(conv) fp32."""
     K = weight.shape[-1]
@@ -376,13 +283,6 @@ def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor):
     return q, k, v, z, g, beta
 
 
-def _mlp(layer: nn.Module, h: torch.Tensor) -> torch.Tensor:
-    m = layer.mlp(layer.post_attention_layernorm(h))
-    if isinstance(m, tuple):
-        m = m[0]
-    return h + m
-
-
 def linear_out(layer: nn.Module, h: torch.Tensor, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """The rest of a Gated DeltaNet layer: gated norm of the rule's output o (1, N, Hv, Dv), out_proj, MLP."""
     la = layer.linear_attn
@@ -391,17 +291,11 @@ def linear_out(layer: nn.Module, h: torch.Tensor, o: torch.Tensor, z: torch.Tens
     return _mlp(layer, h + la.out_proj(o))
 
 
-def attn_step(layer: nn.Module, h: torch.Tensor, cos, sin, attn: str, meta) -> torch.Tensor:
-    """A whole gated-attention layer on h (1, N, H), attention within each document."""
-    x = layer.input_layernorm(h)
-    return _mlp(layer, h + attention_mixer(layer.self_attn, x, cos, sin, attn, meta))
-
-
 def _flat_meta(doc_ids: torch.Tensor, K: int):
     """From doc_ids (B, T) (host preferred: no device sync): segment ids (1, B*T) unique per document and
     row, cu_seqlens (host, int64) and the conv taps (K-1, B*T) bool, all on the host."""
     B, T = doc_ids.shape
-    start = _doc_starts(doc_ids.cpu()).flatten()
+    start = doc_starts(doc_ids.cpu()).flatten()
     seg = start.long().cumsum(0)
     N = seg.numel()
     starts = torch.nonzero(start).flatten()
@@ -420,25 +314,71 @@ def _rule_fla(q, k, v, g, beta, cu, cu_cpu):
     return o
 
 
-def _rule_torch(q, k, v, g, beta, segments):
+def _rule_torch(q, k, v, g, beta, batch: _Batch):
     rep = v.shape[2] // q.shape[2]
     if rep > 1:
         q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
-    return gated_delta_docs(q, k, v, g, beta, {"segments": segments}, "torch")
+    return gated_delta_docs(q, k, v, g, beta, batch, "torch")
 
 
-def capture_hybrid_fast(model, base, input_ids, doc_ids, target_layer_ids, need_final_hidden):
-    st = model._dflash_capture
-    lin_in, lin_out, att = st["steps"]
-    layers = base.layers
-    dev = input_ids.device
-    attn, backend = st["attn"], st["linear"]
-    B, T = input_ids.shape
-    N = B * T
-    last = len(layers) - 1 if need_final_hidden else max(target_layer_ids)
-    lin = next((layer.linear_attn for layer in layers if _is_linear(layer)), None)
-    K = lin.conv1d.weight.shape[-1] if lin is not None else 1
-    with torch.no_grad():
+# -- one batch, two layouts ---------------------------------------------------------------------------------
+@dataclass
+class _Batch:
+    """One call's tokens as a layout runs them, and the per-document metadata its layers read."""
+
+    ids: torch.Tensor  # token ids: (B, T) by rows, (1, B*T) flattened
+    doc: torch.Tensor  # the same shape, on the device: document ids (flattened: one per document and row)
+    amask: object = None  # the attention metadata (``attention.attend``'s ``meta``)
+    cu: torch.Tensor | None = None  # cu_seqlens over the flattened rows, on the device (fla; varlen)
+    cu_cpu: torch.Tensor | None = None  # their host copy (flattened: fla reads it, no device sync)
+    segments: list[tuple[int, int]] | None = None  # host (start, end) of each document (the torch rule)
+    taps: torch.Tensor | None = None  # flattened: the conv taps (K-1, B*T) bool, on the device
+
+
+class _Rows:
+    """The rows as they are, every layer eager: the conv on (B, T) per document, the rule on the documents
+    (q / k repeated to the value heads), transformers' own gated norm. The issue-14 path; the CPU default."""
+
+    def batch(self, layers, input_ids, doc_ids, attn: str, linear: str) -> _Batch:
+        dev = input_ids.device
+        b = _Batch(input_ids, doc_ids.to(dev, non_blocking=True))
+        if linear == "fla" or attn == "varlen":
+            b.cu, max_len = varlen_meta(doc_ids, dev)
+        if linear == "torch":
+            b.segments = _segments(doc_ids)
+        if attn == "varlen":
+            b.amask = (b.cu, max_len)
+        elif attn == "flex":
+            b.amask = flex_mask(b.doc, None, dev)
+        else:
+            b.amask = dense_mask(b.doc, None)
+        return b
+
+    def linear_layer(self, layer: nn.Module, h, batch: _Batch, linear: str) -> torch.Tensor:
+        x = layer.input_layernorm(h)
+        return _mlp(layer, h + linear_mixer(layer.linear_attn, x, batch, linear))
+
+    def attention_layer(self, layer: nn.Module, h, cos, sin, attn: str, batch: _Batch) -> torch.Tensor:
+        return attn_step(layer, h, cos, sin, attn, batch.amask)
+
+
+@dataclass(frozen=True)
+class _Flat:
+    """The rows flattened to one sequence of B*T tokens (every row start a document start), each layer as
+    regions (compiled or not: one graph per region serves every layer and batch of that many tokens):
+    ``lin_in`` (``linear_in``), the rule (fla on the key heads as they are, or plain PyTorch), ``lin_out``
+    (``linear_out``); ``attn_step``. The fast path; the CUDA default."""
+
+    lin_in: Callable
+    lin_out: Callable
+    attn_step: Callable
+
+    def batch(self, layers, input_ids, doc_ids, attn: str, linear: str) -> _Batch:
+        dev = input_ids.device
+        B, T = input_ids.shape
+        N = B * T
+        lin = next((layer.linear_attn for layer in layers if _is_linear(layer)), None)
+        K = lin.conv1d.weight.shape[-1] if lin is not None else 1
         seg, cu_cpu, taps = _flat_meta(doc_ids, K)
         seg_dev = seg.to(dev, non_blocking=True)
         cu = cu_cpu.to(dev, non_blocking=True)
@@ -447,30 +387,125 @@ def capture_hybrid_fast(model, base, input_ids, doc_ids, target_layer_ids, need_
         if attn == "varlen":  # max length N, not the longest document: one compiled graph per token count
             amask = (cu.to(torch.int32), N)
         elif attn == "flex":
-            from trainer.target.direct import _flex_mask
-
-            amask = _flex_mask(seg_dev, None, dev)
+            amask = flex_mask(seg_dev, None, dev)
         else:
-            amask = _dense_mask(seg_dev, None)
-        h = base.embed_tokens(input_ids.reshape(1, N))
-        pos = doc_positions(seg_dev)
-        cos, sin = base.rotary_emb(h, pos.unsqueeze(0).expand(3, 1, N))  # text: t = h = w positions
-        H = h.shape[-1]
-        out = torch.empty(1, N, len(target_layer_ids) * H, dtype=h.dtype, device=dev)
-        for i in range(last + 1):
-            layer = layers[i]
-            if _is_linear(layer):
-                q, k, v, z, g, beta = lin_in(layer, h, taps)
-                if backend == "fla":  # the kernels index [1, N, heads, dim] as contiguous (no-op copies)
-                    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-                    o = _rule_fla(q, k, v, g.contiguous(), beta.contiguous(), cu, cu_cpu)
+            amask = dense_mask(seg_dev, None)
+        return _Batch(input_ids.reshape(1, N), seg_dev, amask, cu, cu_cpu, segments, taps)
+
+    def linear_layer(self, layer: nn.Module, h, batch: _Batch, linear: str) -> torch.Tensor:
+        q, k, v, z, g, beta = self.lin_in(layer, h, batch.taps)
+        if linear == "fla":  # the kernels index [1, N, heads, dim] as contiguous (no-op copies)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            o = _rule_fla(q, k, v, g.contiguous(), beta.contiguous(), batch.cu, batch.cu_cpu)
+        else:
+            o = _rule_torch(q, k, v, g, beta, batch)
+        return self.lin_out(layer, h, o.to(v.dtype), z)
+
+    def attention_layer(self, layer: nn.Module, h, cos, sin, attn: str, batch: _Batch) -> torch.Tensor:
+        return self.attn_step(layer, h, cos, sin, attn, batch.amask)
+
+
+# -- the capture --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class HybridCapture(Capture):
+    """The per-document loop over a hybrid decoder's layers, in one of two layouts (``fast``: ``_Flat``, else
+    ``_Rows``); ``linear``: the gated delta rule's backend (``"fla"`` / ``"torch"``)."""
+
+    kind = "hybrid"
+    attn: str
+    linear: str
+    fast: bool
+    compiled: bool
+    layout: _Rows | _Flat = field(repr=False)
+
+    def __call__(self, model, input_ids, doc_ids, target_layer_ids, need_final_hidden):
+        base = decoder_of(model)
+        layers = base.layers
+        check_layer_ids(target_layer_ids, len(layers))
+        lay, attn, linear = self.layout, self.attn, self.linear
+        B, T = input_ids.shape
+        last = len(layers) - 1 if need_final_hidden else max(target_layer_ids)
+        with torch.no_grad():
+            batch = lay.batch(layers, input_ids, doc_ids, attn, linear)
+            h = base.embed_tokens(batch.ids)
+            pos = doc_positions(batch.doc)
+            cos, sin = base.rotary_emb(h, pos.unsqueeze(0).expand(3, *pos.shape))  # text: t = h = w positions
+            out = torch.empty(
+                *pos.shape, len(target_layer_ids) * h.shape[-1], dtype=h.dtype, device=input_ids.device
+            )
+            for i in range(last + 1):
+                layer = layers[i]
+                if _is_linear(layer):
+                    h = lay.linear_layer(layer, h, batch, linear)
                 else:
-                    o = _rule_torch(q, k, v, g, beta, segments)
-                h = lin_out(layer, h, o.to(v.dtype), z)
-            else:
-                h = att(layer, h, cos, sin, attn, amask)
-            for slot, li in enumerate(target_layer_ids):
-                if li == i:
-                    out[..., slot * H : (slot + 1) * H] = h
-        final = base.norm(h).view(B, T, H) if need_final_hidden else None
-    return out.view(B, T, -1), final
+                    h = lay.attention_layer(layer, h, cos, sin, attn, batch)
+                store_layer(out, h, i, target_layer_ids)
+            final = base.norm(h).view(B, T, -1) if need_final_hidden else None
+        return out.view(B, T, -1), final
+
+
+# -- preparation ------------------------------------------------------------------------------------------------
+def qualifies(model: nn.Module) -> bool:
+    tc = text_config_of(model.config) if hasattr(model, "config") else None
+    if tc is None or getattr(tc, "model_type", None) not in HYBRID_MODEL_TYPES:
+        return False
+    base = decoder_of(model)
+    if not all(hasattr(base, n) for n in ("embed_tokens", "rotary_emb", "layers", "norm")):
+        return False
+    for layer in base.layers:
+        if not all(hasattr(layer, n) for n in ("input_layernorm", "post_attention_layernorm", "mlp")):
+            return False
+        if _is_linear(layer):
+            la = layer.linear_attn
+            names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log", "dt_bias")
+            extra = ("norm", "out_proj", "key_dim", "value_dim", "head_k_dim", "head_v_dim")
+            if not all(hasattr(la, n) for n in (*names, *extra)):
+                return False
+        else:
+            sa = getattr(layer, "self_attn", None)
+            if sa is None or not all(
+                hasattr(sa, n)
+                for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm", "scaling")
+            ):
+                return False
+    return True
+
+
+def prepare_hybrid(
+    model: nn.Module,
+    attn: str = "auto",
+    linear: str = "auto",
+    fast: bool | None = None,
+    compile: bool | None = None,
+) -> HybridCapture | None:
+    """Switch ``capture`` to the per-document hybrid path and return it; None when the model does not qualify.
+
+    ``linear``: ``"torch"`` (plain PyTorch; CPU) or ``"fla"`` (CUDA); ``"auto"`` = fla on CUDA (it must be
+    installed: RuntimeError naming the package otherwise), torch on CPU. ``attn`` as in ``attention.attend``
+    (``"auto"``: varlen when it works on this CUDA device, else flex; sdpa on CPU). ``fast`` (default: on
+    CUDA): the flattened layout with compiled dense regions (module docstring); ``compile`` (default: on CUDA
+    unless ``DFLASH_COMPILE=0``) compiles its three regions."""
+    if not qualifies(model):
+        return None
+    device = next(model.parameters()).device
+    cuda = device.type == "cuda"
+    if linear == "auto":
+        linear = "fla" if cuda else "torch"
+    if linear == "fla" and not fla_available():
+        raise RuntimeError(fla_missing_message())
+    if attn == "auto":
+        attn = ("varlen" if varlen_works(device) else "flex") if cuda else "sdpa"
+    if fast is None:
+        fast = cuda
+    if compile is None:
+        compile = cuda and compile_enabled()
+    compile = bool(compile and fast)
+    layout: _Rows | _Flat = _Rows()
+    if fast:
+        steps = (linear_in, linear_out, attn_step)
+        if compile:
+            steps = tuple(torch.compile(f, dynamic=None) for f in steps)
+        layout = _Flat(*steps)
+    cap = HybridCapture(attn=attn, linear=linear, fast=bool(fast), compiled=compile, layout=layout)
+    attach(model, cap)
+    return cap

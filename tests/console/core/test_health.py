@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from console.core.config import ConfigError, config_path, health_config
+from console.core.config_file import ConfigError, config_path, health_config
 from console.core.events import ActionPhase, CheckpointEntry, DiskInfo, Gpu, GpuSample, Record, TrainerFound
 from console.core.events import TrainerInfo as TI
 from console.core.health import CRITICAL, NOTE, OK, WARNING, Health, HealthConfig, save_interval

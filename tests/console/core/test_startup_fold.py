@@ -1,4 +1,4 @@
-"""The start-up fold (console/core/startup.py): phase, bytes, the estimate of the time to the first step from
+"""The start-up fold (console/core/startup_fold.py): phase, bytes, the estimate of the time to the first step from
 the bytes rate and from the previous start, and the launch/restart printer on a terminal and on a pipe."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from console.core.events import Record
-from console.core.startup import StartupFold, StartupPrinter, fraction, line
+from console.core.startup_fold import StartupFold, StartupPrinter, fraction, line
 from console.core.state import ConsoleState
 
 GB = 2**30  # fmt_bytes counts in binary units

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.core.config import ConfigError
+from console.core.config_file import ConfigError
 from console.core.options import ConnectOptions
 from console.core.targets import resolve, resolve_one, targets_from_config
 

@@ -18,7 +18,7 @@ from console.core.options import ConnectOptions
 from console.core.targets import Target
 from console.devhost.thread import DevHostThread
 from console.screens.overview import OverviewScreen
-from console.tui.fleet import FleetApp, FleetStopDialog
+from console.tui.fleet_app import FleetApp, FleetStopDialog
 from tests.support.core_util import alive, cli, conn_args, options_for, start_user_script
 from tests.support.screen_text import screen_text, until
 

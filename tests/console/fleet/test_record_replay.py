@@ -17,7 +17,7 @@ from console.app import ConsoleApp
 from console.core.record import Recorder, read
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
-from console.tui.replay import ReplayApp
+from console.tui.replay_app import ReplayApp
 from tests.support.core_util import cli, options_for, start_user_script
 from tests.support.screen_text import screen_text, until
 

@@ -19,7 +19,7 @@ from console.core.checkpoints import scan
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.alerts import AlertsScreen
-from console.screens.checkpoints import CheckpointsScreen
+from console.screens.checkpoints_dialog import CheckpointsScreen
 from console.screens.health_hooks import HealthHooks
 from tests.support.core_util import cli, conn_args, options_for
 from tests.support.screen_text import screen_text, until

@@ -72,7 +72,7 @@ def test_prepare_masks_assistant_turns(tiny_assets, tmp_path):
     assert trained[0] == ["1", "2", "1", "2", "<|im_end|>"]
     assert trained[1] == ["5", "6", "7", "8"]
     raw.write_text('{"text": "1 2 3"}\n{"messages": []}\n')
-    from trainer.data.prepare import PrepareError, prepare
+    from trainer.data.tokenizing import PrepareError, prepare
 
     with pytest.raises(PrepareError, match=f"{raw}:2: messages must be a non-empty list"):
         prepare(tok, [str(raw)], str(tmp_path / "d2"))
@@ -88,7 +88,7 @@ def test_tiny_data_is_in_the_trainer_format(tiny_assets):
 def test_prepare_heldout_split_is_disjoint_and_deterministic(tiny_assets, tmp_path):
     from transformers import AutoTokenizer
 
-    from trainer.data.prepare import prepare
+    from trainer.data.tokenizing import prepare
 
     tok = AutoTokenizer.from_pretrained(tiny_assets / "target", local_files_only=True)
     raw = tiny_assets / "raw" / "chat.jsonl"

@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from tests.support.trainer_run import ROOT, env, events, tiny_flags
-from trainer.run.flags import FlagError, build_parser, validate
+from trainer.run.flags import FlagError, build_parser
 from trainer.run.rundir import proc_start_time
+from trainer.run.settings import resolve
 
 
 def _validate(tiny, tmp_path, *extra):
-    return validate(build_parser().parse_args(tiny_flags(tiny, tmp_path / "out", *extra)))
+    return resolve(build_parser().parse_args(tiny_flags(tiny, tmp_path / "out", *extra))).devices()
 
 
 @pytest.mark.parametrize(
@@ -49,11 +50,11 @@ def test_paths_are_checked(tiny_assets, tmp_path):
     args = build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "o"))
     args.data_dir = str(tmp_path / "missing")
     with pytest.raises(FlagError, match="--data-dir"):
-        validate(args)
+        resolve(args)
     args = build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "o"))
     args.target_model = str(tmp_path)
     with pytest.raises(FlagError, match="--target-model.*config.json"):
-        validate(args)
+        resolve(args)
     assert _validate(tiny_assets, tmp_path).target == ["cpu"]
 
 
@@ -159,9 +160,7 @@ def _parse(tiny, tmp_path, *extra):
     flags = [f for f in tiny_flags(tiny, tmp_path / "out", *extra)]
     i = flags.index("--block-size")
     del flags[i : i + 2]  # the tiny flags set it; these tests look at the defaults
-    args = build_parser().parse_args(flags + list(extra))
-    validate(args)
-    return args
+    return resolve(build_parser().parse_args(flags + list(extra)))
 
 
 def test_drafter_defaults_per_target_family(tiny_assets, tiny_hybrid, tmp_path):
@@ -188,9 +187,7 @@ def test_arch_flags_and_defaults(tiny_assets, tmp_path):
         argv = list(tiny_flags(tiny_assets, tmp_path / "out", *flags))
         i = argv.index("--block-size")
         del argv[i : i + 2]  # tiny_flags' --block-size 8: leave it unset
-        args = build_parser().parse_args(argv)
-        validate(args)
-        return args.block_size
+        return resolve(build_parser().parse_args(argv)).block_size
 
     assert block_of() == 16 and block_of("--arch", "dflash2") == 8
     with pytest.raises(SystemExit):

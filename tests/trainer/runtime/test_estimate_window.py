@@ -1,4 +1,4 @@
-"""The acceptance estimate's running mean in step records (trainer/runtime/loop.py): the walk's tokens / steps
+"""The acceptance estimate's running mean in step records (trainer/runtime/step_metrics.py, loop.py): the walk's tokens / steps
 and the uniform mean, over the last EST_WINDOW steps, as the step records carry them."""
 
 import json
@@ -11,7 +11,7 @@ import trainer.drafting.loss as loss_mod
 import trainer.runtime.roles as roles_mod
 from tests.support.trainer_run import tiny_flags
 from trainer import pipeline
-from trainer.runtime.loop import running_estimate
+from trainer.runtime.step_metrics import running_estimate
 
 torch.set_num_threads(1)
 

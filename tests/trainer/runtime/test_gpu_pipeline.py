@@ -66,7 +66,7 @@ def test_gpu_meter_counts_tokens_when_the_gpu_is_done_and_splits_busy_time():
 
 @pytest.fixture(scope="module")
 def tiny_target(tiny_assets):
-    from trainer.runtime.loop import quiet_transformers
+    from trainer.runtime.common import quiet_transformers
 
     quiet_transformers()
     model = load_target(str(tiny_assets / "target"), DEV, torch.bfloat16, [1, 3])

@@ -12,8 +12,8 @@ from trainer.drafting.head import FrozenHead
 from trainer.drafting.masks import anchor_count, sample_anchors
 from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
+from trainer.runtime.common import quiet_transformers
 from trainer.runtime.hidden_queue import HiddenBatch
-from trainer.runtime.loop import quiet_transformers
 from trainer.runtime.roles import TargetRole, launch_lock
 from trainer.target.capture import capture, load_target
 

@@ -10,9 +10,12 @@ from tests.support.model_util import cpu_drafter_role
 from tests.support.trainer_run import tiny_flags
 from trainer.drafting import head as head_mod
 from trainer.drafting.head import FrozenHead
-from trainer.run.flags import build_parser, validate
-from trainer.runtime.loop import Trainer, quiet_transformers
+from trainer.run.flags import build_parser
+from trainer.run.settings import resolve
+from trainer.runtime.common import quiet_transformers
+from trainer.runtime.loop import Trainer
 from trainer.runtime.shared_head import head_from_target
+from trainer.runtime.sources import ThreadedSource
 from trainer.target.capture import load_target
 
 
@@ -62,11 +65,13 @@ def _assert_same_values(a: FrozenHead, b: FrozenHead) -> None:
 
 def test_single_process_trainer_shares_the_targets_tensors_and_trains_the_same(tiny_assets, tmp_path, reads):
     quiet_transformers()
-    args = build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run"))
-    devices = validate(args)
-    t = Trainer(args, devices, None, None, None, str(tmp_path / "run"), None)
-    t.setup()
-    target = t.target_roles[0].model
+    args = resolve(build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run")))
+    devices = args.devices()
+    source = ThreadedSource(args, devices, None, None)
+    trainer = Trainer(args, source, None, None, str(tmp_path / "run"), None, device=devices.drafter[0])
+    trainer.setup()
+    t = trainer.state  # the drafter's state: its head, drafter, plan, config
+    target = source.target_roles[0].model
     assert not [k for k in reads if _is_head_key(k)], reads  # nothing of the head read from the files
     assert _ptrs(t.head) == (
         target.model.embed_tokens.weight.data_ptr(),
@@ -79,7 +84,7 @@ def test_single_process_trainer_shares_the_targets_tensors_and_trains_the_same(t
     from_files = FrozenHead.from_pretrained(args.target_model, dtype=torch.float32, device="cpu")
     _assert_same_values(t.head, from_files)
     # one micro-batch, the same drafter state and seed: bit-identical loss, metrics and gradients
-    hb = t.target_roles[0](t.plan.batch(0))
+    hb = source.target_roles[0](t.plan.batch(0))
     drafters = [t.drafter, copy.deepcopy(t.drafter)]
     outs = []
     for drafter, head in zip(drafters, (t.head, from_files), strict=True):

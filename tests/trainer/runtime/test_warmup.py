@@ -10,10 +10,11 @@ import torch
 from tests.support.trainer_run import tiny_flags
 from trainer import pipeline
 from trainer.data.dataset import Plan, load_dir
-from trainer.run.flags import build_parser, validate
+from trainer.run.flags import build_parser
+from trainer.run.settings import resolve
 from trainer.runtime import warmup
+from trainer.runtime.common import draft_config
 from trainer.runtime.gpu_meter import role_meter
-from trainer.runtime.loop import draft_config
 from trainer.runtime.roles import TargetRole
 from trainer.target.capture import load_target
 
@@ -21,8 +22,7 @@ torch.set_num_threads(1)
 
 
 def test_stand_in_batch_has_the_shapes_of_the_capture(tiny_assets, tmp_path):
-    args = build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run", "--seed", "3"))
-    validate(args)  # fills the drafter's defaults
+    args = resolve(build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run", "--seed", "3")))
     ds = load_dir(args.data_dir, args.max_seq_len)
     plan = Plan.from_flags(ds, args)
     cfg = draft_config(args)

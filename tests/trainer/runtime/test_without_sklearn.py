@@ -1,4 +1,4 @@
-"""The trainer tells transformers that scikit-learn is unavailable (loop.without_sklearn, issue 22): with a
+"""The trainer tells transformers that scikit-learn is unavailable (runtime/common.py without_sklearn, issue 22): with a
 scikit-learn installed, transformers' model classes then load without importing it (1.5-2 s of every start
 on an H200 host with transformers 5.17). An installed stand-in package proves the check would say yes."""
 
@@ -31,7 +31,7 @@ def _run(site, mark, quiet: bool) -> str:
         f"""
         import sys
         if {quiet}:
-            from trainer.runtime.loop import quiet_transformers
+            from trainer.runtime.common import quiet_transformers
             quiet_transformers()
         from transformers import AutoModelForCausalLM  # noqa: F401 - the model classes, as the trainer loads
         from transformers.generation import candidate_generator

@@ -5,7 +5,8 @@ import torch
 
 from tests.support.model_util import tiny_target
 from trainer.drafting.head import FrozenHead
-from trainer.target.capture import capture, load_target
+from trainer.target.base import attach
+from trainer.target.capture import capture, capture_of, load_target
 
 torch.set_num_threads(1)
 
@@ -141,7 +142,7 @@ def test_direct_capture_equals_the_transformers_forward(kind):
         torch.testing.assert_close(one_doc, ref_one_doc, atol=1e-5, rtol=1e-5)
         assert not torch.allclose(one_doc[0, 13:, :64], out[0, 13:, 64:], atol=1e-3)  # documents do matter
     finally:
-        model._dflash_capture = None
+        attach(model, None)
 
 
 def test_direct_capture_refuses_what_it_cannot_run():
@@ -152,6 +153,6 @@ def test_direct_capture_refuses_what_it_cannot_run():
         prepare_capture(model, attn="fast")
     model.config.model_type = "gpt2"  # not a decoder the direct loop knows: the hook path stays
     try:
-        assert prepare_capture(model) is None and model._dflash_capture is None
+        assert prepare_capture(model) is None and capture_of(model).kind == "hooks"
     finally:
         model.config.model_type = "qwen3"

@@ -14,8 +14,8 @@ import os
 import pytest
 import torch
 
-from trainer.data.tiny import build_target, build_tokenizer
-from trainer.target.capture import capture, load_target
+from trainer.data.tiny_build import build_target, build_tokenizer
+from trainer.target.capture import capture, capture_of, load_target
 from trainer.target.hybrid import prepare_hybrid
 
 pytestmark = [
@@ -59,7 +59,7 @@ def test_cuda_fla_capture_equals_cpu_capture_per_document(target):
     kind, path = target
     cpu = load_target(path, "cpu", torch.float32, LAYERS, need_final_hidden=True)
     gpu = load_target(path, "cuda", torch.bfloat16, LAYERS, need_final_hidden=True)
-    assert gpu._dflash_capture["linear"] == "fla", gpu._dflash_capture
+    assert capture_of(gpu).linear == "fla", capture_of(gpu)
     ids, doc = _batch()
     want, want_final = capture(cpu, ids, doc, LAYERS, need_final_hidden=True)
     got, got_final = capture(gpu, ids.cuda(), doc, LAYERS, need_final_hidden=True)
@@ -81,7 +81,7 @@ def test_cuda_fla_capture_equals_cpu_capture_per_document(target):
             }
             errs.append(e)
             s += n
-    RESULTS[kind] = {"attn": gpu._dflash_capture["attn"], "docs": errs}
+    RESULTS[kind] = {"attn": capture_of(gpu).attn, "docs": errs}
     print(json.dumps({kind: RESULTS[kind]}, indent=1))
     if os.environ.get("DFLASH_GPU_OUT"):
         with open(os.path.join(os.environ["DFLASH_GPU_OUT"], "hybrid_gpu.json"), "w") as f:

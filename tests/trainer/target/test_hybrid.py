@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from trainer.target import loading
-from trainer.target.capture import capture, load_target
+from trainer.target.base import attach
+from trainer.target.capture import capture, capture_of, load_target
 
 LENS = (40, 3, 1, 30)
 LAYERS = [1, 3, 4, 7]  # GDN and attention layers, up to the last of the 8
@@ -27,7 +28,7 @@ def _reference(path):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    ref._dflash_capture = None  # the hook path: transformers' own layers
+    attach(ref, None)  # the hook path: transformers' own layers
     return ref
 
 
@@ -40,7 +41,7 @@ def test_packed_capture_equals_each_document_alone(kind, request):
     target = request.getfixturevalue(kind) / "target"
     ref = _reference(target)
     model = load_target(str(target), "cpu", torch.float32, LAYERS, need_final_hidden=True)
-    assert model._dflash_capture["kind"] == "hybrid" and model._dflash_capture["linear"] == "torch"
+    assert capture_of(model).kind == "hybrid" and capture_of(model).linear == "torch"
     ids, doc = _row()
     # a second row: the same documents in another order, right-padded (doc id -1)
     order = [3, 1, 0, 2]

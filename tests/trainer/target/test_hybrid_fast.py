@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trainer.target.base import attach
 from trainer.target.capture import capture, load_target
 from trainer.target.hybrid import _conv_silu, _flat_meta, causal_conv_docs, prepare_hybrid
 
@@ -21,14 +22,14 @@ def _hook_model(path):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-    ref._dflash_capture = None
+    attach(ref, None)  # the hook path
     return ref
 
 
 def _fast(path):
     model = load_target(str(path), "cpu", torch.float32, LAYERS, need_final_hidden=True)
     st = prepare_hybrid(model, fast=True)
-    assert st["fast"] and st["linear"] == "torch" and not st["compiled"]
+    assert st.fast and st.linear == "torch" and not st.compiled
     return model
 
 

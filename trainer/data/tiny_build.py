@@ -212,7 +212,7 @@ def conversations(n: int, seed: int) -> list[dict]:
 
 
 def build(out: str, *, n_docs: int = 400, seed: int = 0, target_kind: str = "qwen3") -> dict[str, str]:
-    from trainer.data.prepare import prepare
+    from trainer.data.tokenizing import prepare
 
     target = os.path.join(out, "target")
     raw = os.path.join(out, "raw")

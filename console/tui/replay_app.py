@@ -21,7 +21,7 @@ from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
 from console.screens.overview import OverviewScreen
-from console.tui.fleet import RUN_ACTIONS
+from console.tui.fleet_app import RUN_ACTIONS
 
 # priority: the log pane (focused) would take the arrows and Home/End for scrolling
 REPLAY_BINDINGS = [
