@@ -174,8 +174,9 @@ def alone(
     from trainer.data.dataset import Plan, load_dir
     from trainer.run.flags import build_parser
     from trainer.run.settings import resolve
+    from trainer.runtime.build import DrafterBuild
+    from trainer.runtime.common import draft_config, log, micro_seed, quiet_transformers
     from trainer.runtime.gpu_meter import role_meter
-    from trainer.runtime.loop import Trainer, draft_config, micro_seed, quiet_transformers
 
     quiet_transformers()
     if argv is None:
@@ -217,25 +218,10 @@ def alone(
         ):  # as the pipeline's target worker runs it: the next micro-batch launched before a hand-off
             return sum(hb.tokens for hb in r.run(plan, gs))
     else:
-        from types import SimpleNamespace
-
         from trainer.runtime.hidden_queue import HiddenBatch
 
-        class _Stop:
-            requested = saving = False
-
-        t = Trainer(
-            args,
-            SimpleNamespace(target=[device], drafter=[device], mode="single"),
-            _Stop(),
-            None,
-            None,
-            "/tmp/unused",
-            None,
-            device=device,
-        )
-        t.setup_model()
-        t.make_role(role_meter(device, "drafter"))
+        b = DrafterBuild(args, device, None, "/tmp/unused/checkpoints", log)
+        drole = b.role(b.state(), role_meter(device, "drafter"))
         C = cfg.num_captured * cfg.hidden_size
         gen = torch.Generator(device=device).manual_seed(0)
         dt = torch.bfloat16 if cuda else torch.float32
@@ -251,10 +237,10 @@ def alone(
                 g, 0, k, hidden[:, :k], None if final is None else final[:, :k], ids.to(device), lm, docs
             )
             last = g % A == A - 1
-            m = t.role.micro_step(hb, 0.0, 1.0 / A, seed=micro_seed(0, g), sync=last)
+            m = drole.micro_step(hb, 0.0, 1.0 / A, seed=micro_seed(0, g), sync=last)
             if last:  # the optimizer step and the per-step metrics read, as the pipeline does
-                norm = t.role.clip()
-                t.role.apply(1e-4)
+                norm = drole.clip()
+                drole.apply(1e-4)
                 torch.cat([m["loss"].double().view(1), m["acc"].double(), norm.double().view(1)]).tolist()
             return k
 

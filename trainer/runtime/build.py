@@ -1,7 +1,7 @@
 """The drafter's setup, whichever source feeds it: data, plan, drafter, head, AdamW, the resume (or
 ``--init-drafter``), the compile mega-cache's load, the first step traced on a stand-in batch
 (runtime/warmup.py), the ``DrafterRole`` that runs its micro-steps. ``DrafterBuild.state`` returns the
-``DrafterState`` (runtime/state.py) the step loop then advances."""
+``DrafterState`` (runtime/drafter_state.py) the step loop then advances."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from trainer.runtime import compile_cache
 from trainer.runtime.background import Background
 from trainer.runtime.checkpointing import past_save_seconds
 from trainer.runtime.common import draft_config, micro_seed, quiet_transformers, total_steps_of
+from trainer.runtime.drafter_state import DrafterState
 from trainer.runtime.startup_steps import startup_phase
-from trainer.runtime.state import DrafterState
 
 
 class DrafterBuild:

@@ -15,7 +15,7 @@ import numpy as np
 
 from trainer import __version__
 from trainer.run import checkpoint, rundir
-from trainer.runtime.state import DrafterState
+from trainer.runtime.drafter_state import DrafterState
 
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
 

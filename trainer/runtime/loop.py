@@ -4,7 +4,7 @@
 source (``queue.get(g, should_stop)``; runtime/sources.py: target threads in one process, or a drafter
 worker's point-to-point receiver), chosen once at start; it asks the source, never the mode. Its parts:
 ``DrafterBuild`` (runtime/build.py: the drafter's setup), ``Checkpointer`` (runtime/checkpointing.py),
-``DrafterState`` (runtime/state.py: what it trains) and ``StepMetrics`` (runtime/step_metrics.py: a step's
+``DrafterState`` (runtime/drafter_state.py: what it trains) and ``StepMetrics`` (runtime/step_metrics.py: a step's
 metrics by name). With ``replicas`` drafter replicas (DDP) an optimizer step consumes
 ``grad_accum * replicas`` consecutive micro-batches: replica ``r`` takes ``c0 + j * replicas + r`` for
 ``j < grad_accum``. Each micro-batch's anchors and noise come from a generator seeded by ``(seed, g)``

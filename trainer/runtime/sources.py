@@ -5,7 +5,7 @@
   process's signal.
 - ``DistributedSource`` (a drafter worker of a multi-process run): its ``handoff.Receiver`` thread fills its
   queue from the target workers (NCCL for CUDA tensors, gloo for CPU ones); the launcher's ``stop`` and
-  ``abort`` arrive on the control channel (runtime/worker.py's ``WorkerControl``); the replicas agree on the
+  ``abort`` arrive on the control channel (runtime/device_worker.py's ``WorkerControl``); the replicas agree on the
   step to stop at and sum their step metrics (all-reduces).
 
 The step loop (runtime/loop.py) asks its source, never which mode it runs in: for the queue (``start``),
@@ -162,7 +162,7 @@ class ThreadedSource(HiddenStateSource):
 
 class DistributedSource(HiddenStateSource):
     """Drafter replica ``di`` of a multi-process run on ``device``: its receiver, the stop agreement and the
-    metric sum. ``ctl``: the worker's control flags (runtime/worker.py ``WorkerControl``); ``group``: the
+    metric sum. ``ctl``: the worker's control flags (runtime/device_worker.py ``WorkerControl``); ``group``: the
     drafter replicas' process group (DDP, the metric sum), ``ctrl_group`` their gloo group (the stop
     agreement); ``meter``: the drafter's meter (its role counts into it)."""
 

@@ -25,8 +25,8 @@ from torch import nn
 
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.head import FrozenHead
+from trainer.runtime.drafter_state import DrafterState
 from trainer.runtime.hidden_queue import HiddenBatch
-from trainer.runtime.state import DrafterState
 
 if TYPE_CHECKING:
     from trainer.runtime.roles import DrafterRole
