@@ -50,38 +50,36 @@ class StepMetrics:
             selector={k: total(k) for k in SELECTOR_FIELDS if k in micro[0]},
         )
 
+    SUMMED = ("loss", "chain_sum", "walk_tokens", "walk_steps", "acc", "accept_len", "blocks", "tokens")
+
+    def _parts(self) -> list[tuple[str, Any]]:
+        """What the all-reduce sums, in packing order: the selector's sums, then ``SUMMED``."""
+        return [
+            *(("selector", v) for v in self.selector.values()),
+            *((f, getattr(self, f)) for f in self.SUMMED),
+        ]
+
     def pack(self) -> Any:
-        """One float64 vector: the selector's sums, loss, chain, walk tokens, walk steps, acc..., accept_len,
-        blocks, tokens (what the all-reduce sums)."""
+        """One float64 vector of ``_parts`` (what the all-reduce sums)."""
         import torch
 
-        scalars = (self.loss, self.chain_sum, self.walk_tokens, self.walk_steps)
-        return torch.cat(
-            [*self.selector.values(), *scalars, self.acc, self.accept_len, self.blocks, self.tokens]
-        )
+        return torch.cat([v for _, v in self._parts()])
 
     def unpack(self, packed, grad_norm) -> StepMetrics:
         """``packed`` (this one's ``pack``, summed over the replicas) and the step's gradient norm read back
-        together (the step's one host sync), as floats in this one's layout."""
+        together (the step's one host sync), as floats, split by the sizes of this one's parts."""
         import torch
 
         *vals, norm = torch.cat([packed, grad_norm.double().view(1).to(packed.device)]).tolist()
-        names = list(self.selector)
-        sel, vals = vals[: len(names)], vals[len(names) :]
-        n_acc = len(vals) - 7
-        acc, rest = vals[4 : 4 + n_acc], vals[4 + n_acc :]
-        return StepMetrics(
-            loss=vals[0],
-            chain_sum=vals[1],
-            walk_tokens=vals[2],
-            walk_steps=vals[3],
-            acc=acc,
-            accept_len=rest[0],
-            blocks=int(rest[1]),
-            tokens=int(rest[2]),
-            selector=dict(zip(names, sel, strict=True)),
-            grad_norm=norm,
-        )
+        out, sel, i = {}, [], 0
+        for name, v in self._parts():
+            part, i = vals[i : i + v.numel()], i + v.numel()
+            if name == "selector":
+                sel.append(part[0])
+            else:
+                out[name] = part if name == "acc" else part[0]
+        out["blocks"], out["tokens"] = int(out["blocks"]), int(out["tokens"])
+        return StepMetrics(**out, selector=dict(zip(self.selector, sel, strict=True)), grad_norm=norm)
 
 
 def running_estimate(window: list[tuple[float, ...]]) -> tuple[float | None, float | None]:
