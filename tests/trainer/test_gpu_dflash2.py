@@ -166,7 +166,7 @@ def _gpu_flags(tiny_assets, out, *extra):
 def test_pipeline_dflash2_on_one_gpu_stops_on_sigint_and_resumes(tiny_assets, tmp_path):
     """Target and drafter on GPU 0 (compiled, bf16 autocast): the run is stopped by SIGINT after step 2, saves
     a DFlash 2 checkpoint, resumes to the end, and its resumed steps follow the uninterrupted run's (the same
-    weights, optimizer, data cursor and generators; only GPU reduction order may differ)."""
+    weights, optimizer, data cursor and generators; only GPU reduction order may differ, which AdamW amplifies)."""
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     ref = Trainer(_gpu_flags(tiny_assets, ref_dir))  # alongside: both compile at once
     cut = Trainer(_gpu_flags(tiny_assets, cut_dir))
@@ -190,10 +190,15 @@ def test_pipeline_dflash2_on_one_gpu_stops_on_sigint_and_resumes(tiny_assets, tm
     assert sorted(ref_steps) == list(range(1, N + 1))
     resumed = [s for s in steps(cut_dir) if s["step"] > k][-(N - k) :]
     assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
+    # The first resumed step has the uninterrupted run's weights, moments, batch, anchors and noise: it differs
+    # only where its kernels do (the resumed process compiles for that step's shapes first), measured 2e-6.
+    # Each later step's AdamW update (lr 1e-2) amplifies such bf16 differences: measured up to 1.7e-3 by step 6
+    # on an H200, in the tree before and after issue 32 alike, and up to 5e-5 between two uninterrupted runs
+    # (bench/runs/2026-12-02-h200-house2/). A wrong resume (generator, cursor, optimizer) differs by percent.
     for s in resumed:
-        r = ref_steps[s["step"]]
+        r, rel = ref_steps[s["step"]], 1e-4 if s["step"] == k + 1 else 1e-2
         for f in ("loss", "selector_loss", "grad_norm"):
-            assert s[f] == pytest.approx(r[f], rel=1e-3), (s["step"], f, s[f], r[f])
+            assert s[f] == pytest.approx(r[f], rel=rel), (s["step"], f, s[f], r[f])
     for s in ref_steps.values():
         assert all(s[f] == s[f] for f in ("loss", "selector_loss", "selector_recall", "selector_acc")), s
     assert ref_steps[N]["loss"] < ref_steps[1]["loss"]
