@@ -12,7 +12,7 @@ and the stop protocol; log lines go to stdout.
 ``python -m trainer.pipeline --version`` prints ``trainer VERSION`` and exits 0.
 
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
-exception), 2 bad flags / data / busy run directory, 3 stopped after repeated NaN losses (after saving the
+exception), 2 bad flags / data / busy run directory / no checkpoint that verifies (trainer/run/resume.py), 3 stopped after repeated NaN losses (after saving the
 last good state), 4 the final checkpoint (of a stop or the end) could not be written (a full disk: the
 ``error`` event says what failed; ``latest`` still names the last complete checkpoint). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
 NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
@@ -31,6 +31,7 @@ from trainer.data.dataset import DataError
 from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
 from trainer.run.flags import FlagError, build_parser
+from trainer.run.resume import choose, set_aside
 from trainer.run.settings import resolve
 from trainer.run.startup import StartupEvents, expected
 from trainer.run.stopping import StopControl
@@ -43,14 +44,8 @@ __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
 
 
 def resolve_resume(resume: str, ckpt_root: str) -> str | None:
-    if resume == "none":
-        return None
-    if resume == "auto":
-        return checkpoint.latest(ckpt_root)
-    path = os.path.abspath(resume)
-    if not checkpoint.is_complete(path):
-        raise FlagError("--resume", f"{resume!r} is not a complete checkpoint (no valid manifest.json)")
-    return path
+    """The checkpoint ``--resume`` resumes (trainer/run/resume.py: verified; nothing is set aside here)."""
+    return choose(resume, ckpt_root).path
 
 
 class Run(NamedTuple):
@@ -109,28 +104,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     parser.add_argument("--version", action="version", version=f"trainer {__version__}")
     args = parser.parse_args(argv)  # exits 2 naming the flag on unknown/ill-typed flags
-    try:
-        args = resolve(args)  # frozen settings: defaults (the family's, a resumed checkpoint's), checked
-        devices = args.devices()
-    except FlagError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
     run_dir = os.path.abspath(args.output_dir)
-    os.makedirs(run_dir, exist_ok=True)
     ckpt_root = os.path.join(run_dir, "checkpoints")
     try:
         rundir.check_not_running(run_dir)
-        resume_path = resolve_resume(args.resume, ckpt_root)
+        chosen = choose(args.resume, ckpt_root)  # verified (trainer/run/resume.py); auto: never over bad ones
+        # the settings take the drafter config of the checkpoint chosen (not merely the newest complete one)
+        args.resume = chosen.path or "none"
+        args = resolve(args)  # frozen settings: defaults (the family's, a resumed checkpoint's), checked
+        devices = args.devices()
     except rundir.RunDirBusy as e:
         print(f"error: --output-dir: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except FlagError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    resume_path = chosen.path
+    os.makedirs(run_dir, exist_ok=True)
     roles = {"target": devices.target, "drafter": devices.drafter}
     rundir.write_run_json(run_dir, rundir.run_info(run_dir, roles, __version__, args.drafter_record()))
     for n in checkpoint.remove_partial(ckpt_root):
         log(f"removed an unfinished checkpoint folder: {n}")
+    set_aside(chosen, log)  # the newer ones that do not verify: step_N.bad, said in the log
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))
     start_step = int(checkpoint.read_manifest(resume_path)["step"]) if resume_path else 0
     startup = StartupEvents(writer, run_dir)  # start-up as events (trainer/run/startup.py)

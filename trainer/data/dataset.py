@@ -4,7 +4,8 @@ Format (docs/trainer.md): ``--data-dir`` holds ``*.jsonl`` files (read in name o
 line is one sequence ``{"input_ids": [int, ...], "loss_mask": [0|1, ...]}``. ``loss_mask`` is optional
 (default: every token is trained) and must match ``input_ids`` in length; 1 marks completion tokens the
 drafter learns to predict. Other keys are ignored. A malformed line raises ``DataError`` naming the file
-and line. Sequences longer than ``--max-seq-len`` are truncated; sequences with no trained token (or
+and line (a line over ``MAX_LINE_CHARS`` characters, JSON nested too deeply, a token id beyond int64
+included). Sequences longer than ``--max-seq-len`` are truncated; sequences with no trained token (or
 fewer than 2 tokens) are dropped.
 
 Packing: each epoch shuffles the sequences with ``numpy.random.default_rng([seed, epoch])`` and fills
@@ -73,6 +74,10 @@ class Dataset:
         )
 
 
+INT64_MAX = 2**63 - 1
+MAX_LINE_CHARS = 64 << 20  # one sequence's line; a longer one is refused (not read whole into memory)
+
+
 def _fail(path: str, lineno: int, msg: str) -> DataError:
     return DataError(f"{path}:{lineno}: {msg}")
 
@@ -94,6 +99,10 @@ def parse_line(path: str, lineno: int, line: str) -> tuple[list[int], list[int]]
         rec = json.loads(line)
     except json.JSONDecodeError as e:
         raise _fail(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise _fail(path, lineno, "JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise _fail(path, lineno, f"not valid JSON ({str(e)[:120]})") from None
     if not isinstance(rec, dict):
         raise _fail(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
     if "input_ids" not in rec:
@@ -101,6 +110,11 @@ def parse_line(path: str, lineno: int, line: str) -> tuple[list[int], list[int]]
     ids = _int_list(path, lineno, "input_ids", rec["input_ids"])
     if any(x < 0 for x in ids):
         raise _fail(path, lineno, '"input_ids" holds a negative token id')
+    big = next((x for x in ids if x > INT64_MAX), None)
+    if big is not None:  # np.int64 cannot hold it (OverflowError); check_vocab would refuse it anyway
+        raise _fail(
+            path, lineno, f'"input_ids" holds token id {str(big)[:40]}, beyond any vocabulary (int64)'
+        )
     if "loss_mask" in rec:
         lm = rec["loss_mask"]
         if not isinstance(lm, list):
@@ -134,12 +148,14 @@ def load_dir(data_dir: str, max_seq_len: int) -> Dataset:
             lineno = 0
             while True:
                 try:
-                    line = f.readline()
+                    line = f.readline(MAX_LINE_CHARS + 1)
                 except UnicodeDecodeError as e:
                     raise _fail(path, lineno + 1, f"not UTF-8 text ({e.reason})") from None
                 if not line:
                     break
                 lineno += 1
+                if len(line) > MAX_LINE_CHARS:
+                    raise _fail(path, lineno, f"a line longer than {MAX_LINE_CHARS} characters")
                 parsed = parse_line(path, lineno, line)
                 if parsed is None:
                     continue

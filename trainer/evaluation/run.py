@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.evaluation.load import EvalError
+from trainer.run.flags import finite_float
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", required=True, help="JSONL file or directory of *.jsonl (docs/evaluate.md)")
     p.add_argument("--num-prompts", type=int, default=None, help="at most N prompts (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--temperature", type=finite_float, default=0.0)
     p.add_argument("--device", default=None, help="cpu or cuda:N (default: cuda:0 if there is one, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     p.add_argument(

@@ -2,8 +2,11 @@
 
 A save writes into ``step_NNNNNNNN.tmp-PID-XXXX/``, fsyncs every file and the folder, renames it to
 ``step_NNNNNNNN/``, fsyncs ``checkpoints/``, then replaces ``latest`` atomically. The last file written
-into the temp folder is ``manifest.json`` (every other file's size), so ``is_complete`` can tell a whole
-checkpoint from anything else. A SIGKILL at any point leaves ``latest`` naming the previous complete one.
+into the temp folder is ``manifest.json`` (every other file's size and SHA-256), so ``is_complete`` can tell
+a whole checkpoint from anything else, and ``verify`` a sound one from a damaged one (a manifest of an older
+trainer has sizes only: those are what it checks). A SIGKILL at any point leaves ``latest`` naming the
+previous complete one. A save of step N where a ``step_N/`` that does not verify is in the way moves that one
+aside (``set_aside``: ``step_N.bad``, never pruned nor overwritten) instead of deleting it.
 
 Test instrumentation: with ``DFLASH_TEST_PAUSE_AT=<stage>`` (one of ``STAGES``) the writer prints
 ``DFLASH_TEST_PAUSE <stage> <path>`` and sleeps ``DFLASH_TEST_PAUSE_S`` seconds (default 3600) at that
@@ -15,7 +18,9 @@ then ``OSError(ENOSPC)`` is raised (the same path a real ``write`` failing with 
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
+import hashlib
 import json
 import os
 import re
@@ -87,6 +92,60 @@ def _fsync_tree(root: str) -> None:
             finally:
                 os.close(fd)
         fsync_dir(d)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)  # hashlib releases the GIL: the files of a checkpoint hash in parallel
+    return h.hexdigest()
+
+
+def checksums(root: str, rels: list[str]) -> dict[str, str]:
+    """``{rel: sha256}`` of the files, hashed in parallel threads (one per file, at most 8)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(8, len(rels)))) as pool:
+        digests = pool.map(lambda rel: sha256_file(os.path.join(root, rel)), rels)
+        return dict(zip(rels, digests, strict=True))
+
+
+def verify(path: str) -> str | None:
+    """None when ``path`` is a sound checkpoint (its manifest, every file it lists at the listed size and,
+    where it records them, SHA-256); else what is wrong, naming the file."""
+    mpath = os.path.join(path, MANIFEST)
+    try:
+        man = read_manifest(path)
+        files, sums = man["files"], man.get("sha256", {})
+        if not isinstance(files, dict) or not isinstance(sums, dict) or not files:
+            return f"{mpath}: no list of files"
+    except OSError as e:
+        return f"{mpath}: {e.strerror or e}"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"{mpath}: not a checkpoint manifest"
+    for rel, size in files.items():
+        p = os.path.join(path, rel)
+        try:
+            got = os.path.getsize(p)
+        except OSError as e:
+            return f"{p}: {e.strerror or e}"
+        if got != size:
+            return f"{p}: {got} bytes, the manifest says {size}"
+    try:
+        actual = checksums(path, [rel for rel in files if rel in sums])
+    except OSError as e:
+        return f"{path}: {e.strerror or e} while checking its files"
+    bad = next((rel for rel, digest in actual.items() if digest != sums[rel]), None)
+    return None if bad is None else f"{os.path.join(path, bad)}: its SHA-256 differs from the manifest's"
+
+
+def set_aside(path: str) -> str:
+    """Rename a checkpoint folder that does not verify to ``NAME.bad`` (``.bad-2``...: never over another):
+    out of ``list_steps``, so never pruned, overwritten or resumed. Returns the new path."""
+    n = 1
+    while os.path.lexists(dest := f"{path}.bad" + (f"-{n}" if n > 1 else "")):
+        n += 1
+    os.rename(path, dest)  # one trainer owns a run dir at a time: nothing else creates dest meanwhile
+    return dest
 
 
 def is_complete(path: str) -> bool:
@@ -167,18 +226,16 @@ def save(
         write_payload(tmp)
         _enospc(tmp)
         _pause("files_written", tmp)
-        files = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in _walk_files(tmp)}
+        rels = _walk_files(tmp)
+        files = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in rels}
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-            json.dump({**meta, "step": step, "files": files}, f, indent=1)
+            json.dump({**meta, "step": step, "files": files, "sha256": checksums(tmp, rels)}, f, indent=1)
         _fsync_tree(tmp)
         _pause("synced", tmp)
-        if os.path.exists(final):  # an earlier save of this step that `latest` does not name: replace it
-            trash = os.path.join(ckpt_root, f".trash-{name}-{uuid.uuid4().hex[:8]}")
-            os.rename(final, trash)
-            os.rename(tmp, final)
+        trash = _make_way(ckpt_root, final)
+        os.rename(tmp, final)
+        if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
         fsync_dir(ckpt_root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -194,6 +251,20 @@ def save(
     nbytes = sum(files.values()) + os.path.getsize(os.path.join(final, MANIFEST))
     _prune(ckpt_root, keep, newest=name)
     return final, nbytes
+
+
+def _make_way(ckpt_root: str, final: str) -> str | None:
+    """An earlier save of this step that ``latest`` does not name: moved to a trash name (returned; deleted
+    once the new one is in place) where it verifies; set aside (``set_aside``) where it does not, so that a
+    damaged checkpoint's intact files (its drafter weights, say) are never lost."""
+    if not os.path.lexists(final):
+        return None
+    if verify(final) is not None:
+        set_aside(final)
+        return None
+    trash = os.path.join(ckpt_root, f".trash-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+    os.rename(final, trash)
+    return trash
 
 
 def _prune(ckpt_root: str, keep: int, newest: str) -> None:

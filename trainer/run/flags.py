@@ -13,6 +13,7 @@ import argparse
 import functools
 import importlib.util
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,9 +133,20 @@ def _est_anchors(text: str) -> int:
     return v
 
 
+def finite_float(text: str) -> float:
+    """A float flag's value: NaN and +-inf are refused (argparse names the flag, exit 2)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return v
+
+
 def _nonneg_float(text: str) -> float:
-    v = float(text)
-    if not v >= 0 or v == float("inf"):
+    v = finite_float(text)
+    if v < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
     return v
 
@@ -195,11 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="train at most N optimizer steps; the schedule spans min(N, steps in --epochs)",
     )
-    g.add_argument("--lr", type=float, default=6e-4)
-    g.add_argument("--warmup-ratio", type=float, default=0.04)
-    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--lr", type=finite_float, default=6e-4)
+    g.add_argument("--warmup-ratio", type=finite_float, default=0.04)
+    g.add_argument("--weight-decay", type=finite_float, default=0.01)
     g.add_argument("--grad-accum", type=_positive_int, default=1)
-    g.add_argument("--grad-clip", type=float, default=1.0, help="max grad norm; 0 disables clipping")
+    g.add_argument("--grad-clip", type=finite_float, default=1.0, help="max grad norm; 0 disables clipping")
     g.add_argument("--seed", type=int, default=0)
     g = p.add_argument_group("data packing")
     g.add_argument("--token-budget", type=_positive_int, default=16384, help="max tokens per micro-batch")
@@ -257,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated full_attention|sliding_attention, one per draft layer",
     )
     g.add_argument("--sliding-window", type=_positive_int, default=None)
-    g.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
+    g.add_argument("--gamma", type=finite_float, default=7.0, help="loss weight decay over block positions")
     g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
     g = p.add_argument_group("drafter architecture (docs/model.md)")
     g.add_argument(
@@ -288,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="dflash2: the selector's loss also trains the drafter through its unary logits (speculators' "
         "objective; default: they enter detached, trained by the DFlash loss alone)",
     )
-    g.add_argument("--noise-start", type=float, default=0.0)
-    g.add_argument("--noise-end", type=float, default=0.0)
+    g.add_argument("--noise-start", type=finite_float, default=0.0)
+    g.add_argument("--noise-end", type=finite_float, default=0.0)
     g.add_argument("--noise-type", choices=("uniform", "gaussian"), default="uniform")
     g = p.add_argument_group("pipeline and run control")
     g.add_argument("--hs-queue-depth", type=_positive_int, default=8, help="hidden-state batches queued")

@@ -32,6 +32,7 @@ ENV_KEYS = (
     "LD_LIBRARY_PATH",
 )
 ENV_PREFIXES = ("NCCL_", "TORCH_", "DFLASH_")
+ENV_SECRETS = ("DFLASH_CONTROL_SECRET",)  # never into run.json (0644)
 
 
 class RunDirBusy(RuntimeError):
@@ -106,8 +107,9 @@ def check_not_running(run_dir: str) -> None:
 
 
 def code_dir() -> str:
-    """The directory that contains the ``trainer`` package (what PYTHONPATH needs)."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The directory that contains the ``trainer`` package (what PYTHONPATH needs): this file is
+    ``CODE/trainer/run/rundir.py``."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_info(
@@ -115,7 +117,11 @@ def run_info(
 ) -> dict[str, Any]:
     """run.json's contents (docs/run-directory.md); ``drafter``: the resolved drafter settings
     (``Settings.drafter_record()``, trainer/run/settings.py), which the console reads by these names."""
-    env = {k: v for k, v in os.environ.items() if k in ENV_KEYS or k.startswith(ENV_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in ENV_KEYS or k.startswith(ENV_PREFIXES)) and k not in ENV_SECRETS
+    }
     return {
         "pid": os.getpid(),
         "start_time": proc_start_time(os.getpid()),

@@ -164,14 +164,20 @@ PATH_RULES = (
 
 # On the resolved settings, in this order (the first that fails is reported).
 RULES = (
-    Rule("--lr", lambda s: s.lr <= 0, lambda s: f"must be > 0, got {s.lr}"),
+    Rule("--lr", lambda s: not s.lr > 0, lambda s: f"must be > 0, got {s.lr}"),
     Rule(
         "--warmup-ratio",
         lambda s: not 0.0 <= s.warmup_ratio < 1.0,
         lambda s: f"must be in [0, 1), got {s.warmup_ratio}",
     ),
-    Rule("--weight-decay", lambda s: s.weight_decay < 0, lambda s: f"must be >= 0, got {s.weight_decay}"),
-    Rule("--grad-clip", lambda s: s.grad_clip < 0, lambda s: f"must be >= 0 (0 disables), got {s.grad_clip}"),
+    Rule(
+        "--weight-decay", lambda s: not s.weight_decay >= 0, lambda s: f"must be >= 0, got {s.weight_decay}"
+    ),
+    Rule(
+        "--grad-clip",
+        lambda s: not s.grad_clip >= 0,
+        lambda s: f"must be >= 0 (0 disables), got {s.grad_clip}",
+    ),
     *(  # refused on the other architecture (they would be ignored)
         Rule(
             r.flag,
@@ -201,9 +207,9 @@ RULES = (
         lambda s: s.max_seq_len <= s.block_size,
         lambda s: f"must exceed --block-size {s.block_size}",
     ),
-    Rule("--gamma", lambda s: s.gamma <= 0, lambda s: f"must be > 0, got {s.gamma}"),
-    Rule("--noise-start", lambda s: s.noise_start < 0, lambda s: f"must be >= 0, got {s.noise_start}"),
-    Rule("--noise-end", lambda s: s.noise_end < 0, lambda s: f"must be >= 0, got {s.noise_end}"),
+    Rule("--gamma", lambda s: not s.gamma > 0, lambda s: f"must be > 0, got {s.gamma}"),
+    Rule("--noise-start", lambda s: not s.noise_start >= 0, lambda s: f"must be >= 0, got {s.noise_start}"),
+    Rule("--noise-end", lambda s: not s.noise_end >= 0, lambda s: f"must be >= 0, got {s.noise_end}"),
     Rule(
         "--mask-token-id",
         lambda s: s.mask_token_id is not None and s.mask_token_id < 0,

@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from trainer.data.dataset import Plan, load_dir
+from trainer.run import state_file
 from trainer.run.flags import FlagError
 from trainer.run.schedule import noise_at
 from trainer.runtime import compile_cache
@@ -202,7 +203,6 @@ class DrafterBuild:
         """The checkpoint at ``path``: weights, RNGs, step, cursor, estimate window; the optimizer's moments
         in the background, after ``after`` (the target's load in this process: both copy to the GPU from
         host memory, and the target is the one the first step waits for, the moments only its optimizer step)."""
-        import torch
         from safetensors.torch import load_file
 
         from trainer.model import config_from_json
@@ -211,9 +211,12 @@ class DrafterBuild:
             saved_cfg = config_from_json(json.load(f)).to_dict()
         advice = "use the flags it was trained with, or --resume none"
         check_config(st.cfg, "--resume", f"checkpoint {path}", saved_cfg, advice)
-        # memory-mapped: the optimizer's moments (2 x the drafter in fp32) go from the file to their device
-        # once, in load_state_dict, instead of being read into host memory first
-        state = torch.load(os.path.join(path, "state.pt"), map_location="cpu", weights_only=False, mmap=True)
+        # the restricted unpickler only, memory-mapped: the optimizer's moments (2 x the drafter in fp32) go
+        # from the file to their device once, in load_state_dict, instead of being read into host memory first
+        try:
+            state = state_file.load_state(path)
+        except state_file.StateFileError as e:
+            raise FlagError("--resume", str(e)) from None
         weights = load_file(os.path.join(path, "drafter", "model.safetensors"), device=str(self.device))
         st.drafter.load_state_dict(weights, strict=True)
         # the moments reach the device beside the first step's compile; joined before they are used
@@ -254,5 +257,5 @@ def restore_rng(rng: dict, generator) -> None:
         with contextlib.suppress(RuntimeError, IndexError):  # saved on a machine with other GPUs
             torch.cuda.set_rng_state_all(rng["cuda"])
     random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    state_file.unpack_numpy_rng(rng["numpy"])  # a dict (this trainer), a get_state() tuple (0.1.0's)
     generator.set_state(rng["generator"])

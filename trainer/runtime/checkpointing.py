@@ -11,10 +11,8 @@ import random
 import shutil
 import time
 
-import numpy as np
-
 from trainer import __version__
-from trainer.run import checkpoint, rundir
+from trainer.run import checkpoint, rundir, state_file
 from trainer.runtime.drafter_state import DrafterState
 
 SAVE_TIMES = "save_seconds.json"  # in checkpoints/: durations of past saves
@@ -28,13 +26,14 @@ def past_save_seconds(ckpt_root: str, saved: list[float]) -> list[float]:
 
 
 def rng_state(generator) -> dict:
+    """Every RNG's state in types the safe loader reads back (trainer/run/state_file.py): tensors, tuples."""
     import torch
 
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": random.getstate(),  # (version, tuple of ints, None)
+        "numpy": state_file.pack_numpy_rng(),
         "generator": generator.get_state(),
     }
 
@@ -136,7 +135,7 @@ class Checkpointer:
             "data_fingerprint": st.ds.fingerprint(),
             "version": __version__,
         }
-        torch.save(state, os.path.join(tmp, "state.pt"))
+        torch.save(state, os.path.join(tmp, state_file.STATE_FILE))
 
     def save_failed(self, step: int, e: OSError) -> None:
         try:

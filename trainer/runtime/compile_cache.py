@@ -9,6 +9,11 @@ versions, the target's config.json and the flags that change compiled graphs (``
   (``trainer code: trainer/model.py``, ``torch 2.11.0 -> 2.12.0``, ``flags: --token-budget``, ...);
 - none -> ``cold``.
 
+The cache is code: torch imports inductor's generated modules, unpickles its graphs and loads Triton's
+kernels from it. A warm cache holding a symbolic link, an entry another user owns or one writable by every
+user is deleted unread (``stale``, "untrusted": ``untrusted``); one written by this trainer's own user is
+trusted as the trainer's code is (docs/trainer.md, "What the trainer trusts").
+
 It points torch at the folder (``TORCHINDUCTOR_CACHE_DIR``: inductor's FX graph cache, AOT autograd
 cache and, below it, Triton's kernels; ``TRITON_CACHE_DIR``), turns those caches on, and returns what the
 ``compile_cache`` start-up event says. The environment carries it to the workers. ``DFLASH_COMPILE_CACHE=0``
@@ -150,13 +155,51 @@ def prepare(run_dir: str, args, code_root: str | None = None) -> dict[str, Any]:
             state, reason = "stale", "changed: " + what_changed(old.get("components") or {}, comp)
     except (OSError, ValueError, AttributeError):
         pass
+    why = untrusted(folder) if state == "warm" else None
+    if why is not None:  # loading it would run what is in it: not written by this trainer's user
+        state, reason = "stale", f"untrusted, deleted unread: {why}"
     if state != "warm":
+        if os.path.islink(folder):  # rmtree refuses a link, and makedirs would follow it
+            os.unlink(folder)
         shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(os.path.join(folder, "inductor"), exist_ok=True)
     if state != "warm":
         atomic_write_text(os.path.join(folder, KEY_FILE), json.dumps({"key": key, "components": comp}))
     use(folder)
     return {"state": state, "key": key, "dir": folder, "reason": reason}
+
+
+def untrusted(folder: str, limit: int = 200_000) -> str | None:
+    """Why the cache in ``folder`` is not to be loaded, or None: torch runs what it holds (inductor's
+    generated modules are imported, its pickles unpickled, Triton's kernels loaded), so every entry must be
+    this trainer user's own: no symbolic link, no entry of another owner, nothing writable by every user."""
+    uid, n = os.geteuid(), 0
+    if (why := _entry_untrusted(folder, uid)) is not None:
+        return why
+    for d, dirs, files in os.walk(folder):  # never into a linked folder: links are refused below
+        for name in (*dirs, *files):
+            n += 1
+            if n > limit:
+                return f"more than {limit} entries in {folder}"
+            if (why := _entry_untrusted(os.path.join(d, name), uid)) is not None:
+                return why
+    return None
+
+
+def _entry_untrusted(path: str, uid: int) -> str | None:
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if st.st_uid != uid:
+        return f"{path} is owned by uid {st.st_uid}, not by this trainer's ({uid})"
+    if st.st_mode & stat.S_IWOTH:
+        return f"{path} is writable by every user"
+    return None
 
 
 def use(folder: str) -> None:

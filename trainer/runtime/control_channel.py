@@ -4,16 +4,81 @@ The launcher listens (``Server``; 127.0.0.1 unless ``--control-host`` says other
 connects (``connect``), says ``hello`` and then sends meter readings, metrics records and its result;
 the launcher sends ``welcome``, ``stop``, ``exit`` and ``abort``. Every message is ``{"op": ..., ...}``.
 A worker whose connection ends takes it as the launcher's death and exits.
+
+Every connection authenticates first, both ways, with the launch's secret (``new_secret``: 32 random
+bytes, hex; the launcher's workers get it in ``DFLASH_CONTROL_SECRET``, torchrun's read it there or from
+``RUN/control.secret``, mode 0600, ``write_secret_file``): the launcher sends ``{"op": "challenge",
+"nonce"}``, the worker answers ``{"op": "auth", "mac": HMAC-SHA256(secret, "worker" nonce), "nonce": its
+own}``, the launcher proves itself with ``{"op": "authok", "mac": HMAC(secret, "launcher" its nonce)}``.
+The secret never crosses the wire. A peer that does not answer in ``AUTH_TIMEOUT_S`` or answers wrong is
+dropped before anything it sends is read as a message, and logged once (``Server.log``); the run goes on.
+After that the channel is neither encrypted nor signed per message: across hosts (``--launch torchrun``)
+it is as private as the network between them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
+import os
 import queue
+import secrets
 import socket
+import sys
 import threading
 import time
+
+SECRET_ENV = "DFLASH_CONTROL_SECRET"
+SECRET_FILE = "control.secret"  # in the run directory, mode 0600: for torchrun's workers
+AUTH_TIMEOUT_S = 10.0
+AUTH_LINE_MAX = 4096  # bytes of a handshake line; a longer one is a failed handshake
+HANDSHAKES_MAX = 64  # handshakes under way at once; a connection beyond them is dropped at once
+DROP_LOG_MAX = 20  # dropped peers logged one line each; after that one line says further ones are not
+
+
+class AuthError(ConnectionError):
+    """The other end of a control connection did not authenticate."""
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+def write_secret_file(run_dir: str, secret: str) -> str:
+    """``RUN/control.secret`` (0600, created afresh: never through a planted link), for torchrun's workers."""
+    path = os.path.join(run_dir, SECRET_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secret + "\n")
+    return path
+
+
+def worker_secret(run_dir: str) -> str:
+    """A worker's secret: ``DFLASH_CONTROL_SECRET`` (taken out of the environment: not for its children),
+    else the run directory's ``control.secret``."""
+    got = os.environ.pop(SECRET_ENV, "").strip()
+    if got:
+        return got
+    path = os.path.join(run_dir, SECRET_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            got = f.read(200).strip()
+    except (OSError, ValueError) as e:
+        raise AuthError(
+            f"no control secret: {SECRET_ENV} is not set and {path} is unreadable ({e}); set {SECRET_ENV} "
+            f"to the content of the launcher's {SECRET_FILE} (docs/trainer.md)"
+        ) from None
+    if not got:
+        raise AuthError(f"no control secret: {path} is empty")
+    return got
+
+
+def _mac(secret: str, who: bytes, nonce: str) -> str:
+    return hmac.new(secret.encode(), who + nonce.encode(), hashlib.sha256).hexdigest()
 
 
 class Channel:
@@ -37,6 +102,22 @@ class Channel:
                 self.closed = True
                 return False
 
+    def read_one(self, limit: int = AUTH_LINE_MAX) -> dict:
+        """One message of a handshake: a JSON object on one line of at most ``limit`` bytes, or AuthError."""
+        try:
+            line = self._rf.readline(limit + 1)
+        except (OSError, ValueError) as e:
+            raise AuthError(f"no answer ({type(e).__name__})") from None
+        if not line.endswith(b"\n"):
+            raise AuthError("the connection ended" if not line else f"a line over {limit} bytes")
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise AuthError("not a JSON line") from None
+        if not isinstance(msg, dict):
+            raise AuthError("not a JSON object")
+        return msg
+
     def __iter__(self):
         while True:
             try:
@@ -59,26 +140,55 @@ class Channel:
             self.sock.close()
 
 
-def connect(address: str, timeout: float = 120.0) -> Channel:
+def connect(address: str, secret: str, timeout: float = 120.0) -> Channel:
+    """A channel to the launcher at ``host:port``, authenticated both ways (AuthError where it fails)."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + timeout
     while True:
         try:
             sock = socket.create_connection((host, int(port)), timeout=10)
-            sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return Channel(sock)
+            break
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+    ch = Channel(sock)
+    try:
+        sock.settimeout(AUTH_TIMEOUT_S)
+        challenge = ch.read_one()
+        mine = secrets.token_hex(16)
+        ch.send("auth", mac=_mac(secret, b"worker", str(challenge.get("nonce", ""))), nonce=mine)
+        try:
+            proof = ch.read_one()
+        except AuthError as e:
+            raise AuthError(
+                f"the launcher refused this worker's answer ({e}): another secret than its own?"
+            ) from None
+        if proof.get("op") != "authok" or not hmac.compare_digest(
+            str(proof.get("mac", "")), _mac(secret, b"launcher", mine)
+        ):
+            raise AuthError(
+                "the launcher did not prove it holds the secret (another secret, or not the launcher)"
+            )
+        sock.settimeout(None)
+    except (AuthError, OSError) as e:
+        ch.close()
+        raise AuthError(f"control socket {address}: {e}") from None
+    return ch
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 class Server:
-    """Accepts worker connections; every message lands in ``inbox`` as ``(conn_id, msg)``, EOF as
-    ``(conn_id, {"op": "eof"})``."""
+    """Accepts worker connections that authenticate with ``secret``; every message of those lands in
+    ``inbox`` as ``(conn_id, msg)``, EOF as ``(conn_id, {"op": "eof"})``. Others are dropped and logged
+    (``log``) once each, the first ``DROP_LOG_MAX``; ``dropped`` counts them."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, secret: str, log=_stderr):
+        self.secret, self.log = secret, log
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -86,22 +196,71 @@ class Server:
         self.host, self.port = host, self.sock.getsockname()[1]
         self.inbox: queue.Queue = queue.Queue()
         self.channels: dict[int, Channel] = {}
+        self.dropped = 0
         self._n = 0
+        self._lock = threading.Lock()
+        self._handshakes = threading.BoundedSemaphore(HANDSHAKES_MAX)
         threading.Thread(target=self._accept, name="dflash-control-accept", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
             try:
-                sock, _ = self.sock.accept()
+                sock, peer = self.sock.accept()
             except OSError:
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            cid, self._n = self._n, self._n + 1
-            ch = Channel(sock)
-            self.channels[cid] = ch
+            if not self._handshakes.acquire(blocking=False):  # a flood of silent peers: no thread each
+                with contextlib.suppress(OSError):
+                    sock.close()
+                self._dropped(peer, AuthError(f"more than {HANDSHAKES_MAX} handshakes at once"))
+                continue
+            # the handshake in the connection's own thread: a silent peer holds up no other
             threading.Thread(
-                target=self._read, args=(cid, ch), name=f"dflash-control-{cid}", daemon=True
+                target=self._serve, args=(sock, peer), name="dflash-control", daemon=True
             ).start()
+
+    def _authenticate(self, sock: socket.socket, ch: Channel) -> None:
+        sock.settimeout(AUTH_TIMEOUT_S)
+        nonce = secrets.token_hex(16)
+        if not ch.send("challenge", nonce=nonce):
+            raise AuthError("the connection ended")
+        answer = ch.read_one()
+        if answer.get("op") != "auth":
+            raise AuthError(
+                f"its first message was not an answer to the challenge (op {str(answer.get('op'))[:40]!r})"
+            )
+        if not hmac.compare_digest(str(answer.get("mac", "")), _mac(self.secret, b"worker", nonce)):
+            raise AuthError("a wrong answer to the challenge")
+        ch.send("authok", mac=_mac(self.secret, b"launcher", str(answer.get("nonce", ""))[:200]))
+        sock.settimeout(None)
+
+    def _serve(self, sock: socket.socket, peer) -> None:
+        ch = Channel(sock)
+        try:
+            self._authenticate(sock, ch)
+        except (AuthError, OSError) as e:
+            ch.close()
+            self._dropped(peer, e)
+            return
+        finally:
+            self._handshakes.release()
+        with self._lock:
+            cid, self._n = self._n, self._n + 1
+        self.channels[cid] = ch
+        self._read(cid, ch)
+
+    def _dropped(self, peer, e: Exception) -> None:
+        with self._lock:
+            self.dropped += 1
+            n = self.dropped
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else str(peer)
+        if n <= DROP_LOG_MAX:
+            self.log(
+                f"warning: control socket: dropped a connection from {where} that did not authenticate "
+                f"({e}); nothing it sent was used, the run goes on"
+            )
+        if n == DROP_LOG_MAX:
+            self.log(f"warning: control socket: {n} connections dropped; further ones are not logged")
 
     def _read(self, cid: int, ch: Channel) -> None:
         for msg in ch:

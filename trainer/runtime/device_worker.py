@@ -3,7 +3,8 @@
 Started by the launcher (``runtime.launcher``, one per device, with its resolved settings as JSON:
 ``trainer.run.settings.worker_argv``) or by ``torchrun`` across nodes (the run's flags, resolved here), with
 the torch.distributed environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``MASTER_ADDR``, ``MASTER_PORT``) and ``DFLASH_CONTROL=host:port`` (the launcher's control socket). Its
+``MASTER_ADDR``, ``MASTER_PORT``), ``DFLASH_CONTROL=host:port`` (the launcher's control socket) and its
+secret (``DFLASH_CONTROL_SECRET``, else ``RUN/control.secret``: runtime/control_channel.py). Its
 role and device come from its rank (``runtime.handoff.Layout``). NCCL for CUDA tensors, gloo for CPU ones.
 
 A worker dies with its launcher: ``PR_SET_PDEATHSIG`` (SIGKILL when the parent dies), a watchdog on the
@@ -258,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args = parse_worker_argv(argv)  # the launcher's --settings JSON, or torchrun's flags (exit 2 on bad ones)
-    ch = control_channel.connect(os.environ["DFLASH_CONTROL"])
+    try:  # authenticated both ways with the launch's secret (runtime/control_channel.py)
+        secret = control_channel.worker_secret(os.path.abspath(args.output_dir))
+        ch = control_channel.connect(os.environ["DFLASH_CONTROL"], secret)
+    except control_channel.AuthError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        finish(EXIT_ERROR)
     role, device = "?", "?"
     try:
         args = resolve(args)  # the launcher's settings as they came; torchrun's flags resolved, checked here

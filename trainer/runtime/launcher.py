@@ -6,6 +6,9 @@ drafters; ranks as in ``handoff.Layout``) with the torch.distributed environment
 (``MASTER_ADDR=127.0.0.1``, ``GLOO_SOCKET_IFNAME=lo``; the rendezvous TCPStore is hosted by the launcher,
 so it outlives any worker) and waits for them. ``--launch torchrun``: spawns
 nothing; the workers, started by torchrun on every node (docs/trainer.md), connect to its control socket.
+Every connection authenticates with the launch's secret (runtime/control_channel.py): the spawned workers
+get it in their environment, torchrun's in ``RUN/control.secret`` (0600, removed at the end) or
+``DFLASH_CONTROL_SECRET``; a connection that does not is dropped and logged, and the run goes on.
 
 It owns run.json, metrics.jsonl and the stop protocol: a SIGINT/SIGTERM becomes ``stop_requested`` and a
 ``stop`` to every drafter; the drafters agree on the step to stop at, the saving drafter (replica 0)
@@ -17,6 +20,7 @@ has not exited ``ABORT_GRACE_S`` later is killed. Throughput records combine eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -108,6 +112,7 @@ class Launcher:
                 MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=str(port),
                 DFLASH_CONTROL=f"127.0.0.1:{server.port}",
+                DFLASH_CONTROL_SECRET=self.secret,  # the control socket's (runtime/control_channel.py)
                 DFLASH_LAUNCHER_PID=str(os.getpid()),
                 DFLASH_EXTERNAL_STORE="1",
             )
@@ -231,8 +236,14 @@ class Launcher:
     # -- the run -------------------------------------------------------------------------------------------
     def run(self) -> tuple[int, str]:
         a = self.args
+        torchrun = self.devices.mode == "torchrun"
+        # torchrun's workers: DFLASH_CONTROL_SECRET where the operator set one (several nodes), else the file
+        self.secret = (os.environ.get(control_channel.SECRET_ENV, "").strip() if torchrun else "") or (
+            control_channel.new_secret()
+        )
+        secret_file = control_channel.write_secret_file(self.run_dir, self.secret) if torchrun else None
         self.server = control_channel.Server(
-            a.control_host if self.devices.mode == "torchrun" else "127.0.0.1", a.control_port
+            a.control_host if torchrun else "127.0.0.1", a.control_port, secret=self.secret, log=log
         )
         self.reporter.queue_stats = self.queue_stats
         try:
@@ -244,12 +255,16 @@ class Launcher:
             if self.devices.mode != "multi":
                 log(
                     f"waiting for {self.layout.world} torchrun workers: control socket "
-                    f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; docs/trainer.md)"
+                    f"{self.server.host}:{self.server.port} (DFLASH_CONTROL for the workers; its secret in "
+                    f"{secret_file}, or DFLASH_CONTROL_SECRET: docs/trainer.md)"
                 )
             return self.loop()
         finally:
             self.kill_all()
             self.server.close()
+            if secret_file is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(secret_file)
 
     def loop(self) -> tuple[int, str]:
         import queue

@@ -22,6 +22,10 @@ def _write(tmp_path, name, lines):
         ('{"input_ids": [1, -2]}', "negative"),
         ('{"input_ids": [1, 2, 3], "loss_mask": [1, 1]}', "has 2 entries"),
         ('{"input_ids": [1, 2], "loss_mask": [1, 2]}', "only 0 and 1"),
+        # issue 33: these raised OverflowError / RecursionError / an unnamed ValueError before
+        ('{"input_ids": [1, 9223372036854775808]}', "token id 9223372036854775808, beyond any vocabulary"),
+        ('{"input_ids": [1, ' + "9" * 5000 + "]}", "not valid JSON"),
+        ('{"input_ids": [1, 2], "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
     ],
 )
 def test_malformed_line_names_file_and_line(tmp_path, line, why):
@@ -31,6 +35,15 @@ def test_malformed_line_names_file_and_line(tmp_path, line, why):
         load_dir(str(tmp_path), 100)
     assert str(e.value).startswith(f"{tmp_path / 'b.jsonl'}:3: ")
     assert why in str(e.value)
+
+
+def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    from trainer.data import dataset
+
+    monkeypatch.setattr(dataset, "MAX_LINE_CHARS", 1000)
+    _write(tmp_path, "a.jsonl", ['{"input_ids": [1, 2, 3]}', '{"input_ids": [' + "1, " * 1000 + "1]}"])
+    with pytest.raises(DataError, match=r"a\.jsonl:2: a line longer than 1000 characters"):
+        load_dir(str(tmp_path), 100)
 
 
 def test_load_truncates_drops_and_checks_vocab(tmp_path):

@@ -202,3 +202,42 @@ def test_est_anchors_default_and_refused_values(tiny_assets, tmp_path, capsys):
         with pytest.raises(SystemExit):
             parse(tiny_flags(tiny_assets, tmp_path / "o", "--est-anchors", bad))
         assert "--est-anchors" in capsys.readouterr().err
+
+
+FLOAT_FLAGS = (
+    "--lr",
+    "--warmup-ratio",
+    "--weight-decay",
+    "--grad-clip",
+    "--gamma",
+    "--noise-start",
+    "--noise-end",
+)
+
+
+@pytest.mark.parametrize("flag", FLOAT_FLAGS)
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-Infinity"])
+def test_non_finite_float_flags_are_refused_naming_the_flag(tiny_assets, tmp_path, capsys, flag, value):
+    """Issue 33: ``--lr nan`` passed every check (NaN compares false) and trained on NaN."""
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "o", f"{flag}={value}"))
+    assert e.value.code == 2
+    assert f"argument {flag}: must be a finite number, got {value!r}" in capsys.readouterr().err
+
+
+def test_every_float_flag_is_checked_for_finite_values():
+    floats = {
+        a.option_strings[0]
+        for a in build_parser()._actions
+        if a.type is not None
+        and getattr(a.type, "__name__", "") in ("float", "finite_float", "_nonneg_float")
+    }
+    assert floats == {*FLOAT_FLAGS, "--save-every-minutes"}
+    assert all(a.type is not float for a in build_parser()._actions)
+
+
+def test_the_trainer_exits_2_on_nan_flags(tiny_assets, tmp_path):
+    for flag in ("--lr", "--gamma", "--grad-clip"):
+        p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", flag, "nan"))
+        assert p.returncode == 2 and f"argument {flag}: must be a finite number" in p.stderr, p.stderr
+    assert not (tmp_path / "o" / "run.json").exists()

@@ -126,3 +126,41 @@ def test_bytecode_cache_leaves_a_working_pycache_and_the_users_choice_alone(tmp_
     said = compile_cache.bytecode_cache(str(tmp_path / "cache"), module="fakepkg_bc")
     assert said is not None and "PYTHONDONTWRITEBYTECODE" in said
     assert sys.pycache_prefix is None and "PYTHONPYCACHEPREFIX" not in os.environ
+
+
+def _warm(tiny_assets, run: Path, code: Path) -> None:
+    compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    (run / compile_cache.CACHE_DIR / "inductor" / "entry.py").write_text("x = 1\n")
+    assert compile_cache.prepare(str(run), flags(tiny_assets), str(code))["state"] == "warm"
+
+
+def test_a_cache_not_written_by_this_user_is_deleted_unread(tiny_assets, tmp_path, env):
+    """Issue 33: torch runs what the cache holds; a planted link, a world-writable or a foreign entry makes
+    it untrusted: deleted, never loaded."""
+    code = tmp_path / "code" / "trainer"
+    shutil.copytree(compile_cache.trainer_dir(), code, ignore=shutil.ignore_patterns("__pycache__"))
+    run = tmp_path / "run"
+    cache = run / compile_cache.CACHE_DIR
+    target = tmp_path / "elsewhere.py"
+    target.write_text("import os\n")
+    _warm(tiny_assets, run, code)
+    os.symlink(target, cache / "inductor" / "planted.py")
+    got = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert got["state"] == "stale" and "planted.py is a symbolic link" in got["reason"], got
+    assert not (cache / "inductor" / "planted.py").exists() and target.exists()  # the link's target stays
+    _warm(tiny_assets, run, code)
+    os.chmod(cache / "inductor" / "entry.py", 0o666)
+    got = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert got["state"] == "stale" and "entry.py is writable by every user" in got["reason"], got
+    if os.geteuid() == 0:  # another owner: only root can make one here
+        _warm(tiny_assets, run, code)
+        os.chown(cache / "inductor" / "entry.py", 12345, 12345)
+        got = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+        assert got["state"] == "stale" and "owned by uid 12345" in got["reason"], got
+    # the whole folder a link: removed (not followed), a fresh cache in its place
+    shutil.rmtree(cache)
+    (tmp_path / "other").mkdir()
+    os.symlink(tmp_path / "other", cache)
+    got = compile_cache.prepare(str(run), flags(tiny_assets), str(code))
+    assert got["state"] == "cold" and not cache.is_symlink() and cache.is_dir()
+    assert list((tmp_path / "other").iterdir()) == []
