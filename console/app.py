@@ -36,7 +36,9 @@ from console.screens.checkpoints_dialog import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
 from console.screens.help import QUIT_NOTE, HelpScreen
 from console.screens.launch_dialog import LaunchDialog
+from console.screens.launch_dialog import describe as describe_launch
 from console.screens.palette import ConsoleCommands
+from console.screens.restart_dialog import RestartDialog
 from console.screens.stop_dialog import StopDialog
 from console.widgets.accept_plot import AcceptPlot
 from console.widgets.connection_bar import ConnectionBar
@@ -387,7 +389,23 @@ class ConsoleApp(App):
         self._control("stop")
 
     def action_restart(self) -> None:
-        self._control("restart")
+        """One meaning, as the CLI's ``restart``: stop cleanly (when a trainer runs), then launch run.json's
+        command with --resume auto; the dialog shows what it will run first (console/screens/restart_dialog.py)."""
+        if self.readonly or isinstance(self.screen, StopDialog) or not self._need_session():
+            return
+        self._plan_restart()
+
+    @work(exclusive=True, group="restart-plan", exit_on_error=False)
+    async def _plan_restart(self) -> None:
+        try:  # a restart runs the code deployed from this screen, if any
+            plan, concerns, _trainer = await self.session.plan_restart(self.deployed_code_dir)
+        except Exception as exc:  # noqa: BLE001 - said, the screen goes on (no run.json, not connected)
+            self.notify(f"cannot restart: {exc}", severity="warning", timeout=10)
+            return
+        if isinstance(self.screen, StopDialog):
+            return
+        runner = functools.partial(self.session.restart_trainer, code_dir=self.deployed_code_dir, shown=plan)
+        self.push_screen(RestartDialog(self.state, runner, plan, concerns, timeout=self.stop_timeout))
 
     def _control(self, kind: str) -> None:
         if self.readonly:
@@ -414,8 +432,18 @@ class ConsoleApp(App):
             return
         live = self.state.trainer.pid if self.state.trainer is not None else None
         self.push_screen(
-            LaunchDialog(self.state.run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir)
+            LaunchDialog(self.state.run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir),
+            callback=self._launched,
         )
+
+    def _launched(self, result: object) -> None:
+        """The launch dialog closes on success: say what started (events and a toast)."""
+        ok, text = describe_launch(result)
+        if result is None or not ok:
+            return
+        self.state.note(text)
+        self.schedule_refresh()
+        self.notify(text, title="trainer launched", timeout=10)
 
     def action_deploy(self) -> None:
         if self.readonly or not self._need_session():

@@ -103,6 +103,7 @@ def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = 
 
 
 DETACH = "--detach"
+TRUST = "--trust-run-json"
 DETACH_HELP = "return once the trainer has written its started event (no start-up progress to the first step)"
 
 
@@ -140,9 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
         usage="dflash-console launch TARGET [options] -- TRAINER_FLAGS",
     )
     _conn_flags(p)
-    p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter (default python3)")
     p.add_argument(
-        "--code-dir", metavar="DIR", help="remote dir holding trainer/ (default: deploy the bundled one)"
+        "--python",
+        default="python3",
+        metavar="PATH",
+        help="remote interpreter, with torch and transformers (default python3)",
+    )
+    p.add_argument(
+        "--code-dir",
+        metavar="DIR",
+        help="remote code dir: the folder that holds the trainer package (default: deploy the bundled one)",
     )
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the trainer"
@@ -157,10 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(DETACH, action="store_true", help=DETACH_HELP)
 
     p = sub.add_parser(
-        "deploy", help="copy the bundled trainer into a new versioned code dir, compile-checked"
+        "deploy",
+        help="copy the bundled trainer into a new versioned code dir, compile-checked; "
+        "checks the interpreter imports torch and transformers",
     )
     _conn_flags(p)
-    p.add_argument("--python", default="python3", metavar="PATH", help="remote interpreter for the check")
+    p.add_argument(
+        "--python", default="python3", metavar="PATH", help="remote interpreter for the checks (python3)"
+    )
 
     for name, what in (
         ("stop", "stop cleanly: SIGINT, wait for the checkpoint and the exit"),
@@ -174,12 +186,21 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         if name == "restart":
             p.add_argument(
-                "--code-dir", metavar="DIR", help="relaunch with this code dir (default run.json's)"
+                "--code-dir",
+                metavar="DIR",
+                help="relaunch with this code dir, the folder that holds the trainer package "
+                "(default run.json's)",
             )
             p.add_argument(
                 "--wait", type=float, default=300.0, metavar="S", help="wait for the first step (300)"
             )
             p.add_argument(DETACH, action="store_true", help=DETACH_HELP)
+            p.add_argument(
+                TRUST,
+                action="store_true",
+                help="also run what only run.json vouches for (a code dir outside the deployed ones, "
+                "another interpreter, extra env): --yes alone does not",
+            )
 
     p = sub.add_parser("logs", help="print the trainer's train.log")
     _conn_flags(p)
@@ -310,18 +331,16 @@ def _connect_failed(args, e: Exception) -> int:
     from console.core.config_file import ConfigError, config_path, load
     from console.core.targets import names
 
-    err(str(e))
-    if not isinstance(e.__cause__, socket.gaierror):
-        return EXIT_ERROR
     given = args.host if isinstance(args.host, list) else [args.host]
-    try:
-        known = names(load())
-    except ConfigError:
-        known = []
+    known: list[str] = []
+    if isinstance(e.__cause__, socket.gaierror):
+        with contextlib.suppress(ConfigError):
+            known = names(load())
     unknown = [h for h in given if h not in known]
-    if len(given) != 1 or not unknown:
+    if not isinstance(e.__cause__, socket.gaierror) or len(given) != 1 or not unknown:
+        err(str(e))
         return EXIT_ERROR
-    err(
+    err(  # one message: the resolver's own words add nothing to it
         f"{unknown[0]!r} is neither a target of {config_path()} "
         f"({', '.join(known) if known else 'it names none'}) nor a host that resolves"
     )
@@ -363,12 +382,29 @@ async def cmd_status(args) -> int:
         return await cmd_check(args)
 
     async with _session(args) as s:
+        several = await several_trainers(args, s)
+        if several is not None:
+            return several
         st = await collect(s)
     if args.json:
         print(json.dumps(st, indent=1, default=str))
     else:
         print(format_text(st))
     return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
+
+
+async def several_trainers(args, s) -> int | None:
+    """EXIT_USAGE, with the list, when no run dir was given and more than one run's trainer is
+    visible on the target (a command must not pick one of them silently); else None."""
+    if args.run_dir is not None:
+        return None
+    found = await control.visible_trainers(s.need_helper())
+    if len({t.run_dir for t in found}) < 2:
+        return None
+    err(f"{len(found)} trainers are running on {s.where}; say which with --run-dir:")
+    for t in found:
+        err(f"  pid {t.pid}  --run-dir {shlex.quote(t.run_dir or '?')}  ({shlex.join(t.cmdline)[:120]})")
+    return EXIT_USAGE
 
 
 async def cmd_status_many(args, targets) -> int:
@@ -408,6 +444,10 @@ async def cmd_check(args) -> int:
         cfg = health_config()
         key = control.bundled_trainer_files()[0]
         async with _session(args) as s:
+            found = [] if args.run_dir is not None else await control.visible_trainers(s.need_helper())
+            if len({t.run_dir for t in found}) > 1:  # which one is to be judged? never a silent pick
+                dirs = ", ".join(f"pid {t.pid} {t.run_dir}" for t in found)
+                raise control.ControlError(f"{len(found)} trainers are running ({dirs}); give --run-dir")
             code, text = await check(s, cfg, key)
     except Exception as e:  # noqa: BLE001 - every failure to look is UNKNOWN (ConfigError, connection...)
         code, text = UNKNOWN, line("unknown", f"cannot check: {e}")
@@ -420,8 +460,9 @@ async def cmd_deploy(args) -> int:
         t0 = time.monotonic()
         where = await s.deploy(python=args.python)
     print(
-        f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s); "
-        f"launch with --code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
+        f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s; compile-checked, and "
+        f"{args.python} imports torch and transformers); launch with --python {shlex.quote(args.python)} "
+        f"--code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
     )
     return EXIT_OK
 
@@ -465,14 +506,19 @@ def _report(res: ActionResult) -> int:
     return exit_code(res.code)
 
 
-def _confirm(question: str) -> bool | None:
-    """True/False from the terminal; None when there is no terminal to ask on."""
+def _ask(question: str) -> str | None:
+    """The answer typed on the terminal (stripped); None when there is no terminal to ask on."""
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
-    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.write(question + " ")
     sys.stderr.flush()
-    answer = sys.stdin.readline().strip().lower()
-    return answer in ("y", "yes")
+    return sys.stdin.readline().strip()
+
+
+def _confirm(question: str) -> bool | None:
+    """True/False from the terminal; None when there is no terminal to ask on."""
+    answer = _ask(question + " [y/N]")
+    return None if answer is None else answer.lower() in ("y", "yes")
 
 
 class Countdown:
@@ -521,49 +567,108 @@ class Countdown:
                 self._line(msg, newline=True)
 
 
-async def cmd_stop(args, restart: bool = False) -> int:
+async def cmd_stop(args) -> int:
     async with _session(args) as s:
+        several = await several_trainers(args, s)
+        if several is not None:
+            return several
         tr = s.trainer
-        if tr is None and not (restart and s.run_dir and s.run):
+        if tr is None:
             return _report(await s.stop_trainer(timeout=args.timeout))  # 4, or 5 for a stale run.json pid
-        verb = "restart" if restart else "stop"
+        print(f"trainer pid {tr.pid} ({tr.source}) in {tr.run_dir or '?'}\n  {shlex.join(tr.cmdline)}")
+        refused = _confirmed(args, "stop", [])
+        if refused is not None:
+            return refused
+        return await _with_countdown(args, lambda on_phase, _: s.stop_trainer(args.timeout, on_phase))
+
+
+async def cmd_restart(args) -> int:
+    """Stop cleanly, then launch run.json's command with --resume auto: what it will run is shown
+    first; what only run.json vouches for needs --trust-run-json (or a typed ``trust``) besides --yes."""
+    async with _session(args) as s:
+        several = await several_trainers(args, s)
+        if several is not None:
+            return several
+        if s.trainer is None and not (s.run_dir and s.run):
+            return _report(await s.stop_trainer(timeout=args.timeout))  # 4, or 5 for a stale run.json pid
+        try:
+            plan, concerns, tr = await s.plan_restart(args.code_dir)
+        except control.ControlError as e:
+            err(f"not restarted, nothing was done: {e}")
+            return exit_code(e.outcome)
         if tr is not None:
             print(f"trainer pid {tr.pid} ({tr.source}) in {tr.run_dir or '?'}\n  {shlex.join(tr.cmdline)}")
+            print("then it launches again (run.json, --resume auto):")
         else:
-            print(f"no trainer running; will launch the run of {s.run_dir} again (run.json, --resume auto)")
-        if not args.yes:
-            ok = _confirm(f"{verb} it?")
-            if ok is None:
-                err(f"refusing to {verb} without --yes: no terminal to ask on")
-                return EXIT_ERROR
-            if not ok:
-                err(f"not confirmed; nothing was done ({verb})")
-                return EXIT_ERROR
-        cd = Countdown(args.timeout)
-        ticker = asyncio.ensure_future(cd.tick())
-        printer = _startup_printer(args) if restart else None
+            print(
+                f"no trainer running; will launch the run of {plan.run_dir} again (run.json, --resume auto):"
+            )
+        for ln in plan.lines():
+            print(f"  {ln}")
+        refused = _confirmed(args, "restart", concerns)
+        if refused is not None:
+            return refused
 
-        def on_startup(rec: dict) -> None:
-            ticker.cancel()  # the stop is over: the start-up line takes the terminal
-            printer.on_record(rec)
+        def run(on_phase, on_startup):
+            return s.restart_trainer(
+                timeout=args.timeout,
+                on_phase=on_phase,
+                code_dir=args.code_dir,
+                wait_s=args.wait,
+                on_startup=on_startup,
+                shown=plan,
+                trusted=concerns,
+            )
 
-        try:
-            if restart:
-                res = await s.restart_trainer(
-                    timeout=args.timeout,
-                    on_phase=cd.on_phase,
-                    code_dir=args.code_dir,
-                    wait_s=args.wait,
-                    on_startup=on_startup if printer is not None else None,
-                )
-                if printer is not None:
-                    printer.end()
-            else:
-                res = await s.stop_trainer(timeout=args.timeout, on_phase=cd.on_phase)
-        finally:
-            ticker.cancel()
-            if cd.tty:
-                cd._line("", newline=False)
+        return await _with_countdown(args, run, _startup_printer(args))
+
+
+def _confirmed(args, verb: str, concerns: list[str]) -> int | None:
+    """None when the action may go on: confirmed on the terminal or by --yes, and each concern (what only
+    run.json vouches for) by --trust-run-json or a typed ``trust``; else the exit code, said why."""
+    if not args.yes:
+        ok = _confirm(f"{verb} it?")
+        if ok is None:
+            err(f"refusing to {verb} without --yes: no terminal to ask on")
+            return EXIT_ERROR
+        if not ok:
+            err(f"not confirmed; nothing was done ({verb})")
+            return EXIT_ERROR
+    if not concerns:
+        return None
+    print("needs its own confirmation (only run.json vouches for it):")
+    for c in concerns:
+        print(f"  ! {c}")
+    if getattr(args, "trust_run_json", False):
+        return None
+    typed = _ask('type "trust" to run it anyway:')
+    if typed is None:
+        err(f"refusing to {verb}: this needs {TRUST} (--yes does not cover it); nothing was done")
+        return EXIT_ERROR
+    if typed != "trust":
+        err(f"not confirmed; nothing was done ({verb})")
+        return EXIT_ERROR
+    return None
+
+
+async def _with_countdown(args, action, printer=None) -> int:
+    """Run ``action(on_phase, on_startup)`` with the stop's countdown line and, for a restart, the
+    start-up printer once the stop is over."""
+    cd = Countdown(args.timeout)
+    ticker = asyncio.ensure_future(cd.tick())
+
+    def on_startup(rec: dict) -> None:
+        ticker.cancel()  # the stop is over: the start-up line takes the terminal
+        printer.on_record(rec)
+
+    try:
+        res = await action(cd.on_phase, on_startup if printer is not None else None)
+        if printer is not None:
+            printer.end()
+    finally:
+        ticker.cancel()
+        if cd.tty:
+            cd._line("", newline=False)
     return _report(res)
 
 
@@ -573,6 +678,9 @@ async def cmd_logs(args) -> int:
     if is_record(args.host):
         return cmd_record_logs(args, args.host)
     async with _session(args) as s:
+        several = await several_trainers(args, s)
+        if several is not None:
+            return several
         if not s.run_dir:
             err(f"no run dir: no trainer found on {s.where}; give --run-dir")
             return EXIT_NO_TRAINER
@@ -616,6 +724,9 @@ def cmd_connect(args) -> int:
     from console.core.session import Session
     from console.screens.health_hooks import HealthHooks
 
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        err("connect: the screen needs a terminal; without one use `status`, `logs -f` or `status --check`")
+        return EXIT_USAGE
     try:
         hooks = HealthHooks(health_config(), control.bundled_trainer_files()[0])
     except ConfigError as e:
@@ -684,6 +795,8 @@ def cmd_replay(args) -> int:
     if args.run is not None and not 1 <= args.run <= len(rec.runs):
         err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
         return EXIT_USAGE
+    for where in rec.bad_lines:  # said before the screen takes the terminal, and still there after
+        err(f"skipped {where}")
     ReplayApp(rec, run=None if args.run is None else args.run - 1, speed=args.speed).run()
     return EXIT_OK
 
@@ -697,50 +810,93 @@ def is_record(path: str) -> bool:
         return False
 
 
-def cmd_record_status(args, path: str) -> int:
-    from console.core.fleet import row_line, state_row
-    from console.core.record import RecordError, read
-    from console.core.state import ConsoleState
+def _record_runs(path: str, fold) -> tuple[list[dict], object] | None:
+    """Stream the record at ``path`` (bounded memory: one line at a time), calling ``fold(entry)`` for
+    each event; (its runs, its reader) or None once a RecordError was said. Skipped lines are said
+    on stderr with their file and line."""
+    from console.core.record import Reader, RecordError
 
     try:
-        rec = read(path)
+        with Reader(path) as r:
+            for entry in r:
+                fold(entry)
     except RecordError as e:
         err(str(e))
+        return None
+    for where in r.bad_lines:
+        err(f"skipped {where}")
+    if r.bad > len(r.bad_lines):
+        err(
+            f"skipped {r.bad - len(r.bad_lines)} more line(s) of {path} that are not events this console reads"
+        )
+    return r.header.get("runs") or [{"label": "run", "where": "?"}], r
+
+
+def cmd_record_status(args, path: str) -> int:
+    from console.core.fleet import row_line, state_row
+    from console.core.state import ConsoleState
+
+    now = [0.0]  # the record's time: the event being folded, then the last one (as the replay's clock)
+    states: dict[int, ConsoleState] = {}
+
+    def fold(e) -> None:
+        now[0] = max(now[0], e.t)
+        states.setdefault(e.run, ConsoleState(clock=lambda: now[0])).apply(e.event)
+
+    got = _record_runs(path, fold)
+    if got is None:
         return EXIT_USAGE
+    runs, r = got
     rows = []
-    for i, info in enumerate(rec.runs):
-        st = ConsoleState(clock=lambda: rec.end)
-        for e in rec.events_of(i):
-            st.apply(e.event)
+    for i, info in enumerate(runs):
+        st = states.get(i) or ConsoleState(clock=lambda: now[0])
         rows.append(state_row(i, info.get("label", f"run {i + 1}"), info.get("where", "?"), st))
     if args.json:
-        print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1, default=str))
+        values = [row_json(r) for r in rows]
+        print(json.dumps(values[0] if len(values) == 1 else values, indent=1, default=str))
     else:
-        for r in rows:
-            print(row_line(r))
-    for _t, text in rec.notes:
+        for row in rows:
+            print(row_line(row))
+    for _t, text in r.notes:
         if text != "record closed":
             print(f"note: {text}")
     return EXIT_OK
 
 
-def cmd_record_logs(args, path: str) -> int:
-    from console.core.events import LogLines
-    from console.core.record import RecordError, read
+# the overview's column labels (console/core/fleet.py) as JSON field names
+ROW_FIELDS = {"#": "index", "run": "label", "host / CT": "where", "tok/s": "tok_s", "accept": "accept_len"}
 
-    try:
-        rec = read(path)
-    except RecordError as e:
-        err(str(e))
+
+def row_json(row: dict) -> dict:
+    """A record's row for ``status RECORD --json``: field names as keys, the queue as depth/capacity,
+    the checkpoint's age in seconds before the record's end."""
+    out = {ROW_FIELDS.get(k, k): v for k, v in row.items() if k not in ("queue", "ckpt")}
+    depth, capacity = row.get("queue") or (None, None)
+    out["queue"] = {"depth": depth, "capacity": capacity}
+    out["checkpoint_age_s"] = row.get("ckpt")
+    return out
+
+
+def cmd_record_logs(args, path: str) -> int:
+    from collections import defaultdict, deque
+
+    from console.core.events import LogLines
+
+    keep = max(0, args.lines)
+    tails: dict[int, deque[str]] = defaultdict(lambda: deque(maxlen=keep))
+
+    def fold(e) -> None:
+        if isinstance(e.event, LogLines) and keep:
+            tails[e.run].extend(e.event.lines)
+
+    got = _record_runs(path, fold)
+    if got is None:
         return EXIT_USAGE
-    several = len(rec.runs) > 1
-    for i, info in enumerate(rec.runs):
-        lines: list[str] = []
-        for e in rec.events_of(i):
-            if isinstance(e.event, LogLines):
-                lines.extend(e.event.lines)
+    runs, _ = got
+    several = len(runs) > 1
+    for i, info in enumerate(runs):
         prefix = f"[{info.get('label', i + 1)}] " if several else ""
-        for ln in lines[-args.lines :] if args.lines > 0 else []:
+        for ln in tails.get(i, ()):
             print(prefix + ln)
     return EXIT_OK
 
@@ -798,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
         "launch": cmd_launch,
         "deploy": cmd_deploy,
         "stop": cmd_stop,
-        "restart": lambda a: cmd_stop(a, restart=True),
+        "restart": cmd_restart,
         "logs": cmd_logs,
     }[args.command]
     import asyncssh

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from console.core import helper_program
 from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.formatting import fmt_bytes
 from console.core.helper import Helper, HelperError, HelperGone, b64encode
@@ -26,9 +27,9 @@ from console.core.metrics import MetricsParser
 from console.core.phases import StopPhase
 from console.core.streams import MAX_LINE, FileTail, clean_line
 
-TRAINER_MODULE = "trainer.pipeline"
-USER_SCRIPT = "train_dflash_pipeline.py"
-LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
+TRAINER_MODULE = helper_program.TRAINER_MODULE
+USER_SCRIPT = helper_program.USER_SCRIPT
+LAUNCHERS = helper_program.LAUNCHERS
 CODE_HOME = ".dflash-console/code"
 TAIL_MAX = 4 << 20  # `logs -n`: at most this much of the log's end is read
 
@@ -47,15 +48,9 @@ class ControlError(Exception):
 
 
 def is_trainer_cmdline(cmdline: list[str]) -> bool:
-    """``python -m trainer.pipeline ...`` or ``python .../train_dflash_pipeline.py ...``."""
-    if not cmdline or not posixpath.basename(cmdline[0]).startswith(LAUNCHERS):
-        return False
-    for i, arg in enumerate(cmdline[:6]):
-        if arg == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == TRAINER_MODULE:
-            return True
-        if i > 0 and posixpath.basename(arg) == USER_SCRIPT:
-            return True
-    return False
+    """``python -m trainer.pipeline ...`` or ``python .../train_dflash_pipeline.py ...``: the helper's
+    rule (``helper_program.is_trainer_cmdline``), the one every identity check applies."""
+    return helper_program.is_trainer_cmdline(cmdline)
 
 
 def flag_value(argv: list[str], name: str) -> str | None:
@@ -107,29 +102,35 @@ class Verdict:
     state: str  # "same" | "gone" (not running, a zombie) | "other" (another process or program now)
     why: str  # why not, as the helper says it ("" when the same)
     proc: dict | None  # /proc/PID as the helper read it (None when there is none)
+    owner: str = ""  # said when the same, as run.json's owner's and not the helper's user's process
 
     @property
     def same(self) -> bool:
         return self.state == "same"
 
     def now_running(self) -> str:
-        cmd = (self.proc or {}).get("cmdline")
-        return shlex.join(str(a) for a in cmd)[:200] if isinstance(cmd, list) else "?"
+        """What the PID is now, as a refusal says it: its command line and its owner."""
+        proc = self.proc or {}
+        cmd = proc.get("cmdline")
+        text = shlex.join(str(a) for a in cmd)[:200] if isinstance(cmd, list) else "?"
+        uid = proc.get("uid")
+        return f"{text} (uid {uid})" if isinstance(uid, int) else text
 
 
 def trainer_identity(trainer: TrainerInfo) -> dict:
-    """What the trainer is known by, for the helper to check a PID against: its start time, its command
-    line after argv[0], and its owner (its effective uid must be the helper's own, or that of the owner of
-    the run.json it was found through)."""
-    run_json = (
-        posixpath.join(trainer.run_dir, "run.json")
-        if trainer.source == "run.json" and trainer.run_dir
-        else None
-    )
+    """What the trainer is known by, for the helper to check a PID against (``helper_program.identity``):
+    a trainer at all (its command line is the trainer's; never PID 1 or the helper's own parents), its
+    start time, its command line after argv[0], its owner (its effective uid must be the helper's own, or
+    that of the owner of the run.json it was found through) and, found through run.json, its
+    ``--output-dir`` must be that run directory."""
+    from_run_json = trainer.source == "run.json" and bool(trainer.run_dir)
+    run_json = posixpath.join(trainer.run_dir, "run.json") if from_run_json else None
     return {
+        "trainer": True,
         "start_time": trainer.start_time,
         "argv_rest": list(trainer.cmdline[1:]),
         "owner": {"run_json": run_json},
+        "run_dir": trainer.run_dir if from_run_json else None,
     }
 
 
@@ -143,7 +144,8 @@ async def identify(helper: Helper, trainer: TrainerInfo) -> Verdict:
     state = r.get("identity") if r.get("identity") in ("same", "gone", "other") else "other"
     if state == "same" and proc is None:
         state = "other"
-    return Verdict(state, str(r.get("why") or "")[:200], proc)
+    owner = str(r.get("owner") or "")[:200] if state == "same" else ""
+    return Verdict(state, str(r.get("why") or "")[:200], proc, owner)
 
 
 def _recorded(run: dict | None, run_dir: str | None) -> TrainerInfo | None:
@@ -188,6 +190,15 @@ async def _candidates(helper: Helper, run_dir: str | None) -> list[tuple[dict, s
     return sorted(cands, key=lambda c: (c[0]["start_time"], c[0]["pid"]))
 
 
+async def visible_trainers(helper: Helper) -> list[TrainerInfo]:
+    """Every trainer process the helper sees (the roots of launcher trees, oldest first, by their
+    command line): what a command without a run dir would choose among."""
+    return [
+        TrainerInfo(info["pid"], info["start_time"], info["cmdline"], rd, "cmdline", None)
+        for info, rd in await _candidates(helper, None)
+    ]
+
+
 async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo | None, dict | None]:
     """The live trainer (of ``run_dir`` when given) and the run.json found, if any.
 
@@ -216,12 +227,13 @@ async def find_trainer(helper: Helper, run_dir: str | None) -> tuple[TrainerInfo
 
 
 async def stale_run_pid(helper: Helper, run: dict | None, run_dir: str | None = None) -> dict | None:
-    """/proc info of run.json's pid when that pid runs but is not the recorded trainer (else None)."""
+    """/proc info of run.json's pid when that pid runs but is not the recorded trainer (else None), with
+    ``why`` (the helper's reason) and ``now`` (its command line and owner) added."""
     recorded = _recorded(run, run_dir)
     if recorded is None:
         return None
     v = await identify(helper, recorded)
-    return v.proc if v.state == "other" else None
+    return {**v.proc, "why": v.why, "now": v.now_running()} if v.state == "other" and v.proc else None
 
 
 # --- deploy ------------------------------------------------------------------------------------------
@@ -249,14 +261,87 @@ def bundled_trainer_files() -> tuple[str, list[tuple[str, bytes]]]:
     return h.hexdigest()[:16], files
 
 
-async def deploy(helper: Helper, python: str = "python3", base: str | None = None) -> str:
+def _is_hash(name: str) -> bool:
+    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
+
+
+def code_folder(path: str | None) -> str | None:
+    """The code directory as the console names it everywhere: the folder that holds the ``trainer``
+    package (what PYTHONPATH needs; a deploy's ``.../.dflash-console/code/HASH``). A deployed package
+    folder itself (``.../.dflash-console/code/HASH/trainer``, what run.json's ``code_dir`` said before) is
+    taken as its parent; any other path as it is (:func:`resolve_code_folder` looks in the container)."""
+    if not path:
+        return path
+    p = posixpath.normpath(path)
+    parent = posixpath.dirname(p)
+    deployed = _is_hash(posixpath.basename(parent)) and posixpath.dirname(parent).endswith("/" + CODE_HOME)
+    return parent if posixpath.basename(p) == "trainer" and deployed else p
+
+
+async def resolve_code_folder(helper: Helper, path: str | None) -> str | None:
+    """:func:`code_folder`, and a checkout's package folder (``X/trainer`` holding ``pipeline.py``, with
+    no ``trainer/`` package of its own) taken as ``X`` too: it is never a PYTHONPATH entry of its own."""
+    p = code_folder(path)
+    if not p or posixpath.basename(p) != "trainer":
+        return p
+    package = (await helper.stat(posixpath.join(p, "pipeline.py"))).get("exists")
+    nested = (await helper.stat(posixpath.join(p, "trainer", "pipeline.py"))).get("exists")
+    return posixpath.dirname(p) if package and not nested else p
+
+
+def deployed_base(helper: Helper) -> str:
+    """The folder deploys write their code directories into (``~/.dflash-console/code``)."""
+    return posixpath.join(helper.home, CODE_HOME)
+
+
+def is_deployed_path(path: str, base: str) -> bool:
+    """``path`` names one of ``base``'s deployed code directories (``base/HASH``, 16 hex digits)."""
+    p = posixpath.normpath(path)
+    name = posixpath.basename(p)
+    return posixpath.dirname(p) == posixpath.normpath(base) and _is_hash(name)
+
+
+PREFLIGHT = "import torch, transformers"
+PREFLIGHT_TIMEOUT_S = 180.0
+PYTHON_HINT = "give the container's interpreter that has them with --python PATH (e.g. a venv's bin/python)"
+
+
+async def preflight(
+    helper: Helper,
+    python: str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float = PREFLIGHT_TIMEOUT_S,
+) -> None:
+    """Run ``python -c "import torch, transformers"`` in the container as the trainer would start (its
+    env and cwd), at most ``timeout`` s: :class:`ControlError` naming ``--python`` when it fails."""
+    what = f"`{python} -c '{PREFLIGHT}'`"
+    try:
+        r = await helper.run([python, "-c", PREFLIGHT], cwd=cwd, env=env, timeout=timeout)
+    except HelperError as e:
+        raise ControlError(f"cannot run {python} in the container ({e}); {PYTHON_HINT}") from e
+    if r.get("timed_out"):
+        raise ControlError(f"{what} did not finish within {timeout:.0f} s in the container; {PYTHON_HINT}")
+    if r.get("rc") != 0:
+        lines = (r.get("stderr") or r.get("stdout") or "").strip().splitlines()
+        why = lines[-1] if lines else f"exit code {r.get('rc')}"
+        raise ControlError(
+            f"{python} in the container cannot run the trainer: {what} failed ({why}); {PYTHON_HINT}"
+        )
+
+
+async def deploy(helper: Helper, python: str = "python3", base: str | None = None, check: bool = True) -> str:
     """Copy the bundled trainer into ``~/.dflash-console/code/<hash>/`` and compile-check it there.
 
     The directory is named by content and written under a temporary name, then renamed: code that a
     running trainer imports is never written over. Returns the code dir (it contains ``trainer/``).
+    With ``check`` it first runs :func:`preflight` with ``python`` (nothing is written when that fails).
     """
+    if check:
+        await preflight(helper, python)
     digest, files = bundled_trainer_files()
-    base = base or posixpath.join(helper.home, CODE_HOME)
+    base = base or deployed_base(helper)
     final = posixpath.join(base, digest)
     if (await helper.stat(posixpath.join(final, ".complete"))).get("exists"):
         return final
@@ -472,6 +557,8 @@ class StopFollow:
             )
             self.phase(StopPhase.REFUSED, msg)
             return ActionResult(Outcome.REFUSED, msg, trainer)
+        if v.owner:
+            self.phase(StopPhase.VERIFYING, f"pid {pid} {v.owner}")
         metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
         self.has_events = trainer.source == "run.json" or bool(
             metrics and (await helper.stat(metrics)).get("exists")
@@ -668,9 +755,11 @@ async def stop(
 # --- launch / restart ------------------------------------------------------------------------------
 
 
-def pythonpath(code_dir: str, recorded: str | None, old_code_dir: str | None = None) -> str:
-    """PYTHONPATH with ``code_dir`` first, the recorded entries after it (the old code dir removed)."""
-    parts = [p for p in (recorded or "").split(":") if p and p not in (code_dir, old_code_dir)]
+def pythonpath(code_dir: str, recorded: str | None, *old_code_dirs: str | None) -> str:
+    """PYTHONPATH with ``code_dir`` first, the recorded entries after it (the old code dir removed, as
+    each of ``old_code_dirs`` names it)."""
+    drop = {posixpath.normpath(d) for d in (code_dir, *old_code_dirs) if d}
+    parts = [p for p in (recorded or "").split(":") if p and posixpath.normpath(p) not in drop]
     return ":".join([code_dir, *parts])
 
 
@@ -702,8 +791,13 @@ async def launch(
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
     on_startup: Callable[[dict], None] | None = None,
+    check: bool = True,
 ) -> ActionResult:
     """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
+
+    ``code_dir`` is the folder that holds the ``trainer`` package (:func:`code_folder`); without it the
+    bundled trainer is deployed. With ``check`` it first runs :func:`preflight` with the launch's
+    interpreter, env and cwd (a restart that ran it before stopping passes ``check=False``).
 
     With ``on_startup``, it waits on for the ``first_step`` event instead, and hands every start-up record
     (``started``, ``startup``, ``first_step``; docs/run-directory.md) to it as it arrives: a trainer that
@@ -719,10 +813,14 @@ async def launch(
     live, _ = await find_trainer(helper, rd)
     if live is not None:
         raise ControlError(f"refused: a live trainer (pid {live.pid}) owns {rd}; stop it first")
+    env = dict(env or {})
+    code_dir = await resolve_code_folder(helper, code_dir)
+    if check:
+        pre = {**env, "PYTHONPATH": pythonpath(code_dir, env.get("PYTHONPATH"))} if code_dir else env
+        await preflight(helper, python, env=pre, cwd=cwd)
     if code_dir is None:
         say("deploying the bundled trainer")
-        code_dir = await deploy(helper, python)
-    env = dict(env or {})
+        code_dir = await deploy(helper, python, check=False)
     env["PYTHONPATH"] = pythonpath(code_dir, env.get("PYTHONPATH"))
     env.setdefault("PYTHONUNBUFFERED", "1")
     metrics = posixpath.join(rd, "metrics.jsonl")
@@ -803,7 +901,8 @@ async def _await_start(
 @dataclass(frozen=True)
 class RestartPlan:
     """What a restart launches (:func:`restart_plan`): run.json's interpreter, cwd, code dir, env and
-    argv with ``--resume auto``."""
+    argv with ``--resume auto``. ``code_given``: the code dir is the operator's (``--code-dir``, a deploy
+    from the screen), not run.json's."""
 
     flags: list[str]
     python: str
@@ -811,14 +910,38 @@ class RestartPlan:
     code_dir: str | None
     env: dict[str, str]
     run_dir: str
+    code_given: bool = False
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", TRAINER_MODULE, *self.flags]
+
+    def lines(self) -> list[str]:
+        """What it will run, for a prompt: interpreter, code directory, cwd, env and the command."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return [
+            f"interpreter: {self.python}",
+            "code directory: "
+            + (
+                f"{self.code_dir} ({'given' if self.code_given else 'run.json'})"
+                if self.code_dir
+                else "(none: the bundled trainer is deployed first)"
+            ),
+            f"working directory: {self.cwd or '(the home directory)'}",
+            f"environment: {env or '(none)'}",
+            f"command: {shlex.join(self.argv)}",
+        ]
 
 
-def restart_plan(trainer: TrainerInfo | None, run: dict | None, code_dir: str | None = None) -> RestartPlan:
+def restart_plan(
+    trainer: TrainerInfo | None, run: dict | None, code_dir: str | None = None, old_folder: str | None = None
+) -> RestartPlan:
     """The one planning pass of a restart, before anything is stopped: the run.json of ``trainer`` (else
     ``run``, the run dir's) made into what the relaunch starts: its interpreter, cwd, code dir (or
     ``code_dir``), env and argv + ``--resume auto``. :class:`ControlError` when there is no run.json
     (``NO_TRAINER`` without a trainer; a trainer found by its command line only cannot be restarted) or
-    it cannot be launched again."""
+    it cannot be launched again. ``old_folder``: run.json's ``code_dir`` as :func:`resolve_code_folder`
+    found it in the container (default: :func:`code_folder` of it)."""
     run = (trainer.run if trainer and trainer.run else None) or run
     if run is None:
         if trainer is not None:
@@ -830,11 +953,12 @@ def restart_plan(trainer: TrainerInfo | None, run: dict | None, code_dir: str | 
     for key in ("interpreter", "argv", "output_dir"):
         if key not in run:
             raise ControlError(f"run.json has no {key!r}; cannot restart the same run")
-    old = run.get("code_dir")
-    new = code_dir or old
+    recorded = run.get("code_dir") if isinstance(run.get("code_dir"), str) else None
+    old = old_folder or code_folder(recorded)
+    new = code_folder(code_dir) or old
     env = {k: str(v) for k, v in (run.get("env") or {}).items() if v is not None}
     if new:
-        env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old)
+        env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old, recorded)
     return RestartPlan(
         flags=set_flag(list(run["argv"]), "--resume", "auto"),
         python=run["interpreter"],
@@ -842,6 +966,7 @@ def restart_plan(trainer: TrainerInfo | None, run: dict | None, code_dir: str | 
         code_dir=new,
         env=env,
         run_dir=run["output_dir"],
+        code_given=bool(code_dir),
     )
 
 
@@ -852,6 +977,7 @@ async def relaunch(
     wait_s: float = 300.0,
     on_status: Callable[[str], None] | None = None,
     on_startup: Callable[[dict], None] | None = None,
+    check: bool = True,
 ) -> ActionResult:
     """Launch ``plan`` (the second half of a restart, once the old trainer stopped)."""
     res = await launch(
@@ -865,5 +991,6 @@ async def relaunch(
         wait_s=wait_s,
         on_status=on_status,
         on_startup=on_startup,
+        check=check,
     )
     return ActionResult(res.code, "restarted: " + res.message, res.trainer)

@@ -3,7 +3,8 @@
 ``Helper.start(conn, ct=...)`` runs ``[pct exec N --] python3 -c PROGRAM`` (quoted with shlex.join),
 waits for the hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
 answer, ``helper.stream(op, on_push, **args)`` for a request that pushes data until cancelled.
-When the channel closes every pending call fails with :class:`HelperGone`.
+When the channel closes every pending call fails with :class:`HelperGone`; a call not answered within its
+limit (:func:`call_limit`) fails with :class:`HelperTimeout`, naming the request.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 import asyncssh
 
 from console.core.helper_program import program_text
+from console.core.sanitize import clean_text, loads
 
 
 class HelperError(Exception):
@@ -27,6 +29,42 @@ class HelperError(Exception):
     def __init__(self, message: str, kind: str = "Error") -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class HelperTimeout(HelperError):
+    """The helper did not answer a request within its limit (a stalled file system, a stuck process)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "HelperTimeout")
+
+
+CALL_S = 30.0  # one file, one directory listing or one /proc entry
+LONG_CALL_S = 600.0  # a walk, a checksum, a deploy's files, a command without its own timeout
+MARGIN_S = 30.0  # beyond an op's own remote ``timeout``
+LONG_OPS = frozenset({"checkpoints", "tree", "sha256", "write_files", "rmtree", "scan", "find", "spawn"})
+CANCELLABLE = frozenset({"wait_exit", "follow"})
+
+
+def call_limit(op: str, args: dict) -> float | None:
+    """How long :meth:`Helper.call` waits for ``op``: every request is bounded, except a ``wait_exit``
+    without a ``timeout`` (a wait for a trainer's exit: its caller holds the deadline and cancels it)."""
+    remote = args.get("timeout")
+    if op in ("run", "wait_exit") and isinstance(remote, (int, float)):
+        return float(remote) + MARGIN_S
+    if op == "wait_exit":
+        return None
+    return LONG_CALL_S if op in LONG_OPS or op == "run" else CALL_S
+
+
+def _what(op: str, args: dict) -> str:
+    """The request as an error names it: ``read /path``, ``run nvidia-smi``, ``kill pid 42``."""
+    if "path" in args:
+        return f"{op} {args['path']}"
+    if op == "run" and args.get("argv"):
+        return f"run {shlex.join(str(a) for a in args['argv'])[:120]}"
+    if "pid" in args:
+        return f"{op} pid {args['pid']}"
+    return op
 
 
 class HelperGone(ConnectionError):
@@ -61,7 +99,7 @@ async def _read_hello(process: asyncssh.SSHClientProcess, ct: int | None, python
             err = b""
             with contextlib.suppress(Exception):
                 err = await asyncio.wait_for(process.stderr.read(), 2)
-            text = (err or b"".join(junk)).decode("utf-8", "replace").strip()
+            text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
             where = f"container {ct}" if ct is not None else "the host"
             raise HelperStartError(f"could not start the helper ({python}) on {where}: {text or 'no output'}")
         try:
@@ -144,9 +182,11 @@ class Helper:
                 line = await self._process.stdout.readline()
                 if not line:
                     break
-                try:
-                    msg = json.loads(line)
+                try:  # bounded, and every string cleaned: what any caller gets is safe to show
+                    msg = loads(line)
                 except ValueError:
+                    continue
+                if not isinstance(msg, dict):  # valid JSON but no reply (a stray line): skipped
                     continue
                 rid = msg.get("id")
                 if "push" in msg:
@@ -190,10 +230,15 @@ class Helper:
             raise HelperGone(f"helper channel lost: {e}") from e
 
     async def call(self, op: str, *, wait_s: float | None = None, **args) -> object:
-        """Send one request and return its result (raises HelperError / HelperGone).
+        """Send one request and return its result (raises HelperError / HelperGone / HelperTimeout).
 
-        ``wait_s`` bounds the wait here; the op's own arguments (``timeout`` of ``run``) go remote.
+        ``wait_s`` bounds the wait here (default :func:`call_limit`); the op's own arguments (``timeout``
+        of ``run``) go remote. A request given up (timed out, or its awaiting task cancelled) that the
+        helper can cancel (``wait_exit``) is cancelled there too.
         """
+        if op == "run" and args.get("timeout") is None:
+            args["timeout"] = LONG_CALL_S  # the command is killed remotely, not only waited for here
+        limit = wait_s if wait_s is not None else call_limit(op, args)
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
@@ -202,13 +247,32 @@ class Helper:
         except HelperGone:
             self._pending.pop(rid, None)
             raise
-        if wait_s is None:
-            return await fut
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), wait_s)
-        except asyncio.TimeoutError:
-            self._pending.pop(rid, None)
+            # asyncio.wait, not wait_for: on Python 3.10/3.11 wait_for loses a cancellation that arrives as the
+            # answer does (the caller's task runs on, e.g. a session's watch loop that close() then waits for)
+            done, _ = await asyncio.wait({fut}, timeout=limit)
+            if not done:
+                raise TimeoutError
+            return fut.result()
+        except TimeoutError:
+            self._give_up(rid, op)
+            host = self.hello.get("hostname") or "the host"
+            raise HelperTimeout(
+                f"the helper on {host} did not answer `{_what(op, args)}` within {limit:.0f} s "
+                "(a stalled file system, or a process stuck in the kernel?)"
+            ) from None
+        except asyncio.CancelledError:
+            self._give_up(rid, op)
             raise
+
+    def _give_up(self, rid: int, op: str) -> None:
+        """Forget request ``rid``; a cancellable one is cancelled in the helper (its answer is ignored)."""
+        fut = self._pending.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.cancel()
+        if op in CANCELLABLE and not self.closed:
+            with contextlib.suppress(HelperGone):
+                self._send({"id": next(self._ids), "op": "cancel", "target": rid})
 
     def stream(self, op: str, on_push: Callable[[dict], None], **args) -> Stream:
         """Start a streaming request; ``on_push`` gets each pushed dict on the event loop."""
@@ -250,9 +314,14 @@ class Helper:
     async def proc(self, pid: int) -> dict | None:
         return await self.call("proc", pid=int(pid))
 
-    async def read(self, path: str, offset: int = 0, length: int = 1 << 20) -> tuple[bytes, int, int]:
-        """(data, start offset, file size). Negative offset counts from the end."""
-        r = await self.call("read", path=path, offset=offset, length=length)
+    async def read(
+        self, path: str, offset: int = 0, length: int = 1 << 20, root: str | None = None
+    ) -> tuple[bytes, int, int]:
+        """(data, start offset, file size) of a regular file (a FIFO, a device or a link is refused).
+        Negative offset counts from the end. With ``root``, ``path`` is relative to that directory and
+        no part of it may be a link."""
+        extra = {"root": root} if root is not None else {}
+        r = await self.call("read", path=path, offset=offset, length=length, **extra)
         return b64decode(r["data"]), int(r["offset"]), int(r["size"])
 
     async def read_json(self, path: str) -> object | None:
@@ -264,7 +333,7 @@ class Helper:
                 return None
             raise
         try:
-            return json.loads(data.decode("utf-8"))
+            return loads(data)  # bounded and cleaned, as replies are
         except ValueError:
             return None
 

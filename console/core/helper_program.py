@@ -5,19 +5,28 @@ so nothing is installed remotely. It speaks one JSON object per line over stdin/
 prints a hello, then it answers requests ``{"id": n, "op": ..., ...}`` with
 ``{"id": n, "ok": true, "result": ...}`` or ``{"id": n, "ok": false, "error": ..., "kind": ...}``.
 Streaming requests (``follow``) also send ``{"id": n, "push": {...}}`` until cancelled. Requests
-run concurrently (slow ones in threads). Bytes travel base64-encoded. It opens no port and exits
-when its stdin closes (its channel is gone); processes it spawned run on in their own session.
+run concurrently: every one that touches a file or /proc runs on its own thread, so the request loop
+never blocks (a stalled mount holds one thread, not the helper); it reads and writes only regular files
+and never follows a symlink in a path's last part (``_open_file``: a FIFO, a device or a link is refused
+at once). Bytes travel base64-encoded. It opens no port and exits when its stdin closes (its channel is
+gone), even while a request is stuck; processes it spawned run on in their own session.
 
 This file must stay runnable by any python3 >= 3.8 with the standard library alone: it must not
 import anything from the console. ``program_text()`` is what the client sends.
 """
 
 import base64
+import errno
+import fcntl
 import json
 import os
+import posixpath
+import pwd
+import re
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -49,6 +58,117 @@ def _b64(data):
 
 def _unb64(text):
     return base64.b64decode(text.encode("ascii"))
+
+
+# --- files: regular files only, links never followed ---------------------------------------------------
+
+
+class NotRegularFile(OSError):
+    """A path names a FIFO, a device, a socket or a directory where a regular file is needed."""
+
+
+class SymlinkRefused(OSError):
+    """A path (or an entry of a copied tree) is a symbolic link: it is never followed."""
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
+
+
+def _kind(mode):
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _link_refusal(path):
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return SymlinkRefused(f"{path} is a symbolic link (to {target}): refused, links are never followed")
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _dir_fd(root, parts):
+    """An fd of the directory ``root``/``parts``, each part opened without following a link."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _link_refusal(root) from None
+        raise
+    try:
+        for i, part in enumerate(parts):
+            if part in ("", ".", ".."):
+                raise ValueError(f"refusing the path {'/'.join(parts)!r} under {root}")
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = os.path.join(root, *parts[: i + 1])
+                    raise (_link_refusal(where) if os.path.islink(where) else e) from None
+                raise
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_file(path, flags=os.O_RDONLY, mode=0o600, root=None):
+    """An fd of the regular file ``path`` (relative to the directory ``root`` when given: then no part
+    of it may be a link, nor ``root`` itself), opened without blocking (a FIFO's open would wait for a
+    writer) and without following a symlink in its last part; anything else is refused at once."""
+    dfd = None
+    if root is not None:
+        parts = path.split("/")
+        dfd = _dir_fd(root, parts[:-1])
+        path, name = os.path.join(root, path), parts[-1]
+    try:
+        fd = os.open(
+            name if dfd is not None else path,
+            flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=dfd,
+        )
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _link_refusal(path) from None
+        if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise NotRegularFile(f"{path} is a FIFO, not a regular file: refused") from None
+        raise
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file: refused")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open(path, how="rb", root=None):
+    """A file object over :func:`_open_file`: ``rb`` read, ``ab`` append, ``wb`` create or truncate,
+    ``xb`` create a new file."""
+    flags = {
+        "rb": os.O_RDONLY,
+        "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        "wb": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+        "xb": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+    }[how]
+    return os.fdopen(_open_file(path, flags, 0o644, root), how.replace("x", "w"))
 
 
 # --- /proc ------------------------------------------------------------------------------------------
@@ -90,10 +210,14 @@ def proc_info(pid):
         "start_time": st[2],
         "cmdline": cmdline,
         "cwd": cwd,
+        "uid": _uid(pid),
     }
 
 
 NOT_RUNNING = "not running"
+TRAINER_MODULE = "trainer.pipeline"
+USER_SCRIPT = "train_dflash_pipeline.py"
+LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
 
 
 def _uid(pid):
@@ -110,16 +234,114 @@ def _uid(pid):
     return None
 
 
+def _user(uid):
+    """``uid N (name)``, as a refusal says an owner."""
+    if uid is None:
+        return "an unknown uid"
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
 def _owners(run_json):
-    """The uids a trainer may run as: the helper's own, and the owner of its run.json (the trainer
+    """{uid: whose} a trainer may run as: the helper's own, and the owner of its run.json (the trainer
     writes that file as itself; run.json has no uid field, so this works for every run.json)."""
-    out = {os.geteuid()}
+    out = {os.geteuid(): "the helper's"}
     if run_json:
         try:
-            out.add(os.stat(run_json).st_uid)
+            out.setdefault(os.stat(run_json).st_uid, "run.json's owner")
         except OSError:
             pass
     return out
+
+
+def is_trainer_cmdline(cmdline):
+    """The trainer's command line: ``python ... -m trainer.pipeline ...`` or ``python ...
+    train_dflash_pipeline.py ...`` (also under torchrun, accelerate, deepspeed), within its first six
+    words. Its workers (``-m trainer.worker``) are not: the console signals the launcher only."""
+    if not cmdline or not posixpath.basename(cmdline[0]).startswith(LAUNCHERS):
+        return False
+    for i, arg in enumerate(cmdline[:6]):
+        if arg == "-m" and i + 1 < len(cmdline) and cmdline[i + 1] == TRAINER_MODULE:
+            return True
+        if i > 0 and posixpath.basename(arg) == USER_SCRIPT:
+            return True
+    return False
+
+
+def _ancestors():
+    """This helper's pid and those of its parents (the shell, pct, sshd ... up to init)."""
+    out, pid = set(), os.getpid()
+    while pid > 0 and pid not in out:
+        out.add(pid)
+        st = _read_stat(pid)
+        pid = st[1] if st else 0
+    return out
+
+
+def _flag(argv, name):
+    """The value of ``--name X`` / ``--name=X`` (the last wins, as argparse does), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1 :]
+    return value
+
+
+def _same_dir(a, b):
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _not_the_trainer(info, expect):
+    """Why the live process ``info`` cannot be the trainer whatever else is known of it, or None:
+    PID 1, this helper or one of its parents, a command line that is not the trainer's, another run
+    directory than ``expect["run_dir"]`` (its --output-dir, against its own cwd)."""
+    pid = info["pid"]
+    if pid <= 1:
+        return f"pid {pid} is the container's init, never the trainer"
+    if pid in _ancestors():
+        return f"pid {pid} is this helper or one of its parents, never the trainer"
+    if not is_trainer_cmdline(info["cmdline"]):
+        return (
+            "its command line is not the trainer's (python -m trainer.pipeline or train_dflash_pipeline.py)"
+        )
+    run_dir = expect.get("run_dir")
+    if run_dir:
+        out = _flag(info["cmdline"], "--output-dir")
+        if out is None:
+            return f"it has no --output-dir, and run.json is in {run_dir}"
+        path = out if os.path.isabs(out) else os.path.join(info["cwd"] or "/", out)
+        if not _same_dir(path, run_dir):
+            return f"its --output-dir is {out}, not {run_dir}"
+    return None
+
+
+# The console cleans every string it gets from here (console/core/sanitize.py: escape sequences and
+# control characters become U+FFFD), so a command line it knows may be the cleaned one. This is that
+# cleaner, kept equal to it by tests/console/core/test_sanitize.py (this file imports nothing).
+_SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
+_UNSAFE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[\]P^_X]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x80-\x9f]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[ -/]*[0-~]"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    "|[\ud800-\udfff]"
+)
+
+
+def shown(text):
+    """``text`` as the console shows it (console/core/sanitize.py's clean_text)."""
+    if "\x1b" in text or "\x9b" in text:
+        text = _SGR.sub("", text)
+    return _UNSAFE.sub("\ufffd", text)
+
+
+def _same_argv(real, expected):
+    """The command line is the expected one, as it is or as the console shows it (cleaned)."""
+    return real == expected or [shown(a) for a in real] == expected
 
 
 def identity(info, expect):
@@ -127,9 +349,11 @@ def identity(info, expect):
 
     ``info`` is proc_info of the PID (None: there is none); ``expect`` what is known of the process,
     each part checked when present: ``start_time`` (/proc/PID/stat field 22: with the PID it names one
-    process), ``argv_rest`` (its command line after argv[0], which may be spelled differently),
+    process), ``trainer`` (true: it must be a trainer at all, :func:`_not_the_trainer`, checking
+    ``run_dir`` too), ``argv_rest`` (its command line after argv[0], which may be spelled differently),
     ``owner`` (``{"run_json": path or None}``: its effective uid must be one of :func:`_owners`).
-    Returns ``("same", None)``, ``("gone", why)`` (not running, or a zombie) or ``("other", why)``.
+    Returns ``("same", None)``, ``("gone", why)`` (not running, or a zombie) or ``("other", why)``,
+    where ``why`` says what was found.
     """
     if info is None or not info["alive"]:
         return "gone", NOT_RUNNING
@@ -137,15 +361,20 @@ def identity(info, expect):
     st = expect.get("start_time")
     if st is not None and info["start_time"] != st:
         return "other", f"start time {info['start_time']} vs {st}"
+    if expect.get("trainer"):
+        why = _not_the_trainer(info, expect)
+        if why:
+            return "other", why
     rest = expect.get("argv_rest")
-    if rest is not None and info["cmdline"][1:] != list(rest):
+    if rest is not None and not _same_argv(info["cmdline"][1:], list(rest)):
         return "other", "another command line"
     owner = expect.get("owner")
     if owner is not None:
-        uid = _uid(info["pid"])
+        uid = info["uid"] if "uid" in info else _uid(info["pid"])
         allowed = _owners(owner.get("run_json"))
         if uid not in allowed:
-            return "other", f"owned by uid {uid}, not {' or '.join(str(u) for u in sorted(allowed))}"
+            ok = " or ".join(f"{_user(u)}, {whose}" for u, whose in sorted(allowed.items()))
+            return "other", f"owned by {_user(uid)}, not {ok}"
     return "same", None
 
 
@@ -167,16 +396,29 @@ def op_proc(req):
 
 
 def op_identify(req):
-    """Is PID still the process ``expect`` names (:func:`identity`)? The verdict, why, and its /proc."""
+    """Is PID still the process ``expect`` names (:func:`identity`)? The verdict, why, and its /proc;
+    ``owner`` says it when the process is taken for the trainer as its run.json's owner's, not the
+    helper's user's."""
     info = proc_info(int(req["pid"]))
     verdict, why = identity(info, req.get("expect"))
-    return {"identity": verdict, "why": why, "proc": info}
+    out = {"identity": verdict, "why": why, "proc": info}
+    if verdict == "same" and info["uid"] != os.geteuid():
+        out["owner"] = (
+            f"runs as {_user(info['uid'])}, its run.json's owner, not as the helper's {_user(os.geteuid())}"
+        )
+    return out
 
 
 def op_kill(req):
-    """Signal a process after checking it still is the one expected (pidfd: no PID-reuse race)."""
+    """Signal a process after checking it still is the one expected (pidfd: no PID-reuse race). Only
+    ever a trainer: whatever ``expect`` says, the trainer rule and the owner rule of :func:`identity`
+    are checked (never PID 1, this helper or its parents, another program, another user's process)."""
     pid = int(req["pid"])
     sig = _sig(req.get("sig", "SIGINT"))
+    expect = dict(req.get("expect") or {}, trainer=True)
+    expect["owner"] = expect.get("owner") or {"run_json": None}
+    if pid <= 1:
+        return {"sent": False, "reason": "mismatch", "why": f"pid {pid} is never signalled", "proc": None}
     fd = None
     if hasattr(os, "pidfd_open"):
         try:
@@ -187,7 +429,7 @@ def op_kill(req):
             fd = None
     try:
         info = proc_info(pid)
-        verdict, why = identity(info, req.get("expect"))
+        verdict, why = identity(info, expect)
         if verdict == "gone":
             return {"sent": False, "reason": "gone", "proc": info}
         if verdict != "same":
@@ -320,7 +562,7 @@ def op_spawn(req):
     d = os.path.dirname(log)
     if d:
         os.makedirs(d, exist_ok=True)
-    logf = open(log, "ab")  # noqa: SIM115 (closed below, once the child holds it)
+    logf = _open(log, "ab")  # closed below, once the child holds it
     try:
         p = subprocess.Popen(
             argv,
@@ -365,21 +607,21 @@ def op_stat(req):
         st = os.stat(req["path"])
     except FileNotFoundError:
         return {"exists": False}
-    import stat as _stat
-
     return {
         "exists": True,
         "size": st.st_size,
         "mtime": st.st_mtime,
-        "is_dir": _stat.S_ISDIR(st.st_mode),
+        "is_dir": stat.S_ISDIR(st.st_mode),
+        "is_file": stat.S_ISREG(st.st_mode),
         "ino": st.st_ino,
     }
 
 
 def op_read(req):
-    """Bytes of a file from ``offset`` (negative: from the end), at most ``length``."""
+    """Bytes of a regular file from ``offset`` (negative: from the end), at most ``length``. With ``root``,
+    ``path`` is relative to that directory and no part of it may be a link (what the copy reads)."""
     length = min(int(req.get("length", MAX_READ)), MAX_READ)
-    with open(req["path"], "rb") as f:
+    with _open(req["path"], root=req.get("root")) as f:
         size = os.fstat(f.fileno()).st_size
         offset = int(req.get("offset", 0))
         if offset < 0:
@@ -402,7 +644,7 @@ def op_follow(req, cancel):
         while not cancel.is_set():
             if f is None:
                 try:
-                    f = open(path, "rb")  # noqa: SIM115 (kept open across polls)
+                    f = _open(path)  # kept open across polls; a FIFO or a link ends the follow
                     ino = os.fstat(f.fileno()).st_ino
                     said_missing = False
                 except FileNotFoundError:
@@ -422,7 +664,7 @@ def op_follow(req, cancel):
                 _send({"id": rid, "push": {"data": _b64(data), "offset": offset}})
                 continue
             try:
-                if os.stat(path).st_ino != ino:  # replaced: the rest of the old one is read, then the new
+                if os.lstat(path).st_ino != ino:  # replaced: the rest of the old one is read, then the new
                     f.close()  # file from its start
                     f = None
                     offset = 0
@@ -444,11 +686,15 @@ def op_write(req):
     if d:
         os.makedirs(d, exist_ok=True)
     if req.get("append"):
-        with open(path, "ab") as f:
+        with _open(path, "ab") as f:
             f.write(data)
         return {"bytes": len(data)}
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        os.unlink(tmp)  # a leftover of a crashed write (a planted link goes, its target is untouched)
+    except FileNotFoundError:
+        pass
+    with _open(tmp, "xb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -467,7 +713,7 @@ def op_write_files(req):
         path = os.path.join(root, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = _unb64(item["data"])
-        with open(path, "wb") as f:
+        with _open(path, "wb") as f:
             f.write(data)
         if item.get("mode") is not None:
             os.chmod(path, int(item["mode"]))
@@ -517,10 +763,54 @@ def op_listdir(req):
         return None
 
 
+def _read_small(path, limit=4096):
+    """The first ``limit`` bytes of a regular file as text (None when absent or refused)."""
+    try:
+        with _open(path) as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _is_dir(path):
+    """A real directory (not a link to one)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _du(root):
+    """(bytes, newest mtime) of the regular files under ``root``; links are not followed."""
+    size, mtime = 0, 0.0
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            try:
+                s = os.lstat(os.path.join(dirpath, fn))
+            except OSError:
+                continue
+            if stat.S_ISREG(s.st_mode):
+                size += s.st_size
+                mtime = max(mtime, s.st_mtime)
+    return size, mtime
+
+
+def _export(step_dir):
+    """(the serving export: ``export/``, else ``drafter/``; a link in their place, said as what it is)."""
+    for name in ("export", "drafter"):
+        e = os.path.join(step_dir, name)
+        if os.path.islink(e):
+            return None, str(_link_refusal(e))
+        if _is_dir(e):
+            return e, None
+    return None, None
+
+
 def op_checkpoints(req):
     """The run directory's filesystem (statvfs) and its checkpoints/: each step_* entry's size, mtime,
     whether it is complete (its manifest is there), what ``latest`` names, and where its drafter for
-    serving is (``export/``, else ``drafter/``)."""
+    serving is (``export/``, else ``drafter/``). Links are never followed: a linked step_* is listed with
+    ``link`` (its target), a linked export with ``export_refused``."""
     run_dir = req["path"]
     out = {"free": None, "total": None, "latest": None, "entries": [], "error": None}
     try:
@@ -531,63 +821,65 @@ def op_checkpoints(req):
         out["error"] = str(e)
         return out
     root = os.path.join(run_dir, "checkpoints")
-    try:
-        with open(os.path.join(root, "latest"), encoding="utf-8") as f:
-            out["latest"] = f.read().strip() or None
-    except OSError:
-        pass
+    out["latest"] = (_read_small(os.path.join(root, "latest")) or "").strip() or None
     try:
         names = sorted(os.listdir(root))
     except OSError:
         return out
     for name in names:
         p = os.path.join(root, name)
-        if not name.startswith("step_") or not os.path.isdir(p):
+        if not name.startswith("step_"):
             continue
-        size, mtime = 0, 0.0
-        for dirpath, _dirs, files in os.walk(p):
-            for fn in files:
-                try:
-                    s = os.stat(os.path.join(dirpath, fn))
-                except OSError:
-                    continue
-                size += s.st_size
-                mtime = max(mtime, s.st_mtime)
-        # the serving export (issue 15's bf16 export/), else the drafter the checkpoint exports
-        export = next(
-            (e for e in (os.path.join(p, "export"), os.path.join(p, "drafter")) if os.path.isdir(e)), None
-        )
-        out["entries"].append(
-            {
-                "name": name,
-                "path": p,
-                "bytes": size,
-                "mtime": mtime or None,
-                "complete": ".tmp-" not in name and os.path.exists(os.path.join(p, "manifest.json")),
-                "export": export,
-            }
-        )
+        if os.path.islink(p):
+            entry = {"name": name, "path": p, "bytes": 0, "mtime": None, "complete": False, "export": None}
+            out["entries"].append({**entry, "link": str(_link_refusal(p))})
+            continue
+        if not _is_dir(p):
+            continue
+        size, mtime = _du(p)
+        export, refused = _export(p)
+        manifest = os.path.join(p, "manifest.json")
+        entry = {
+            "name": name,
+            "path": p,
+            "bytes": size,
+            "mtime": mtime or None,
+            # step_N.bad: a checkpoint the trainer set aside (it did not verify), never offered as complete
+            "complete": ".tmp-" not in name
+            and ".bad" not in name
+            and os.path.isfile(manifest)
+            and not os.path.islink(manifest),
+            "export": export,
+        }
+        out["entries"].append({**entry, "export_refused": refused} if refused else entry)
     return out
 
 
 def op_tree(req):
-    """Every regular file under a directory: relative path, size, mtime (sorted; links not followed)."""
-    import stat as _stat
-
+    """Every regular file under a real directory: relative path, size, mtime, mode (sorted). A link (the
+    directory itself or any entry under it), a FIFO, a device or a socket is refused, naming it."""
     root = req["path"]
+    if os.path.islink(root):
+        raise _link_refusal(root)
     if not os.path.isdir(root):
         raise NotADirectoryError(root)
     out = []
     for dirpath, dirs, files in os.walk(root):
         dirs.sort()
-        for fn in sorted(files):
+        for fn in [*dirs, *sorted(files)]:
             p = os.path.join(dirpath, fn)
             try:
                 st = os.lstat(p)
-            except OSError:
+            except FileNotFoundError:
                 continue
-            if _stat.S_ISREG(st.st_mode):
-                out.append({"rel": os.path.relpath(p, root), "size": st.st_size, "mtime": st.st_mtime})
+            if stat.S_ISLNK(st.st_mode):
+                raise _link_refusal(p)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegularFile(f"{p} is {_kind(st.st_mode)}, not a regular file: refused")
+            rel = os.path.relpath(p, root)
+            out.append({"rel": rel, "size": st.st_size, "mtime": st.st_mtime, "mode": st.st_mode & 0o7777})
     return out
 
 
@@ -595,7 +887,7 @@ def op_sha256(req):
     import hashlib
 
     h = hashlib.sha256()
-    with open(req["path"], "rb") as f:
+    with _open(req["path"], root=req.get("root")) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -609,20 +901,19 @@ def op_cancel(req):
     return {"found": ev is not None}
 
 
-QUICK = {
-    "ping": op_ping,
+# Answered on the request loop itself: nothing that touches a file or /proc (a stalled mount, a FIFO,
+# a process stuck in the kernel) may hold the loop that reads the next request and sees stdin close.
+QUICK = {"ping": op_ping, "cancel": op_cancel}
+SLOW = {
     "proc": op_proc,
     "identify": op_identify,
     "kill": op_kill,
     "stat": op_stat,
     "read": op_read,
-    "cancel": op_cancel,
     "mkdir": op_mkdir,
     "rename": op_rename,
     "listdir": op_listdir,
     "write": op_write,
-}
-SLOW = {
     "checkpoints": op_checkpoints,
     "tree": op_tree,
     "sha256": op_sha256,

@@ -8,35 +8,37 @@ kept until its newline arrives.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
+from console.core.sanitize import BadJson, loads
+
 MAX_RECORD = 1 << 20  # a longer line is not a record: skipped (counted in bad_lines), never buffered
+# the contract's list and object fields (docs/run-directory.md): readers iterate them without checking
+_CONTAINERS = {"devices": list, "queue": dict, "acc": list, "per_position": list, "histogram": list}
 
 
 def parse_line(line: bytes | str) -> dict | None:
     """One line -> a record dict, or None when it is not a JSON object with a string ``kind``.
 
-    Unknown kinds are returned as they are (callers ignore what they do not know); a missing or
-    non-numeric ``t`` becomes None rather than an error.
+    Decoding is bounded and the text cleaned (console/core/sanitize.py: no escape sequence or control
+    character of the container's reaches a terminal; a 100k-deep line is a bad line, not a
+    RecursionError). Unknown kinds are returned as they are (callers ignore what they do not know);
+    a missing or non-numeric ``t`` becomes None rather than an error.
     """
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    line = line.strip()
-    if not line:
+    if not line.strip():
         return None
     try:
-        rec = json.loads(line)
-    except ValueError:
+        rec = loads(line, MAX_RECORD)
+    except BadJson:
         return None
     if not isinstance(rec, dict) or not isinstance(rec.get("kind"), str):
         return None
     t = rec.get("t")
     if not isinstance(t, (int, float)) or isinstance(t, bool):
         rec["t"] = None
+    for key, kind in _CONTAINERS.items():  # a list or object field of another type: as if absent
+        if key in rec and not isinstance(rec[key], kind):
+            del rec[key]
     return rec
 
 
@@ -73,7 +75,10 @@ class MetricsParser:
         for raw in lines:
             if not raw.strip():
                 continue
-            rec = parse_line(raw) if len(raw) <= self.max_line else None
+            try:  # each record on its own: a bad one is skipped and counted, never the chunk
+                rec = parse_line(raw) if len(raw) <= self.max_line else None
+            except Exception:  # noqa: BLE001 - parse_line has no known raise left; stay safe
+                rec = None
             if rec is None:
                 self.bad_lines += 1
             else:

@@ -17,22 +17,22 @@ import gzip
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from console.core.events import (
     ActionPhase,
-    CheckpointEntry,
     ConnState,
     DiskInfo,
-    Gpu,
     GpuSample,
     LogLines,
     Record,
     TelemetryState,
     TrainerFound,
-    TrainerInfo,
 )
+from console.core.sanitize import MAX_DEPTH, BadJson, loads
+from console.core.typed import build
 
 VERSION = 1
 TYPES = {
@@ -48,20 +48,13 @@ def encode(event) -> tuple[str, dict] | None:
     return name, dataclasses.asdict(event)
 
 
-def decode(name: str, data: dict):
+def decode(name: str, data: dict, where: str = ""):
+    """The event ``data`` describes, every field checked (console/core/typed.py: a TypeError naming
+    the field when it is not what the recorder writes); None for a type this console does not know."""
     cls = TYPES.get(name)
     if cls is None:
         return None
-    if cls is TrainerFound:
-        tr = data.get("trainer")
-        return TrainerFound(TrainerInfo(**tr) if tr else None)
-    if cls is GpuSample:
-        return GpuSample([Gpu(**g) for g in data.get("gpus", [])])
-    if cls is DiskInfo:
-        return DiskInfo(
-            **{**data, "checkpoints": [CheckpointEntry(**c) for c in data.get("checkpoints", [])]}
-        )
-    return cls(**data)
+    return build(cls, data, where or name)
 
 
 class Recorder:
@@ -118,6 +111,10 @@ class Recorder:
         self.stop()
 
 
+MAX_LINE = 16 << 20  # one event's line, at most (the recorder writes at most a few MB: a log batch)
+MAX_BAD = 5  # bad lines named in Recording.bad_lines (all are counted)
+
+
 @dataclass
 class Entry:
     t: float
@@ -132,6 +129,8 @@ class Recording:
     entries: list[Entry]
     notes: list[tuple[float, str]]
     torn: bool = False  # the file ended mid-way (the console was killed while recording)
+    bad: int = 0  # complete lines that were not events this console reads: skipped
+    bad_lines: list[str] = field(default_factory=list)  # the first MAX_BAD of them, "FILE:LINE: why"
 
     @property
     def runs(self) -> list[dict]:
@@ -150,38 +149,136 @@ class Recording:
 
 
 class RecordError(ValueError):
-    """Not a record this console can read."""
+    """Not a record this console can read (the message names the file, and the line when one is to blame)."""
 
 
 def read(path: str | os.PathLike) -> Recording:
-    """The whole record (a torn end, as after a kill, keeps what is complete)."""
-    header, entries, notes, torn = None, [], [], False
-    try:
-        with gzip.open(path, "rt") as f:
+    """The whole record, in memory (what a replay seeks in); status and logs stream it (:class:`Reader`)."""
+    with Reader(path) as r:
+        entries = list(r)
+    return r.recording(entries)
+
+
+class Reader:
+    """A record read one bounded line at a time: the header when opened, then ``for entry in reader``.
+
+    A complete line that is not an event this console reads (too long, not JSON, nested too deep,
+    a field of the wrong type) is skipped and counted, with its line number; a torn last line (the
+    console was killed while recording) ends the record quietly; a file that is not a record at all
+    is a :class:`RecordError` naming it."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = str(path)
+        self.line = 0
+        self.notes: list[tuple[float, str]] = []
+        self.torn = False
+        self.bad = 0
+        self.bad_lines: list[str] = []
+        try:
+            self._f = gzip.open(self.path, "rb")  # noqa: SIM115 - closed by __exit__ (or below)
+        except OSError as e:
+            raise RecordError(f"{self.path}: {e.strerror or e}") from e
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self._f.close()
+            raise
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def recording(self, entries: list[Entry]) -> Recording:
+        return Recording(self.path, self.header, entries, self.notes, self.torn, self.bad, self.bad_lines)
+
+    def __iter__(self) -> Iterator[Entry]:
+        for obj in self._objects():
+            kind, entry = obj.get("kind"), None
+            try:  # each line decoded on its own (and the yield outside: a reader's error is its own)
+                if kind == "event":
+                    entry = self._entry(obj)
+                elif kind == "note":
+                    self.notes.append((_num(obj.get("t")), str(obj.get("text", ""))))
+            except (TypeError, ValueError, KeyError) as e:
+                self._bad(str(e))
+            if entry is not None:
+                yield entry
+
+    def _read_header(self) -> dict:
+        raw = next(self._lines(), None)
+        try:
+            obj = loads(raw) if raw else None
+        except BadJson as e:
+            raise RecordError(f"{self.path}:1: not a dflash-console record ({e})") from e
+        if not isinstance(obj, dict) or obj.get("kind") != "header" or self.line != 1:
+            raise RecordError(f"{self.path}:1: not a dflash-console record (no header)")
+        if obj.get("version") != VERSION:
+            raise RecordError(
+                f"{self.path}: record version {obj.get('version')} (this console reads {VERSION})"
+            )
+        runs = obj.get("runs", [])
+        ok = isinstance(runs, list) and all(
+            isinstance(r, dict) and all(isinstance(r.get(k, ""), str) for k in ("label", "where"))
+            for r in runs
+        )
+        if not ok or not isinstance(obj.get("t", 0.0), (int, float)):
+            raise RecordError(f"{self.path}:1: the header's runs or t are not what a recorder writes")
+        return obj
+
+    def _entry(self, obj: dict) -> Entry | None:
+        t, run, name = obj.get("t"), obj.get("run", 0), obj.get("type")
+        if not isinstance(t, (int, float)) or isinstance(t, bool):
+            raise TypeError("event: t is not a number")
+        if not isinstance(run, int) or isinstance(run, bool) or not isinstance(name, str):
+            raise TypeError("event: run is not an integer or type not a string")
+        event = decode(name, obj.get("data"), f"{name} event")
+        return None if event is None else Entry(float(t), run, event)
+
+    def _bad(self, why: str) -> None:
+        self.bad += 1
+        if len(self.bad_lines) < MAX_BAD:
+            self.bad_lines.append(f"{self.path}:{self.line}: {why}")
+
+    def _objects(self) -> Iterator[dict]:
+        """Each complete line's JSON object (a bad line is counted, never kept whole in memory)."""
+        for raw in self._lines():
+            if raw is None:
+                self._bad(f"longer than {MAX_LINE:,} bytes")
+                continue
             try:
-                for line in f:
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError:
-                        torn = True
-                        break
-                    kind = obj.get("kind")
-                    if kind == "header":
-                        header = obj
-                    elif kind == "event":
-                        ev = decode(obj.get("type"), obj.get("data") or {})
-                        if ev is not None:
-                            entries.append(Entry(obj["t"], obj.get("run", 0), ev))
-                    elif kind == "note":
-                        notes.append((obj.get("t", 0.0), obj.get("text", "")))
-            except (EOFError, gzip.BadGzipFile, OSError) as e:
-                if header is None:
-                    raise RecordError(f"{path}: not a dflash-console record ({e})") from e
-                torn = True
-    except FileNotFoundError as e:
-        raise RecordError(f"{path}: no such file") from e
-    if header is None:
-        raise RecordError(f"{path}: not a dflash-console record (no header)")
-    if header.get("version") != VERSION:
-        raise RecordError(f"{path}: record version {header.get('version')} (this console reads {VERSION})")
-    return Recording(str(path), header, entries, notes, torn)
+                obj = loads(raw, max_depth=MAX_DEPTH + 8)  # an event wraps a record in 3 levels
+            except BadJson as e:
+                self._bad(str(e))
+                continue
+            if isinstance(obj, dict):
+                yield obj
+            else:
+                self._bad(f"a JSON {type(obj).__name__}, not an object")
+
+    def _lines(self) -> Iterator[bytes | None]:
+        """Complete lines (None for one over MAX_LINE, skipped unread); a torn or corrupt end stops."""
+        try:
+            while True:
+                raw = self._f.readline(MAX_LINE + 1)
+                if not raw:
+                    return
+                self.line += 1
+                if len(raw) > MAX_LINE:
+                    while raw and not raw.endswith(b"\n"):  # skip the rest of it, 1 MB at a time
+                        raw = self._f.readline(1 << 20)
+                    yield None
+                elif not raw.endswith(b"\n"):
+                    self.torn = True
+                    return
+                elif raw.strip():
+                    yield raw
+        except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as e:
+            if self.line <= 1:
+                raise RecordError(f"{self.path}: not a dflash-console record ({e})") from e
+            self.torn = True
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0

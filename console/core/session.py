@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import posixpath
-import shlex
 import time
 from collections.abc import Callable
 
@@ -34,6 +33,7 @@ from console.core.helper import Helper, HelperError, HelperGone
 from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
+from console.core.restart_trust import refusal, restart_concerns
 from console.core.ssh import backoff, connect
 from console.core.streams import FileTail, LineSplitter, start_offset
 from console.core.telemetry import Telemetry
@@ -295,7 +295,7 @@ class Session:
     async def _watch(self, helper: Helper) -> None:
         """Learn at once when the trainer exits (pidfd in the helper); look for one while there is none."""
         with contextlib.suppress(HelperGone, asyncio.CancelledError):
-            while not helper.closed:
+            while not helper.closed and not self._closing:
                 trainer = self.trainer
                 if trainer is None:
                     await asyncio.sleep(self.rescan_s)
@@ -433,7 +433,7 @@ class Session:
             if stale is not None:
                 msg = (
                     f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
-                    f"(now: {shlex.join(stale['cmdline'])[:200]}); nothing was signalled"
+                    f"({stale['why']}; now running: {stale['now']}); nothing was signalled"
                 )
                 p = ActionPhase(StopPhase.REFUSED, msg, None, time.time())
                 self._phase_fn(on_phase)(p)
@@ -486,6 +486,22 @@ class Session:
             except HelperGone as e:
                 err = e
 
+    async def plan_restart(
+        self, code_dir: str | None = None
+    ) -> tuple[control.RestartPlan, list[str], TrainerInfo | None]:
+        """(what a restart would launch, why it needs its own confirmation (restart_trust), the trainer
+        it would stop first); :class:`control.ControlError` when it could not be launched again."""
+        helper = self._writable()
+        trainer = self.trainer or await self._refresh_trainer()
+        run = self.run
+        if run is None and self.run_dir:
+            run = await control.read_run_json(helper, self.run_dir)
+        recorded = ((trainer.run if trainer and trainer.run else None) or run or {}).get("code_dir")
+        old = await control.resolve_code_folder(helper, recorded) if isinstance(recorded, str) else None
+        code_dir = await control.resolve_code_folder(helper, code_dir)
+        plan = control.restart_plan(trainer, run, code_dir, old_folder=old)
+        return plan, await restart_concerns(helper, plan, trainer, run), trainer
+
     async def restart_trainer(
         self,
         timeout: float = 120.0,
@@ -493,19 +509,27 @@ class Session:
         code_dir: str | None = None,
         wait_s: float = 300.0,
         on_startup=None,
+        shown: control.RestartPlan | None = None,
+        trusted: tuple[str, ...] | list[str] = (),
     ) -> ActionResult:
         """Stop cleanly, then launch the same run (run.json) with ``--resume auto``: planned once
-        (control.restart_plan), before anything is stopped; the stop survives a dropped link (_stop)."""
+        (:meth:`plan_restart`), before anything is stopped; the stop survives a dropped link (_stop).
+        What only run.json vouches for (console/core/restart_trust.py) is refused unless each such
+        concern is in ``trusted`` (what the operator confirmed); a plan that is no longer ``shown`` (what
+        the prompt showed) is refused too. The interpreter's preflight (control.preflight) runs before
+        the stop."""
         helper = self._writable()
         phase = self._phase_fn(on_phase)
-        trainer = self.trainer or await self._refresh_trainer()
-        run = self.run
-        if run is None and self.run_dir:
-            run = await control.read_run_json(helper, self.run_dir)
         try:  # refuse before stopping when it could not be launched again
-            plan = control.restart_plan(trainer, run, code_dir)
+            plan, concerns, trainer = await self.plan_restart(code_dir)
+            if shown is not None and plan != shown:
+                raise control.ControlError("run.json changed after it was shown; look again")
+            unconfirmed = [c for c in concerns if c not in trusted]
+            if unconfirmed:
+                return ActionResult(Outcome.ERROR, refusal(unconfirmed), self.trainer)
+            await control.preflight(helper, plan.python, env=plan.env, cwd=plan.cwd)
         except control.ControlError as e:
-            return ActionResult(e.outcome, str(e), trainer)
+            return ActionResult(e.outcome, f"not restarted, nothing was done: {e}", self.trainer)
         if trainer is not None:
             res = await self._stop(helper, trainer, timeout, phase, "SIGINT")
             if res.code != Outcome.OK:
@@ -518,6 +542,7 @@ class Session:
             res = await control.relaunch(
                 helper,
                 plan,
+                check=False,
                 wait_s=wait_s,
                 on_status=lambda s: phase(ActionPhase(StopPhase.LAUNCHING, s, None, time.time())),
                 on_startup=on_startup,

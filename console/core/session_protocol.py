@@ -4,9 +4,12 @@ is one. The screen depends on this, not on Session, so it can be driven by anyth
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from console.core.events import ActionPhase, ActionResult, Event
+from console.core.events import ActionPhase, ActionResult, Event, TrainerInfo
+
+if TYPE_CHECKING:
+    from console.core.control import RestartPlan
 
 
 class ScreenSession(Protocol):
@@ -31,7 +34,15 @@ class ScreenSession(Protocol):
         timeout: float = ...,
         on_phase: Callable[[ActionPhase], None] | None = ...,
         code_dir: str | None = ...,
+        shown: RestartPlan | None = ...,
+        trusted: tuple[str, ...] | list[str] = ...,
     ) -> ActionResult: ...
+
+    async def plan_restart(
+        self, code_dir: str | None = ...
+    ) -> tuple[RestartPlan, list[str], TrainerInfo | None]:
+        """What a restart would launch, why it needs its own confirmation, the trainer it stops first."""
+        ...
 
     async def launch(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 
 import asyncssh
@@ -51,8 +52,38 @@ def _parse_jump(spec: str) -> tuple[str | None, str, int | None]:
     return user or None, host, port
 
 
-def _known_hosts_name(options: ConnectOptions) -> str:
-    return options.known_hosts or "~/.ssh/known_hosts"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+def _checked_against(host: str, kw: dict) -> tuple[str, int, str]:
+    """(host name, port, known_hosts file(s)) that asyncssh used for ``host``: ssh_config applied
+    (``HostName``, ``Port``, ``UserKnownHostsFile`` of an alias), the explicit options over it."""
+    keep = {k: kw[k] for k in ("port", "config", "known_hosts") if k in kw}
+    try:
+        o = asyncssh.SSHClientConnectionOptions(host=host, client_keys=None, agent_path=None, **keep)
+    except (OSError, ValueError, asyncssh.Error):  # an unreadable config: say what we were given
+        return host, int(kw.get("port") or 22), str(kw.get("known_hosts") or DEFAULT_KNOWN_HOSTS)
+    files = o.known_hosts
+    if isinstance(files, (list, tuple)):  # [] (no UserKnownHostsFile): asyncssh's default file
+        files = ", ".join(str(f) for f in files) or DEFAULT_KNOWN_HOSTS
+    return (
+        str(o.host),
+        int(o.port),
+        str(files) if isinstance(files, (str, os.PathLike)) else DEFAULT_KNOWN_HOSTS,
+    )
+
+
+def _refusal(host: str, kw: dict, fp: str) -> str:
+    name, port, files = _checked_against(host, kw)
+    where = f"[{name}]:{port}" if port != 22 else name
+    if name != host:
+        where += f" ({host})"
+    first = files.split(", ")[0]
+    return (
+        f"host key of {where} is not trusted: it is unknown to or differs from {files}; the server offered "
+        f"{fp}. Check it out of band; if it is right, add it to known_hosts (e.g. `ssh-keyscan -p {port} "
+        f"{name} >> {first}` after checking the fingerprint). Refusing to connect."
+    )
 
 
 async def _fingerprint(host: str, kw: dict, tunnel) -> str:
@@ -75,15 +106,7 @@ async def _connect_one(host: str, kw: dict, options: ConnectOptions, tunnel=None
     try:
         return await asyncssh.connect(host, tunnel=tunnel if tunnel is not None else (), **kw)
     except asyncssh.HostKeyNotVerifiable as e:
-        fp = await _fingerprint(host, kw, tunnel)
-        port = kw.get("port")
-        where = f"[{host}]:{port}" if port and port != 22 else host
-        raise HostKeyRefused(
-            f"host key of {where} is not trusted: it is unknown to or differs from "
-            f"{_known_hosts_name(options)}; the server offered {fp}. Check it out of band; if it is "
-            f"right, add it to known_hosts (e.g. `ssh-keyscan -p {port or 22} {host} >> FILE` after checking "
-            f"the fingerprint). Refusing to connect."
-        ) from e
+        raise HostKeyRefused(_refusal(host, kw, await _fingerprint(host, kw, tunnel))) from e
     except asyncssh.PermissionDenied as e:
         err = ConnectError(f"authentication failed for {options.display}: {e.reason or e}")
         err.retryable = False

@@ -14,18 +14,19 @@ import contextlib
 from collections.abc import Callable
 
 from console.core.helper import Helper, HelperError, HelperGone, Stream, b64decode
+from console.core.sanitize import clean_text
 
 MAX_LINE = 64 << 10  # a log line longer than this is cut (the rest up to its newline is dropped)
-_CONTROLS = {c: "\ufffd" for c in [*range(0, 9), *range(10, 32), 127]}  # all C0 but TAB, and DEL
 
 
 def clean_line(raw: bytes) -> str:
-    """A log line as text: undecodable bytes and control characters become U+FFFD; of a line that
-    redraws itself with carriage returns (progress bars) the last drawing is kept."""
+    """A log line as text: undecodable bytes become U+FFFD, and escape sequences and control
+    characters are cleaned (console/core/sanitize.py); of a line that redraws itself with carriage
+    returns (progress bars) the last drawing is kept."""
     text = raw.decode("utf-8", "replace").rstrip("\r")
     if "\r" in text:
         text = text.rsplit("\r", 1)[1]
-    return text.translate(_CONTROLS)
+    return clean_text(text)
 
 
 class LineSplitter:

@@ -101,6 +101,14 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
     )
 
 
+def ct_with_name(name: str, path: Path | str | None = None) -> str:
+    """The one message for ``--ct`` given with a config name (its entry names its container)."""
+    return (
+        f"{name} is a target of {path or config_path()} (its entry names its container); "
+        "--ct goes with a HOST, not a target name"
+    )
+
+
 def resolve(
     names: list[str],
     base: ConnectOptions,
@@ -112,8 +120,11 @@ def resolve(
 ) -> list[Target]:
     """Targets for the positionals ``names``: a config name is that target (the command line's
     connection flags fill in what it does not set; ``--readonly`` makes it read-only); any other
-    name is ``[user@]host``, one target per ``--ct`` (or the host itself), with ``--run-dir``."""
+    name is ``[user@]host``, one target per ``--ct`` (or the host itself), with ``--run-dir``. ``--ct``
+    with config names only is a :class:`ConfigError` (:func:`ct_with_name`)."""
     named = targets_from_config(config or {}, path)
+    if cts and all(name in named for name in names):  # no HOST for the --ct to go with
+        raise ConfigError(ct_with_name(names[0], path))
     out: list[Target] = []
     for name in names:
         if name in named:
@@ -157,9 +168,7 @@ def resolve_one(
     named = targets_from_config(config or {}, path)
     is_name = name in named
     if is_name and ct:
-        raise ConfigError(
-            f"{name} is a target of {path or config_path()}; --ct goes with a HOST, not a target name"
-        )
+        raise ConfigError(ct_with_name(name, path))
     found = resolve([name], base, cts=ct or None, run_dir=run_dir, config=config, path=path)
     if len(found) != 1:
         runs = ", ".join(t.where for t in found)

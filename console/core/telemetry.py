@@ -16,6 +16,7 @@ from collections.abc import Callable
 import asyncssh
 
 from console.core.events import Gpu, GpuSample, TelemetryState
+from console.core.sanitize import clean_text
 
 FIELDS = "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 
@@ -44,8 +45,9 @@ def _num(text: str) -> float | None:
 
 
 def parse_gpu_line(line: str) -> Gpu | None:
-    """One nvidia-smi CSV line -> Gpu, or None for anything else (a header, an error message)."""
-    parts = [p.strip() for p in line.strip().split(",")]
+    """One nvidia-smi CSV line -> Gpu, or None for anything else (a header, an error message). It
+    comes on its own channel, not through the helper: cleaned here (console/core/sanitize.py)."""
+    parts = [p.strip() for p in clean_text(line).strip().split(",")]
     if len(parts) != 8 or not parts[0].isdigit():
         return None
     return Gpu(
@@ -135,7 +137,7 @@ class Telemetry:
         status = None
         with contextlib.suppress(Exception):
             status = (await asyncio.wait_for(proc.wait(), 2)).exit_status
-        why = err.splitlines()[-1] if err else f"exit status {status}"
+        why = clean_text(err.splitlines()[-1]) if err else f"exit status {status}"
         if not announced:
             self.emit(TelemetryState(False, f"no GPU telemetry: nvidia-smi is not available ({why})"))
         else:

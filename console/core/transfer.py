@@ -7,6 +7,13 @@ SHA-256 match the remote file's, so the destination never holds a torn file unde
 copy started again later (even by another console) skips what is complete and resumes each ``.part``
 from its size. A ``.part`` longer than the remote file, or a file whose hash does not match, starts
 over once; a second mismatch is an error (the remote file is changing).
+
+No link is ever followed. Remotely the helper lists only regular files under a real directory and refuses
+a link anywhere in the tree, naming its target (``tree``), and reads each file relative to that directory
+with no link in its path (``read``/``sha256`` with ``root``). Locally a ``.part`` is a regular file this
+copy made itself (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600; anything else in its place, a planted link
+above all, is removed, never opened), a folder on the way that is a link is refused, and a finished file
+gets the remote file's mode without group or other write or execute (a 0600 key stays 0600).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import hashlib
 import os
 import posixpath
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,12 +57,67 @@ class CopyResult:
     seconds: float
 
 
-def _sha256(path: Path) -> str:
+def _sha256_fd(fd: int) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    os.lseek(fd, 0, os.SEEK_SET)
+    for block in iter(lambda: os.read(fd, 1 << 20), b""):
+        h.update(block)
     return h.hexdigest()
+
+
+def _complete(final: Path, size: int, remote_hash: str) -> bool:
+    """``final`` is already the remote file: a regular file (not a link) of its size and hash."""
+    try:
+        fd = os.open(final, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return stat.S_ISREG(st.st_mode) and st.st_size == size and _sha256_fd(fd) == remote_hash
+    finally:
+        os.close(fd)
+
+
+def _folder(local: Path, rel: str) -> Path:
+    """The folder ``rel`` goes into under ``local``, made as needed; a part of it that is a link (or not
+    a folder) is refused: the copy never writes through a link."""
+    d = local
+    for part in rel.split("/")[:-1]:
+        d = d / part
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            d.mkdir()
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise CopyError(
+                f"{d} is a symbolic link (to {os.readlink(d)}): refused, the copy never follows links"
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise CopyError(f"{d} is in the way: not a folder")
+    return d
+
+
+def _open_part(part: Path, size: int) -> tuple[int, int]:
+    """(fd, bytes to keep) of ``part``: a regular ``.part`` file of this copy resumed; anything else in its
+    place (a planted link, a FIFO, a hard link to another file) removed without being opened, and a new
+    one made exclusively with mode 0600."""
+    try:
+        st = os.lstat(part)
+    except FileNotFoundError:
+        st = None
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > size):
+        os.unlink(part)  # a link goes, its target is never touched
+        st = None
+    if st is None:
+        return os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), 0
+    fd = os.open(part, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    now = os.fstat(fd)
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
+        os.close(fd)
+        raise CopyError(f"{part} changed while being opened: refused")
+    os.fchmod(fd, 0o600)
+    return fd, now.st_size
 
 
 def _safe_rel(rel: str) -> str:
@@ -110,7 +173,9 @@ class _Copy:
         self.local.mkdir(parents=True, exist_ok=True)
         try:
             for k, f in enumerate(self.files):
-                await self.file(k, _safe_rel(f["rel"]), int(f["size"]))
+                await self.file(k, _safe_rel(f["rel"]), int(f["size"]), int(f.get("mode", 0o600)))
+        except OSError as e:
+            raise CopyError(f"cannot write into {self.local}: {e}") from e
         except HelperError as e:
             raise CopyError(
                 f"{self.remote}: {e} (removed while copying? the trainer prunes old checkpoints)"
@@ -119,46 +184,51 @@ class _Copy:
             self.local, len(self.files), self.total, self.copied, self.reconnects, time.monotonic() - t0
         )
 
-    async def file(self, k: int, rel: str, size: int) -> None:
+    async def file(self, k: int, rel: str, size: int, mode: int) -> None:
         """One file into its .part, resumed from the .part's size, verified, renamed."""
         path = posixpath.join(self.remote, rel)
-        final = self.local / rel
+        final = _folder(self.local, rel) / posixpath.basename(rel)
         part = final.with_name(final.name + PART)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        remote_hash = await self.call(lambda h: h.call("sha256", path=path))
-        if final.exists() and final.stat().st_size == size and _sha256(final) == remote_hash:
+        remote_hash = await self.call(lambda h: h.call("sha256", path=rel, root=self.remote))
+        if _complete(final, size, remote_hash):
             self.done += size
             self.progress(rel, k + 1)
             return
         for attempt in range(2):
-            have = part.stat().st_size if part.exists() else 0
-            if have > size:
-                have = 0
-            with open(part, "r+b" if have else "wb") as out:
-                out.truncate(have)
-                out.seek(have)
-                self.done += have
-                self.progress(rel, k)
-                while have < size:
-                    n = min(self.chunk, size - have)
-                    data, _, _ = await self.call(lambda h, o=have, n=n: h.read(path, o, n))
-                    if not data:
-                        raise CopyError(f"{path} shrank while being copied")
-                    out.write(data)
-                    have += len(data)
-                    self.done += len(data)
-                    self.copied += len(data)
-                    self.progress(rel, k)
-                out.flush()
-                os.fsync(out.fileno())
-            if _sha256(part) == remote_hash:
-                os.replace(part, final)
-                self.progress(rel, k + 1)
-                return
-            self.done -= have
+            fd, have = _open_part(part, size)
+            try:
+                await self.fill(fd, k, rel, have, size)
+                if _sha256_fd(fd) == remote_hash:
+                    os.fchmod(fd, mode & 0o644)  # the remote file's mode, never wider for group or other
+                    os.replace(part, final)
+                    self.progress(rel, k + 1)
+                    return
+            finally:
+                os.close(fd)
+            self.done -= size
             part.unlink()
             if attempt:
                 raise CopyError(f"{path} does not match its remote SHA-256 twice: is it being written?")
+
+    async def fill(self, fd: int, k: int, rel: str, have: int, size: int) -> None:
+        """Write the remote file's bytes from ``have`` to ``size`` into ``fd`` (fsynced)."""
+        os.ftruncate(fd, have)
+        os.lseek(fd, have, os.SEEK_SET)
+        self.done += have
+        self.progress(rel, k)
+        while have < size:
+            n = min(self.chunk, size - have)
+            data, _, _ = await self.call(lambda h, o=have, n=n: h.read(rel, o, n, root=self.remote))
+            if not data:
+                raise CopyError(f"{posixpath.join(self.remote, rel)} shrank while being copied")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            have += len(data)
+            self.done += len(data)
+            self.copied += len(data)
+            self.progress(rel, k)
+        os.fsync(fd)
 
 
 async def copy_dir(

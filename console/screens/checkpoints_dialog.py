@@ -6,7 +6,9 @@ SHA-256). The copy runs on the app, so closing this screen does not stop it."""
 
 from __future__ import annotations
 
+import os
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,9 +44,39 @@ class CopyJobs:
         return next((j for j in self.jobs if j.running), None)
 
 
-def default_dest(run_dir: str | None, entry: CheckpointEntry) -> Path:
+DRAFTER_W = 56  # the drafter column's width: longer paths are elided in the middle (in full below the table)
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The console's data directory: ``$XDG_DATA_HOME/dflash-console`` (``~/.local/share/...``)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_DATA_HOME") or os.path.join(
+        env.get("HOME") or os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "dflash-console"
+
+
+def default_dest(run_dir: str | None, entry: CheckpointEntry, env: Mapping[str, str] | None = None) -> Path:
+    """Where ``y`` proposes to copy a drafter: ``DATA_DIR/drafters/RUN-step_N`` (never the current
+    directory unasked)."""
     run = posixpath.basename((run_dir or "run").rstrip("/")) or "run"
-    return Path.cwd() / "drafters" / f"{run}-{entry.name}"
+    return data_dir(env) / "drafters" / f"{run}-{entry.name}"
+
+
+def elide_middle(text: str, width: int) -> str:
+    """``/runs/a/che…/step_00000007/export``: the start and the end kept, the middle cut."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def drafter_cell(run_dir: str, path: str | None) -> str | Text:
+    """The drafter's path relative to the run dir where it is inside it, elided to ``DRAFTER_W``."""
+    if path is None:
+        return Text("-", style="dim")
+    root = run_dir.rstrip("/") + "/"
+    return elide_middle(path[len(root) :] if path.startswith(root) else path, DRAFTER_W)
 
 
 async def run_copy(app, job: CopyJob) -> None:
@@ -59,7 +91,7 @@ async def run_copy(app, job: CopyJob) -> None:
     try:
         res = await copy_dir(app.session.need_helper, job.remote, job.local, progress)
     except (CopyError, OSError) as e:
-        job.text, job.ok = f"failed: {e}", False
+        job.text, job.ok = f"failed: {e} (writing to {job.local})", False
         app.notify(f"copy of {job.remote} failed: {e}", severity="error", timeout=20)
     else:
         job.text, job.ok = (
@@ -106,20 +138,52 @@ class CheckpointsScreen(ModalScreen[None]):
             yield Static("Checkpoints and disk", id="title")
             yield Static(id="disk")
             yield DataTable(cursor_type="row", zebra_stripes=True)
+            yield Static(id="selected")
             yield Input(id="dest")
             yield Static(id="copy")
             yield Static(
-                "y copies the selected checkpoint's drafter to this machine.  Esc closes.", id="hint"
+                "y copies the selected checkpoint's drafter to this machine (it asks where; the default is "
+                f"under {data_dir() / 'drafters'}).  Esc closes.",
+                id="hint",
             )
 
     def on_mount(self) -> None:
         t = self.query_one(DataTable)
-        t.add_columns("step", "saved", "size", "complete", "latest", "drafter for serving")
+        self._cols = t.add_columns("step", "saved", "size", "complete", "latest", "drafter for serving")
+        self._ckpt_seen = (self.state.ckpt_t, self.state.ckpt_step)
         self.fill()
         self.set_interval(0.5, self.fill)
         t.focus()
 
+    def _look_again_after_a_save(self) -> None:
+        """A checkpoint saved while the view is open: scan the run dir now, not in up to 30 s."""
+        seen = (self.state.ckpt_t, self.state.ckpt_step)
+        if seen == self._ckpt_seen:
+            return
+        self._ckpt_seen = seen
+        watch = getattr(getattr(self.app, "health_hooks", None), "watch", None)
+        if watch is not None:
+            watch.poke()
+
+    def _tick_ages(self, disk, now: float) -> None:
+        t = self.query_one(DataTable)
+        for c in disk.checkpoints:
+            if c.mtime and c.name in t.rows:
+                t.update_cell(c.name, self._cols[1], fmt_age(c.mtime, now))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        e = self.selected()
+        t = Text()
+        if e is not None:
+            t.append(f"step {e.step if e.step is not None else e.name}: ", style="dim")
+            t.append(e.export or f"{e.path} (no drafter for serving in it)")
+        self.query_one("#selected", Static).update(t)
+
     def fill(self) -> None:
+        self._look_again_after_a_save()
         disk = self.state.disk
         now = self.clock()
         head = Text()
@@ -147,7 +211,7 @@ class CheckpointsScreen(ModalScreen[None]):
                     fmt_bytes(c.bytes),
                     "yes" if c.complete else Text("no", style="yellow"),
                     Text("latest", style="bold green") if c.latest else "",
-                    c.export or Text("-", style="dim"),
+                    drafter_cell(disk.run_dir, c.export),
                     key=c.name,
                 )
             entries = list(reversed(disk.checkpoints))
@@ -156,6 +220,9 @@ class CheckpointsScreen(ModalScreen[None]):
                     self._placed = True
                     row = next((i for i, c in enumerate(entries) if c.latest), 0)
                 t.move_cursor(row=min(row, len(entries) - 1))
+            self._show_selected()
+        elif disk is not None:  # the same scan: only the ages move
+            self._tick_ages(disk, now)
         job = self.jobs.jobs[-1] if self.jobs.jobs else None
         self.query_one("#copy", Static).update(f"copy {job.remote} -> {job.local}: {job.text}" if job else "")
 
@@ -182,7 +249,7 @@ class CheckpointsScreen(ModalScreen[None]):
         dest = self.query_one(Input)
         dest.value = str(default_dest(self.state.disk.run_dir, e))
         dest.add_class("asking")
-        dest.border_title = f"copy {e.export} to (Enter starts, Esc cancels)"
+        dest.border_title = "copy the drafter above to this machine, into (Enter starts, Esc cancels)"
         dest.focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -190,7 +257,7 @@ class CheckpointsScreen(ModalScreen[None]):
         e, self._entry = self._entry, None
         if e is None or not event.value.strip():
             return
-        job = CopyJob(e.export, Path(event.value.strip()).expanduser())
+        job = CopyJob(e.export, Path(event.value.strip()).expanduser().resolve())
         self.jobs.jobs.append(job)
         self.app.run_worker(run_copy(self.app, job), group="copy", exit_on_error=False)
         self.query_one(DataTable).focus()

@@ -20,10 +20,10 @@ QUIT_NOTE = "Quitting never touches the trainer: it keeps training."
 
 
 def help_table(rows: list[tuple[str, str, str]], readonly: bool) -> Table:
-    t = Table(box=None, show_header=False, padding=(0, 2))
+    t = Table(box=None, show_header=False, padding=(0, 2), expand=True)
     t.add_column(style="bold cyan", no_wrap=True, min_width=8)
-    t.add_column(no_wrap=True, min_width=34)
-    t.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+    t.add_column(no_wrap=True, min_width=26)
+    t.add_column(style="dim", overflow="fold", ratio=1)  # what does not fit wraps (at words), never cut
     for key, desc, tip in rows:
         t.add_row(key, desc, tip)
     t.add_row("", "", "")
@@ -52,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static("dflash-console: keys", id="title")
-            yield Static(help_table(self.rows, self.readonly))
+            yield Static(help_table(self.rows, self.readonly), id="keys")
             note = Text()
             if self.readonly:
                 note.append(

@@ -1,5 +1,6 @@
 """Launch: trainer flags prefilled from the last run's argv (run.json), with its interpreter and
-code directory; Cancel is focused, Enter in a field launches, Escape cancels."""
+code directory; Cancel is focused, Enter in a field launches, Escape cancels. A launch that succeeds
+closes the dialog with its result (the screen says what started); a failed one stays, saying why."""
 
 from __future__ import annotations
 
@@ -14,19 +15,21 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from console.core.control import code_folder
 from console.core.events import Outcome
 
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
 
 
 def prefill(run: dict | None) -> tuple[str, str, str]:
-    """(flags, python, code_dir) from run.json; empty where unknown."""
+    """(flags, python, code_dir) from run.json; empty where unknown. The code dir is the folder that
+    holds the ``trainer`` package (control.code_folder: an old run.json's package folder is its parent)."""
     run = run or {}
     argv = run.get("argv")
     flags = shlex.join(str(a) for a in argv) if isinstance(argv, list) else ""
     python = run.get("interpreter") if isinstance(run.get("interpreter"), str) else "python3"
-    code_dir = run.get("code_dir") if isinstance(run.get("code_dir"), str) else ""
-    return flags, python, code_dir
+    code_dir = code_folder(run.get("code_dir")) if isinstance(run.get("code_dir"), str) else ""
+    return flags, python, code_dir or ""
 
 
 class LaunchDialog(ModalScreen[object]):
@@ -38,7 +41,7 @@ class LaunchDialog(ModalScreen[object]):
         border: thick $accent; background: $surface;
     }
     LaunchDialog #title { text-style: bold; margin-bottom: 1; }
-    LaunchDialog Label { color: $text-muted; }
+    LaunchDialog Label { color: $text-muted; width: 100%; }  /* a long label wraps, never cut */
     LaunchDialog #buttons { height: 3; align-horizontal: right; margin-top: 1; }
     LaunchDialog Button { margin-left: 2; }
     """
@@ -67,7 +70,10 @@ class LaunchDialog(ModalScreen[object]):
             yield Input(flags, id="flags")
             yield Label("remote interpreter")
             yield Input(python, id="python")
-            yield Label("code directory (holds the trainer package; empty: deploy the bundled trainer)")
+            yield Label(
+                "code directory (the folder that holds the trainer package, e.g. …/code/HASH; "
+                "empty: deploy the bundled trainer)"
+            )
             yield Input(code_dir, id="code_dir")
             warn = (
                 Text(
@@ -118,8 +124,9 @@ class LaunchDialog(ModalScreen[object]):
         finally:
             self.busy = False
         ok, text = describe(self.result)
-        if ok:
-            self.query_one("#launch", Button).disabled = True
+        if ok:  # the screen says what started (the app's callback): nothing is left to do here
+            self.dismiss(self.result)
+            return
         self._say(
             Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)", style="bold green" if ok else "bold red")
         )
@@ -138,6 +145,6 @@ def describe(result: object) -> tuple[bool, str]:
     code = getattr(result, "code", None)
     msg = getattr(result, "message", "") or ""
     pid = getattr(getattr(result, "trainer", None), "pid", None)
-    if code == Outcome.OK:
-        return True, f"launched, PID {pid}" + (f": {msg}" if msg else "")
+    if code == Outcome.OK:  # the message names the PID already ("launched pid N in DIR (code ...)")
+        return True, msg if msg and str(pid) in msg else f"launched, PID {pid}" + (f": {msg}" if msg else "")
     return False, msg or f"launch failed (code {code})"

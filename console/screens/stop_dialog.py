@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -38,6 +38,14 @@ LABELS: dict[StopPhase, str] = {
 Runner = Callable[..., Awaitable[ActionResult]]  # (timeout=..., on_phase=...) -> ActionResult
 
 
+def app_action(app, key: str) -> str | None:
+    """The action the app binds ``key`` to (its own BINDINGS), if any."""
+    for binding in Binding.make_bindings(getattr(app, "BINDINGS", [])):
+        if binding.key == key:
+            return binding.action
+    return None
+
+
 def trainer_summary(state: ConsoleState) -> Text:
     tr = state.trainer
     t = Text()
@@ -50,8 +58,7 @@ def trainer_summary(state: ConsoleState) -> Text:
     if tr.run_dir:
         t.append(f"   run dir {tr.run_dir}", style="dim")
     t.append("\ncommand ", style="dim")
-    cmd = shlex.join(tr.cmdline) if tr.cmdline else "?"
-    t.append(cmd if len(cmd) <= 300 else cmd[:299] + "…")
+    t.append(shlex.join(tr.cmdline) if tr.cmdline else "?")  # in full: it wraps (the dialog scrolls)
     t.append("\nstep ", style="dim")
     t.append("-" if state.step is None else f"{state.step:,}", style="bold")
     if state.total_steps:
@@ -77,7 +84,7 @@ class StopDialog(ModalScreen[object]):
     DEFAULT_CSS = """
     StopDialog { align: center middle; }
     StopDialog > Vertical {
-        width: 96; height: auto; max-height: 30; padding: 1 2;
+        width: 96; height: auto; max-height: 90%; padding: 1 2; overflow-y: auto;
         border: thick $warning; background: $surface;
     }
     StopDialog #title { text-style: bold; margin-bottom: 1; }
@@ -149,6 +156,17 @@ class StopDialog(ModalScreen[object]):
     def action_cancel(self) -> None:
         if self.started_at is None or self.done:
             self.dismiss(self.result)
+
+    def on_key(self, event: events.Key) -> None:
+        """Once the stop is over, the app's keys work again: the dialog closes and the app runs the
+        key's action (a modal screen otherwise keeps every app key from the app, silently)."""
+        if not self.done or event.key in {"escape", "y", "n"}:
+            return
+        action = app_action(self.app, event.key)
+        if action is not None:
+            event.stop()
+            self.dismiss(self.result)  # (off the stack at once: the action sees the screen below)
+            self.app.call_later(self.app.run_action, action)
 
     def action_confirm(self) -> None:
         if self.started_at is not None or self.state.trainer is None:
@@ -269,5 +287,5 @@ class StopDialog(ModalScreen[object]):
         else:
             t.append("✔ ", style="bold green")
             t.append(msg or "done", style="bold green")
-        t.append("\nEscape closes.", style="dim")
+        t.append("\nEscape closes; the screen's keys (q, s, ...) work again.", style="dim")
         return t

@@ -103,6 +103,8 @@ class ReplayApp(ConsoleApp):
                 self.push_screen(self.overview)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "overview" and self.overview is None:
+            return False  # a record of one run has no overview: the footer does not offer it
         if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
             return False  # on the overview no run is on screen: open one first
         return super().check_action(action, parameters)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from console.core.state import ConsoleState
 from console.widgets.cached_plot import CachedPlot
+from console.widgets.ticks import apply_ticks
 
 
 class AcceptPlot(CachedPlot):
@@ -34,4 +35,6 @@ class AcceptPlot(CachedPlot):
             # few points (one per evaluated checkpoint): large markers joined by a line
             plt.plot([h[0] for h in real], [h[1] for h in real], marker="hd", color="green", label="eval")
             plt.scatter([h[0] for h in real], [h[1] for h in real], marker="●", color="green")
+        both = [*est, *real]
+        apply_ticks(plt, [h[0] for h in both], [h[1] for h in both])
         self.refresh()

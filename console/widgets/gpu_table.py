@@ -10,6 +10,7 @@ from rich.text import Text
 
 from console.core.formatting import fmt_gpu_memory, fmt_number, fmt_tok_s
 from console.core.state import ConsoleState, DeviceRow
+from console.widgets.liveness import rates_live
 from console.widgets.text_widget import TextWidget
 
 # (header, width, right-aligned)
@@ -32,8 +33,8 @@ def _pct_style(v: float | None) -> str:
     return "green" if v >= 80 else "yellow" if v >= 30 else "red"
 
 
-def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
-    """(text, style) per column."""
+def row_cells(r: DeviceRow, live: bool = True) -> list[tuple[str, str]]:
+    """(text, style) per column; tok/s blank unless ``live`` (a trainer running past its start-up)."""
     name = r.name.removeprefix("NVIDIA ") if r.name else (r.device or "")
     return [
         (r.label, "bold"),
@@ -43,7 +44,7 @@ def row_cells(r: DeviceRow) -> list[tuple[str, str]]:
         (fmt_gpu_memory(r.mem_used, r.mem_total), ""),
         (fmt_number(r.power, ".0f", "W"), ""),
         (fmt_number(r.temp, ".0f", "°C"), ""),
-        (fmt_tok_s(r.tok_s), "bold" if r.role == "drafter" else ""),
+        (fmt_tok_s(r.tok_s if live else None), "bold" if r.role == "drafter" and live else ""),
     ]
 
 
@@ -52,12 +53,12 @@ def _cell(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-def table_text(rows: list[DeviceRow]) -> Text:
+def table_text(rows: list[DeviceRow], live: bool = True) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(" ".join(_cell(h, w, right) for h, w, right in COLUMNS), style="bold dim")
     for r in rows:
         t.append("\n")
-        for i, ((text, style), (_, width, right)) in enumerate(zip(row_cells(r), COLUMNS, strict=True)):
+        for i, ((text, style), (_, width, right)) in enumerate(zip(row_cells(r, live), COLUMNS, strict=True)):
             if i:
                 t.append(" ")
             t.append(_cell(text, width, right), style=style)
@@ -77,7 +78,7 @@ class GpuTable(TextWidget):
         rows = state.rows()
         grew = len(rows) != self._n_rows  # only a new row count needs a layout pass
         self._n_rows = len(rows)
-        self.set_content(table_text(rows), layout=grew)
+        self.set_content(table_text(rows, rates_live(state)), layout=grew)
 
     def cells(self) -> list[list[str]]:
         """The table as text cells, row by row (header excluded)."""

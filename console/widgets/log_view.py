@@ -8,7 +8,6 @@ a bounded buffer; the widget is written at most every ``flush_s`` in one batch, 
 
 from __future__ import annotations
 
-import re
 from collections import deque
 
 from rich.style import Style
@@ -20,6 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Input, Log
 
+from console.core.sanitize import clean_text
 from console.widgets.text_widget import TextWidget
 
 
@@ -27,7 +27,6 @@ class LogStatus(Message):
     """The log's follow / search status changed."""
 
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 MATCH = Style.parse("black on yellow")
 CURRENT = Style.parse("bold black on #ff8700")
 
@@ -52,8 +51,10 @@ class LogView(Log):
 
     @classmethod
     def _process_line(cls, line: str) -> str:
-        """Colour and cursor codes (transformers' load report, tqdm) are dropped, not shown as junk."""
-        return super()._process_line(ANSI.sub("", line)) if "\x1b" in line else super()._process_line(line)
+        """Cleaned by the one sanitiser (console/core/sanitize.py): colour codes (transformers' load
+        report, tqdm) are dropped, any other escape sequence or control character (C1 included) is
+        shown as one U+FFFD, never sent to the terminal."""
+        return super()._process_line(clean_text(line))
 
     def on_mount(self) -> None:
         if self._pending:
@@ -83,6 +84,15 @@ class LogView(Log):
         if self.query_text:
             self._shift_matches(pruned, before - pruned, batch)
         self._notify_status()
+
+    def clear(self):
+        """Empty the log (a replay's jump back, another run on screen); the status counts what is shown."""
+        result = super().clear()
+        self._pending.clear()
+        self.dropped = 0
+        self._matches, self._current = [], None
+        self._notify_status()
+        return result
 
     # ---- search -------------------------------------------------------------------------------
 

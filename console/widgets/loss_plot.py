@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from console.core.state import ConsoleState
 from console.widgets.cached_plot import CachedPlot
+from console.widgets.ticks import apply_ticks
 
 
 class LossPlot(CachedPlot):
@@ -25,5 +26,7 @@ class LossPlot(CachedPlot):
         plt = self.plt
         plt.clear_data()
         if hist:
-            plt.plot([h[0] for h in hist], [h[1] for h in hist], marker="braille", color="yellow")
+            xs, ys = [h[0] for h in hist], [h[1] for h in hist]
+            plt.plot(xs, ys, marker="braille", color="yellow")
+            apply_ticks(plt, xs, ys)
         self.refresh()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from console.core.state import ConsoleState
+from console.widgets.liveness import rates_live
 from console.widgets.text_widget import TextWidget
 
 
@@ -39,7 +40,8 @@ class QueueGauge(TextWidget):
         self._last: tuple[int | None, int | None] = (None, None)
 
     def update_from(self, state: ConsoleState) -> None:
-        self._last = (state.queue_depth, state.queue_capacity)
+        live = rates_live(state)  # no trainer (or one still starting): no queue to show
+        self._last = (state.queue_depth, state.queue_capacity) if live else (None, None)
         self.set_content(gauge_text(*self._last, self.size.width or 40))
 
     def on_resize(self) -> None:

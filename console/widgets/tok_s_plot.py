@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from console.core.state import ConsoleState
 from console.widgets.cached_plot import CachedPlot
+from console.widgets.ticks import apply_ticks
 
 
 class TokSPlot(CachedPlot):
@@ -36,13 +37,11 @@ class TokSPlot(CachedPlot):
             t_end = hist[-1][0]
             pts = [h for h in hist if t_end - h[0] <= self.window_s]
             xs = [h[0] - t_end for h in pts]
-            plt.plot(xs, [h[1] for h in pts], label="total", marker="braille", color="cyan")
+            ys = [h[1] for h in pts]
+            plt.plot(xs, ys, label="total", marker="braille", color="cyan")
             if any("target" in h[2] for h in pts):
-                plt.plot(
-                    xs,
-                    [h[2].get("target", 0.0) for h in pts],
-                    label="target",
-                    marker="braille",
-                    color="magenta",
-                )
+                target = [h[2].get("target", 0.0) for h in pts]
+                plt.plot(xs, target, label="target", marker="braille", color="magenta")
+                ys = ys + target
+            apply_ticks(plt, xs, ys)
         self.refresh()

@@ -11,6 +11,7 @@ from console.core.formatting import fmt_duration, fmt_number, fmt_tok_s
 from console.core.startup_fold import fraction, panel_parts
 from console.core.state import ConsoleState
 from console.widgets.alert_text import summary
+from console.widgets.liveness import STALE, rates_live, running, stale_note
 from console.widgets.text_widget import TextWidget
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -57,8 +58,12 @@ def startup_text(v, what: str) -> Text:
 
 def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows: list[tuple[str, Text | str]] = []
-    tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
-    tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
+    live = rates_live(state)
+    if live:
+        tok = Text(fmt_tok_s(state.tok_s), style="bold cyan")
+        tok.append(f" tok/s (drafters' sum, {state.avg_window_s:g} s mean)", style="dim")
+    else:
+        tok = stale_note(state)
     rows.append(("throughput", tok))
     rows.append(("drafter", arch_text(drafter_arch(state.run))))
     su = state.startup_view()
@@ -88,14 +93,18 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     else:
         ck = Text(f"{fmt_duration(age)} ago (step {state.ckpt_step})", style="red" if age > 3600 else "")
     rows.append(("checkpoint", ck))
-    rows.append(("ETA", fmt_duration(state.eta_s())))
+    rows.append(("ETA", fmt_duration(state.eta_s() if live else None)))
     rows.append(("health", summary(state.health, state.clock(), ok_text="ok")))
+    stale = not running(state)  # the last known figures: dimmed (the throughput row says how old)
     t = Text(no_wrap=True, overflow="ellipsis")
     for i, (label, value) in enumerate(rows):
         if i:
             t.append("\n")
         t.append(label.ljust(LABEL_W), style="dim")
-        t.append(value if isinstance(value, Text) else Text(value))
+        value = value.copy() if isinstance(value, Text) else Text(value)
+        if stale and label not in ("throughput", "health"):
+            value.stylize(STALE)
+        t.append(value)
     t.append("\n")
     for e in list(state.events)[-n_events:]:
         t.append("\n")

@@ -10,7 +10,9 @@ without torch: for the console's stop tests that need exact control over what th
   ``checkpoint_failed``, exit 4; ``latest`` still names the checkpoint of step 5 it made at start.
 - ``finish``: no SIGINT: once the path ``STANDIN_RELEASE`` exists it writes its last step records and
   ``stopped`` with reason ``finished`` in one write and exits 0 at once (a clean end of training).
-It prints ``signals N`` (how many SIGINTs it got) last.
+It prints ``signals N`` (how many SIGINTs it got) last. It runs as ``python -m trainer.pipeline`` (a
+``trainer`` package of its own, first on its PYTHONPATH), since only the trainer's command line is ever
+taken for the trainer (``helper_program.is_trainer_cmdline``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ with open(os.path.join(ckroot, "latest"), "w") as f:
     f.write("step_00000005\n")
 with open(f"/proc/{os.getpid()}/stat") as f:
     start_time = int(f.read().rsplit(")", 1)[1].split()[19])
-info = {"pid": os.getpid(), "start_time": start_time, "command": [sys.executable, *sys.argv],
+info = {"pid": os.getpid(), "start_time": start_time,
+        "command": [sys.executable, "-m", "trainer.pipeline", *sys.argv[1:]],
         "argv": sys.argv[1:], "interpreter": sys.executable, "cwd": os.getcwd(), "output_dir": run}
 with open(os.path.join(run, "run.json.tmp"), "w") as f:
     json.dump(info, f)
@@ -82,12 +85,15 @@ def start_contract_trainer(folder: Path, run_dir: Path, **env: str) -> subproces
     caller is its parent (its exit status stays readable until reaped); stdout is a pipe."""
     import os
 
-    script = folder / "contract_trainer.py"
-    script.write_text(CONTRACT_TRAINER)
+    package = folder / ".standin" / "trainer"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "pipeline.py").write_text(CONTRACT_TRAINER)
+    path = os.pathsep.join(p for p in (str(package.parent), os.environ.get("PYTHONPATH")) if p)
     p = subprocess.Popen(
-        [sys.executable, str(script), "--output-dir", str(run_dir)],
+        [sys.executable, "-m", "trainer.pipeline", "--output-dir", str(run_dir)],
         cwd=folder,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -197,3 +197,33 @@ def test_logs_follow_ends_when_its_reader_goes_away(host, tmp_path):
             p.kill()
     err = p.stderr.read()
     assert "Traceback" not in err, err
+
+
+def test_deploy_and_launch_refuse_an_interpreter_without_torch(host, tmp_path):
+    """The container's interpreter must import torch and transformers: deploy says so (naming --python)
+    and writes nothing; launch starts nothing (it used to spawn and die with ModuleNotFoundError)."""
+    bare = tmp_path / "bare-python"  # this interpreter without its site-packages: no torch
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    bare.chmod(0o755)
+    ct_dir = host.container_dir(CT)
+    before = (
+        sorted((ct_dir / ".dflash-console" / "code").glob("*"))
+        if (ct_dir / ".dflash-console").exists()
+        else []
+    )
+    r = cli("deploy", *conn_args(host), "--python", str(bare))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "import torch, transformers" in r.stderr and "--python PATH" in r.stderr and "torch" in r.stderr
+    after = (
+        sorted((ct_dir / ".dflash-console" / "code").glob("*"))
+        if (ct_dir / ".dflash-console").exists()
+        else []
+    )
+    assert after == before and "deployed" not in r.stdout
+    run = ct_dir / "runs" / "bare"
+    r = cli(
+        "launch", *conn_args(host), "--python", str(bare), "--", "--output-dir", str(run), "--data-dir", "x"
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "--python PATH" in r.stderr and "ModuleNotFoundError" in r.stderr
+    assert not (run / "train.log").exists()  # nothing was started

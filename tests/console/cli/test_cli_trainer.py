@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,9 @@ def test_launch_status_logs_restart_stop(host, tiny_assets):
         assert run["cwd"] == str(ct_dir)  # launched inside the container
         code_dir = run["code_dir"]
         assert code_dir.startswith(str(ct_dir / ".dflash-console" / "code") + "/")  # the deployed copy
+        # one name, one path: the folder that holds the trainer package, as launch said and PYTHONPATH has
+        assert (Path(code_dir) / "trainer" / "pipeline.py").is_file() and run["env"]["PYTHONPATH"] == code_dir
+        assert f"(code {code_dir})" in r.stdout
         assert (run_dir / "train.log").exists()
         assert [e["name"] for e in events(run_dir)][:1] == ["started"]
         # launch follows the start-up to the first step: one plain line a phase (no terminal), in order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -11,10 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from console.core.helper import Helper, HelperError, HelperGone, HelperStartError, b64decode
+from console.core.helper import (
+    CALL_S,
+    Helper,
+    HelperError,
+    HelperGone,
+    HelperStartError,
+    HelperTimeout,
+    b64decode,
+    call_limit,
+)
 from console.core.ssh import connect
 from console.devhost import DevHost
-from tests.support.core_util import CT, alive, options_for, start_time, wait_until
+from tests.support.core_util import CT, alive, options_for, start_time, start_user_script, wait_until
 
 NASTY = "run dir 'q' \"dq\" $(touch PWNED) ; touch PWNED2 `touch PWNED3` \\ *"
 
@@ -81,28 +91,53 @@ async def test_spawn_detached_wait_exit_and_log(helper, tmp_path):
     assert log.read_text().splitlines() == ["sid True", "err"]  # own session; stdout+stderr appended
 
 
-async def test_kill_checks_the_process_first(helper):
-    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+async def _started(p: subprocess.Popen, cmdline: bytes) -> None:
+    """Popen returns once exec has begun; /proc/PID/cmdline reads empty until the new program's arguments
+    are in place (a window that a loaded machine widens): wait for them."""
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{p.pid}/cmdline").read_bytes() != cmdline:
+        assert time.monotonic() < deadline, f"{cmdline!r} never showed its command line"
+        await asyncio.sleep(0.01)
+
+
+async def test_kill_checks_the_process_first(helper, tmp_path):
+    p = start_user_script(tmp_path, str(tmp_path / "run"))  # python .../train_dflash_pipeline.py ...
     try:
-        # Popen returns once exec has begun; /proc/PID/cmdline reads empty until the new program's
-        # arguments are in place (a window that a loaded machine widens): wait for them
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{p.pid}/cmdline").read_bytes() != b"sleep\x0030\x00":
-            assert time.monotonic() < deadline, "sleep 30 never showed its command line"
-            await asyncio.sleep(0.01)
         st = start_time(p.pid)
+        rest = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[1:-1]
+        rest = [a.decode() for a in rest]
         r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"start_time": st + 1})
         assert r == {**r, "sent": False, "reason": "mismatch"}
         r = await helper.call("kill", pid=p.pid, sig="SIGINT", expect={"argv_rest": ["31"]})
         assert not r["sent"] and alive(p.pid)
-        r = await helper.call(
-            "kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": ["30"]}
-        )
+        r = await helper.call("kill", pid=p.pid, sig="SIGTERM", expect={"start_time": st, "argv_rest": rest})
         assert r["sent"], r
         assert p.wait(5) == -signal.SIGTERM
     finally:
         if p.poll() is None:
             p.kill()
+
+
+async def test_kill_never_signals_what_is_not_a_trainer(helper):
+    """A process whose start time and command line are given exactly is still refused when it is not a
+    trainer, and so are PID 1 and the helper itself, whatever ``expect`` says."""
+    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        await _started(p, b"sleep\x0030\x00")
+        exact = {"start_time": start_time(p.pid), "argv_rest": ["30"]}
+        r = await helper.call("kill", pid=p.pid, sig="SIGTERM", expect=exact)
+        assert not r["sent"] and r["reason"] == "mismatch" and "not the trainer's" in r["why"], r
+        own = await helper.proc(helper.pid)
+        me = {"start_time": own["start_time"], "argv_rest": own["cmdline"][1:]}
+        r = await helper.call("kill", pid=helper.pid, sig="SIGCONT", expect=me)
+        assert not r["sent"] and "this helper or one of its parents" in r["why"], r
+        r = await helper.call("kill", pid=1, sig="SIGCONT", expect={})
+        assert not r["sent"] and r["reason"] == "mismatch", r
+        await asyncio.sleep(0.2)
+        assert alive(p.pid) and p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
 
 
 async def test_follow_pushes_appended_bytes_from_an_offset(helper, tmp_path):
@@ -167,3 +202,50 @@ def test_helper_program_is_stdlib_only():
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0])
     assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+
+
+async def test_only_regular_files_are_read_and_links_never_followed(helper, tmp_path):
+    """A FIFO (whose open would wait for a writer forever), a device (endless) and a symlink are refused
+    at once, naming what they are; the helper answers on."""
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"key")
+    (tmp_path / "train.log").symlink_to(secret)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "sub").symlink_to(tmp_path)  # a folder swapped for a link after the listing
+    for call, kind, text in (
+        (helper.read("sub/secret", root=str(tmp_path / "export")), "SymlinkRefused", f"(to {tmp_path})"),
+        (helper.read(str(fifo)), "NotRegularFile", f"{fifo} is a FIFO, not a regular file"),
+        (helper.call("sha256", path="/dev/zero"), "NotRegularFile", "/dev/zero is a character device"),
+        (helper.read(str(tmp_path / "train.log")), "SymlinkRefused", f"a symbolic link (to {secret})"),
+        (helper.call("sha256", path="b", root=str(tmp_path)), "FileNotFoundError", "b"),
+    ):
+        with pytest.raises(HelperError) as e:
+            await asyncio.wait_for(call, 60)
+        assert e.value.kind == kind and text in str(e.value), (kind, str(e.value))
+    st = helper.stream("follow", lambda p: None, path=str(fifo), interval=0.02)
+    with pytest.raises(HelperError, match="is a FIFO"):
+        await asyncio.wait_for(st.done, 60)
+    assert (await helper.call("ping"))["t"] > 0
+
+
+async def test_a_call_not_answered_in_time_is_a_clear_error(helper):
+    with pytest.raises(HelperTimeout, match=r"did not answer `run sleep 5` within 1 s"):
+        await helper.call("run", argv=["sleep", "5"], wait_s=1)
+    assert (await helper.call("ping"))["t"] > 0
+    assert call_limit("read", {"path": "/x"}) == CALL_S and call_limit("run", {"timeout": 15}) == 45
+    assert call_limit("wait_exit", {}) is None  # the caller holds the deadline (and cancels it)
+
+
+async def test_a_checkpoint_the_trainer_set_aside_is_never_listed_as_complete(helper, tmp_path):
+    """``step_N.bad`` (trainer/run/checkpoint.py: a checkpoint that did not verify, kept for inspection) has a
+    manifest but is not offered as complete; the good one beside it is."""
+    for name in ("step_00000002", "step_00000004.bad"):
+        d = tmp_path / "checkpoints" / name
+        (d / "export").mkdir(parents=True)
+        (d / "manifest.json").write_text("{}")
+    (tmp_path / "checkpoints" / "latest").write_text("step_00000002\n")
+    out = await asyncio.wait_for(helper.call("checkpoints", path=str(tmp_path)), 60)
+    complete = {e["name"]: e["complete"] for e in out["entries"]}
+    assert complete == {"step_00000002": True, "step_00000004.bad": False}

@@ -202,3 +202,62 @@ async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host)
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_code_dir_is_the_folder_that_holds_the_trainer_package():
+    """One name, one path (issue 34, item 5): an old run.json's ``code_dir`` (the package folder
+    ``.../HASH/trainer``) is read as ``.../HASH``; PYTHONPATH then holds it once, not both."""
+    from console.screens.launch_dialog import prefill
+
+    code = "/root/.dflash-console/code/0123456789abcdef"
+    run = {
+        "argv": ["--output-dir", "/r"],
+        "interpreter": "/usr/bin/python3",
+        "output_dir": "/r",
+        "code_dir": code + "/trainer",
+        "env": {"PYTHONPATH": code, "OMP_NUM_THREADS": "1"},
+    }
+    plan = control.restart_plan(None, run)
+    assert plan.code_dir == code and plan.env["PYTHONPATH"] == code
+    assert f"code directory: {code} (run.json)" in plan.lines()
+    assert prefill(run)[2] == code  # the launch dialog's prefill names the same folder
+    other = control.restart_plan(None, run, code_dir="/srv/new")  # another code dir replaces both forms
+    assert other.env["PYTHONPATH"] == "/srv/new" and other.code_given
+    assert control.code_folder("/home/me/trainer") == "/home/me/trainer"  # a checkout may be named so
+
+
+async def test_restart_refuses_what_only_run_json_vouches_for_unless_trusted(host, tmp_path):
+    from tests.support.fake_code import other_code, run_json_for
+
+    ct_dir = host.container_dir(CT)
+    run_dir = ct_dir / "runs" / "t"
+    run_dir.mkdir(parents=True)
+    code = other_code(tmp_path / "code")
+    run_json_for(run_dir, ct_dir, code)
+    async with Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False, streams=False) as s:
+        plan, concerns, trainer = await s.plan_restart()
+        assert trainer is None and plan.code_dir == code and len(concerns) == 1 and code in concerns[0]
+        res = await s.restart_trainer(wait_s=30)  # nobody confirmed it
+        assert res.code == Outcome.ERROR and "nothing was done" in res.message and code in res.message
+        other = control.RestartPlan(**{**plan.__dict__, "flags": [*plan.flags, "--epochs", "9"]})
+        res = await s.restart_trainer(wait_s=30, shown=other, trusted=concerns)  # not what was shown
+        assert res.code == Outcome.ERROR and "changed after it was shown" in res.message
+        assert not (run_dir / "RAN").exists()
+        res = await s.restart_trainer(wait_s=30, shown=plan, trusted=concerns)
+        assert res.code == Outcome.OK, res.message
+    assert (run_dir / "RAN").exists()
+
+
+async def test_a_checkouts_package_folder_is_read_as_the_checkout(host, tmp_path):
+    """``--code-dir CHECKOUT/trainer`` (the package folder, as the dialog once prefilled) launches with
+    CHECKOUT on PYTHONPATH; a checkout that is itself named ``trainer`` stays as it is."""
+    from tests.support.trainer_run import ROOT
+
+    named = tmp_path / "trainer"
+    (named / "trainer").mkdir(parents=True)
+    (named / "trainer" / "pipeline.py").write_text("")
+    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+        helper = s.need_helper()
+        assert await control.resolve_code_folder(helper, str(ROOT / "trainer")) == str(ROOT)
+        assert await control.resolve_code_folder(helper, str(ROOT)) == str(ROOT)
+        assert await control.resolve_code_folder(helper, str(named)) == str(named)

@@ -80,3 +80,16 @@ def test_one_run_for_the_single_run_commands():
         resolve_one("main", BASE, ct=[201], config=cfg)
     with pytest.raises(ConfigError, match="names 2 runs"):
         resolve_one("h1", BASE, ct=[200, 201], config=cfg)
+
+
+def test_ct_with_config_names_only_is_the_one_run_commands_error():
+    """``status main --ct 201`` used to ignore --ct; it is resolve_one's error now, word for word. A
+    --ct with a HOST among the names still goes to that host."""
+    cfg = {"targets": {"main": {"host": "gpu1", "container": 200}}}
+    with pytest.raises(ConfigError) as many:
+        resolve(["main"], BASE, cts=[201], config=cfg, path="/cfg.toml")
+    with pytest.raises(ConfigError) as one:
+        resolve_one("main", BASE, ct=[201], config=cfg, path="/cfg.toml")
+    assert str(many.value) == str(one.value) and "--ct goes with a HOST" in str(many.value)
+    main, host = resolve(["main", "h2"], BASE, cts=[201], config=cfg)
+    assert (main.ct, host.ct) == (200, 201)

@@ -206,6 +206,29 @@ async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
     assert alive(info.pid)  # a deploy never touches the running trainer
 
 
+def _figures_shown(app) -> bool:
+    """The training panel's step row holds the trainer's step (the first figures are on screen)."""
+    return app.state.step is not None and re.search(r"│ step +[\d,]+ / ", screen_text(app)) is not None
+
+
+async def test_s_opens_the_stop_dialog_as_soon_as_the_first_figures_show_every_time(host, trainer):
+    """Item 0 of issue 34: 20 fresh connections in a row, ``s`` pressed the moment the figures appear;
+    each time the dialog opens and Escape closes it without stopping anything."""
+    run_dir, info = trainer
+    for attempt in range(20):
+        app = make_app(host, run_dir)
+        async with app.run_test(size=(130, 40)) as pilot:
+            await until(pilot, lambda app=app: _figures_shown(app), 60, f"the first figures ({attempt})")
+            await pilot.press("s")
+            await until(
+                pilot, lambda app=app: isinstance(app.screen, StopDialog), 5, f"the dialog ({attempt})"
+            )
+            assert f"PID {info.pid}" in screen_text(app) and app.focused.id == "no"
+            await pilot.press("escape")
+            assert not isinstance(app.screen, StopDialog), attempt
+    assert alive(info.pid)
+
+
 async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
     run_dir, info = trainer
     app = make_app(host, run_dir)

@@ -179,4 +179,5 @@ async def test_acceptance_graph_shows_the_estimate_and_the_measured_points():
         assert "acceptance length" in text and "none yet" not in text, text
         assert "estimate" in text and "eval" in text, text  # the two series, labelled
         assert text.count("●") == 2, text  # one marker per eval record
-        assert "3.50" in text and "120" in text, text  # the y axis reaches the measured value; x is the step
+        # the y axis reaches the measured value (round ticks: 1..4); x is the step (50, 100)
+        assert "4┤" in text and "1┤" in text and "100" in text, text

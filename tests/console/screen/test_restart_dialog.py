@@ -1,0 +1,58 @@
+"""The screen's ``r`` means what the CLI's ``restart`` does (issue 34, item 3; issue 33, item 8): with no
+trainer running it offers the relaunch of run.json's command with ``--resume auto`` behind a
+confirmation, shows the interpreter, code directory and command first, and a code directory outside the
+deployed ones needs a typed ``trust`` (``y`` alone runs nothing). The real session over the in-process
+SSH server; a fake ``trainer`` package that leaves a mark when it runs (tests/support/fake_code.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from textual.widgets import Input
+
+from console.app import ConsoleApp
+from console.core.session import Session
+from console.devhost.thread import DevHostThread
+from console.screens.restart_dialog import RestartDialog
+from tests.support.core_util import CT, options_for
+from tests.support.fake_code import other_code, run_json_for
+from tests.support.screen_text import screen_text, until
+
+SIZE = (130, 40)
+
+
+@pytest.fixture
+def host(tmp_path):
+    with DevHostThread(tmp_path / "dh") as h:
+        h.add_container(CT)
+        yield h
+
+
+async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_code(host, tmp_path):
+    ct_dir = host.container_dir(CT)
+    run_dir = ct_dir / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    code = other_code(tmp_path / "code")
+    run_json_for(run_dir, ct_dir, code)
+    session = Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False)
+    app = ConsoleApp(session, target=f"devhost · CT {CT}")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.trainer_known, 30, "the look for a trainer")
+        assert app.state.trainer is None
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RestartDialog), 30, "the restart dialog")
+        dlg = app.screen
+        await pilot.pause(0.2)
+        text = screen_text(app)
+        assert "Launch the run again?" in text and "--resume auto" in text
+        assert f"interpreter: {sys.executable}" in text and f"code directory: {code}" in text
+        assert "command: " in text and "! the code directory" in text
+        await pilot.press("y")  # y alone does not cover what only run.json vouches for
+        await pilot.pause(0.3)
+        assert dlg.started_at is None and not (run_dir / "RAN").exists()
+        dlg.query_one("#trust", Input).focus()
+        await pilot.press(*"trust", "enter")
+        await until(pilot, lambda: dlg.done, 120, "the relaunch")
+        assert (run_dir / "RAN").read_text().endswith("--resume auto"), screen_text(app)
+        assert "restarted: launched pid" in screen_text(app)
