@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[trainer,test]'
+	@# newer setuptools boxes a warning on every editable install (a folder named as the package: it is the package)
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[trainer,test]'
 	touch $(STAMP)
 
 lint: setup
