@@ -14,6 +14,16 @@ instead (the choice is a hash of the input line: the same lines whatever the ord
 ``python -m trainer.evaluate`` and ``--eval-data`` that the drafter never trained on (the trainer reads only
 ``DATA_DIR/*.jsonl``, not the subdirectory).
 A malformed input line stops the run with a message naming the file and line.
+
+Chats (``trainer.data.chat``): ``--chat-template-kwargs JSON`` goes to ``apply_chat_template`` (a record's
+``tools`` too; messages keep ``tool_calls``, ``reasoning_content``, ``name``, ``tool_call_id``); ``--thinking
+keep|drop|mask`` (mask: in the text, not trained); ``--turns all|last|split``: every assistant turn trained in one sequence, only the
+last one, or one sequence per turn (the earlier turns untrained history). Every
+line also gets ``"roles"``: ``[[role, n_tokens], ...]`` runs (system / user / tool / assistant / thinking /
+template; prompt / completion; text), which the trainer ignores and the report reads. Before anything is
+written, the first ``--served-check N`` chats are rendered as the server would (``trainer.data.served``, with
+``--served-template-kwargs``, default the training ones); a difference stops with exit status 2.
+``--report DATA_DIR``: the data report instead (``trainer.data.report``).
 """
 
 from __future__ import annotations
@@ -23,98 +33,108 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass, field
 
-ROLE_ALIASES = {"human": "user", "gpt": "assistant", "bot": "assistant", "model": "assistant"}
-
-
-class PrepareError(ValueError):
-    pass
-
-
-def _messages(rec: dict) -> list[dict] | None:
-    if "messages" in rec:
-        msgs = rec["messages"]
-        key_role, key_content = "role", "content"
-    elif "conversations" in rec:
-        msgs = rec["conversations"]
-        key_role, key_content = "from", "value"
-    else:
-        return None
-    if not isinstance(msgs, list) or not msgs:
-        raise PrepareError("messages must be a non-empty list")
-    out = []
-    for m in msgs:
-        if (
-            not isinstance(m, dict)
-            or not isinstance(m.get(key_role), str)
-            or not isinstance(m.get(key_content), str)
-        ):
-            raise PrepareError(f"each message needs string {key_role!r} and {key_content!r}")
-        role = ROLE_ALIASES.get(m[key_role], m[key_role])
-        out.append({"role": role, "content": m[key_content]})
-    return out
+from trainer.data.chat import (  # noqa: F401  (_messages, _render: used by evaluation and regeneration)
+    RESERVED_KWARGS,
+    ROLE_ALIASES,
+    THINKING_MODES,
+    PrepareError,
+    Render,
+    _messages,
+    _render,
+    drop_thinking,
+    record_tools,
+    render_chat,
+)
+from trainer.data.report import add_report_flags, report_main
+from trainer.data.served import check_served
 
 
-def _render_plain(msgs: list[dict], add_generation_prompt: bool = False) -> str:
-    text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs)
-    return text + ("assistant: " if add_generation_prompt else "")
+@dataclass(frozen=True)
+class ChatOptions:
+    """How chat records are rendered and trained (the flags of the same names)."""
+
+    template_kwargs: dict = field(default_factory=dict)
+    thinking: str = "keep"
+    turns: str = "all"  # all | last | split
+    served_kwargs: dict | None = None  # None: the training kwargs
+    served_check: int = 8  # chat records checked against the served rendering
 
 
-def _render(tok, msgs: list[dict], add_generation_prompt: bool = False) -> str:
-    if getattr(tok, "chat_template", None):
-        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
-    return _render_plain(msgs, add_generation_prompt)
+DEFAULT_OPTIONS = ChatOptions()
+TURN_MODES = ("all", "last", "split")
+Encoded = tuple[list[int], list[int], list[list]]  # input_ids, loss_mask, roles ([role, n_tokens] runs)
 
 
 def chat_spans(tok, msgs: list[dict]) -> tuple[str, list[tuple[int, int]]]:
     """The rendered conversation and the character spans of its assistant turns."""
-    full = _render(tok, msgs)
-    spans: list[tuple[int, int]] = []
-    cursor = 0
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        head = _render(tok, msgs[:i], add_generation_prompt=True)
-        upto = _render(tok, msgs[: i + 1])
-        if full.startswith(head) and full.startswith(upto) and len(upto) > len(head):
-            start, end = len(head), len(upto)
-        else:  # templates that rewrite earlier turns: find the content itself
-            start = full.find(m["content"], cursor)
-            if start < 0:
-                raise PrepareError(f"cannot locate assistant turn {i} in the rendered conversation")
-            end = start + len(m["content"])
-        spans.append((start, end))
-        cursor = end
-    return full, spans
+    r = render_chat(tok, msgs, Render())
+    return r.text, r.trained
 
 
-def tokenize_spans(tok, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
-    """Token ids of ``text`` and a mask of the tokens that start inside one of ``spans``."""
+def _run_lengths(labels: list[str]) -> list[list]:
+    runs: list[list] = []
+    for x in labels:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return runs
+
+
+def tokenize_spans(tok, text: str, spans, roles=None) -> Encoded:
+    """Token ids of ``text``, a mask of the tokens that start inside one of ``spans`` and the run lengths
+    of the tokens' roles (``roles``: (start, end, role) character spans, first match wins; else "template")."""
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(enc["input_ids"])
-    mask = []
+    mask, labels = [], []
     for a, b in enc["offset_mapping"]:
         inside = any(s <= a < e or (a == b and s < a <= e) for s, e in spans)
         mask.append(1 if inside else 0)
-    return ids, mask
+        c = a - 1 if a == b and a > 0 else a
+        labels.append(next((r for s, e, r in roles or () if s <= c < e), "template"))
+    return ids, mask, _run_lengths(labels)
 
 
-def encode_record(tok, rec) -> tuple[list[int], list[int]]:
+def encode_chat(tok, msgs: list[dict], tools, opt: ChatOptions, check: bool = False) -> list[Encoded]:
+    """One sequence (``turns`` split: one per assistant turn); ``check``: against the served text."""
+    if opt.thinking == "drop":
+        msgs = drop_thinking(msgs)
+    render = Render(opt.template_kwargs, tools)
+    turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if opt.turns == "split":
+        convs = [(msgs[: i + 1], [i]) for i in turns]
+    else:
+        convs = [(msgs, turns[-1:] if opt.turns == "last" else turns)]
+    out = []
+    for conv, trained_turns in convs:
+        r = render_chat(tok, conv, render, opt.thinking, last_only=opt.turns != "all")
+        if check:
+            served = opt.template_kwargs if opt.served_kwargs is None else opt.served_kwargs
+            check_served(tok, conv, r.text, Render(served, tools), trained_turns)
+        out.append(tokenize_spans(tok, r.text, r.trained, r.roles))
+    return out
+
+
+def encode_record(tok, rec, opt: ChatOptions = DEFAULT_OPTIONS, check: bool = False) -> list[Encoded]:
+    """The sequences of one input record."""
     if not isinstance(rec, dict):
         raise PrepareError(f"expected a JSON object, got {type(rec).__name__}")
     msgs = _messages(rec)
     if msgs is not None:
-        text, spans = chat_spans(tok, msgs)
-        return tokenize_spans(tok, text, spans)
+        return encode_chat(tok, msgs, record_tools(rec), opt, check)
     if "prompt" in rec or "completion" in rec:
         p, c = rec.get("prompt"), rec.get("completion")
         if not isinstance(p, str) or not isinstance(c, str):
             raise PrepareError('"prompt" and "completion" must both be strings')
-        return tokenize_spans(tok, p + c, [(len(p), len(p) + len(c))])
+        n = len(p) + len(c)
+        return [tokenize_spans(tok, p + c, [(len(p), n)], [(0, len(p), "prompt"), (len(p), n, "completion")])]
     if "text" in rec:
         if not isinstance(rec["text"], str):
             raise PrepareError('"text" must be a string')
-        return tokenize_spans(tok, rec["text"], [(0, len(rec["text"]))])
+        n = len(rec["text"])
+        return [tokenize_spans(tok, rec["text"], [(0, n)], [(0, n, "text")])]
     raise PrepareError('expected "messages", "conversations", "prompt"/"completion" or "text"')
 
 
@@ -125,12 +145,15 @@ class ShardWriter:
         self.n = 0
         self._f = None
 
-    def add(self, ids: list[int], mask: list[int]) -> None:
+    def add(self, ids: list[int], mask: list[int], roles: list[list] | None = None) -> None:
         if self._f is None or self.n % self.shard_size == 0:
             self.close()
             path = os.path.join(self.out_dir, f"part-{self.n // self.shard_size:05d}.jsonl")
             self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115
-        self._f.write(json.dumps({"input_ids": ids, "loss_mask": mask}, separators=(",", ":")) + "\n")
+        rec = {"input_ids": ids, "loss_mask": mask}
+        if roles is not None:
+            rec["roles"] = roles
+        self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self.n += 1
 
     def close(self) -> None:
@@ -147,6 +170,44 @@ def is_heldout(line: str, fraction: float) -> bool:
     return h < fraction * 2**64
 
 
+def _truncate_roles(roles: list[list], n: int) -> list[list]:
+    out, left = [], n
+    for r, k in roles:
+        if left <= 0:
+            break
+        out.append([r, min(k, left)])
+        left -= k
+    return out
+
+
+def _records(inputs: list[str]):
+    """(where, raw line, record) of every non-blank input line; PrepareError naming the line if not JSON."""
+    for path in inputs:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield f"{path}:{lineno}", line, json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise PrepareError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+
+
+def check_inputs_served(tok, inputs: list[str], opt: ChatOptions) -> int:
+    """The served-text check on the first ``opt.served_check`` chat records; how many were checked."""
+    done = 0
+    for where, _, rec in _records(inputs):
+        if done >= opt.served_check:
+            break
+        if isinstance(rec, dict) and ("messages" in rec or "conversations" in rec):
+            try:
+                encode_record(tok, rec, opt, check=True)
+            except PrepareError as e:
+                raise type(e)(f"{where}: {e}") from None
+            done += 1
+    return done
+
+
 def prepare(
     tok,
     inputs: list[str],
@@ -155,37 +216,39 @@ def prepare(
     max_seq_len: int | None = None,
     shard_size: int = 100_000,
     heldout_fraction: float = 0.0,
+    options: ChatOptions = DEFAULT_OPTIONS,
 ) -> dict:
+    stats = {"served_checked": check_inputs_served(tok, inputs, options)}
+    stats.update(sequences=0, tokens=0, trained_tokens=0, skipped_empty=0, truncated=0)
     w = ShardWriter(out_dir, shard_size)
     held = ShardWriter(os.path.join(out_dir, "heldout"), shard_size) if heldout_fraction > 0 else None
-    stats = {"sequences": 0, "tokens": 0, "trained_tokens": 0, "skipped_empty": 0}
     if held is not None:
         stats["heldout_sequences"] = 0
     try:
-        for path in inputs:
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        ids, mask = encode_record(tok, json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise PrepareError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-                    except PrepareError as e:
-                        raise PrepareError(f"{path}:{lineno}: {e}") from None
-                    if max_seq_len:
-                        ids, mask = ids[:max_seq_len], mask[:max_seq_len]
-                    if not any(mask[1:]):
-                        stats["skipped_empty"] += 1
-                        continue
-                    if held is not None and is_heldout(line, heldout_fraction):
-                        held.add(ids, mask)
-                        stats["heldout_sequences"] += 1
-                        continue
-                    w.add(ids, mask)
-                    stats["sequences"] += 1
-                    stats["tokens"] += len(ids)
-                    stats["trained_tokens"] += sum(mask)
+        for where, line, rec in _records(inputs):
+            try:
+                seqs = encode_record(tok, rec, options)
+            except PrepareError as e:
+                raise PrepareError(f"{where}: {e}") from None
+            for ids, mask, roles in seqs:
+                if max_seq_len and len(ids) > max_seq_len:
+                    ids, mask, roles = (
+                        ids[:max_seq_len],
+                        mask[:max_seq_len],
+                        _truncate_roles(roles, max_seq_len),
+                    )
+                    stats["truncated"] += 1
+                if not any(mask[1:]):
+                    stats["skipped_empty"] += 1
+                    continue
+                if held is not None and is_heldout(line, heldout_fraction):
+                    held.add(ids, mask, roles)
+                    stats["heldout_sequences"] += 1
+                    continue
+                w.add(ids, mask, roles)
+                stats["sequences"] += 1
+                stats["tokens"] += len(ids)
+                stats["trained_tokens"] += sum(mask)
     finally:
         w.close()
         if held is not None:
@@ -193,13 +256,25 @@ def prepare(
     return stats
 
 
-def main(argv: list[str] | None = None) -> int:
+def json_object(flag: str, text: str) -> dict:
+    """``text`` parsed as a JSON object, or PrepareError naming ``flag``."""
+    try:
+        v = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PrepareError(f"{flag}: not valid JSON ({e.msg} at column {e.colno}): {text!r}") from None
+    if not isinstance(v, dict):
+        raise PrepareError(f'{flag}: must be a JSON object like {{"enable_thinking": false}}, got {text!r}')
+    taken = [k for k in RESERVED_KWARGS if k in v]
+    if taken:
+        raise PrepareError(f"{flag}: {', '.join(taken)} cannot be set here (prepare sets it)")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer.prepare", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "--tokenizer", required=True, help="target model directory (AutoTokenizer, local files only)"
-    )
-    p.add_argument("--input", required=True, nargs="+", help="chat/completion JSONL file(s)")
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--tokenizer", help="target model directory (AutoTokenizer, local files only)")
+    p.add_argument("--input", nargs="+", help="chat/completion JSONL file(s)")
+    p.add_argument("--output-dir")
     p.add_argument("--max-seq-len", type=int, default=None, help="truncate longer sequences")
     p.add_argument("--shard-size", type=int, default=100_000, help="sequences per output file")
     p.add_argument(
@@ -208,9 +283,69 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="this fraction of the sequences goes to DATA_DIR/heldout/ (evaluation prompts), not to training",
     )
-    a = p.parse_args(argv)
+    p.add_argument(
+        "--chat-template-kwargs",
+        default="{}",
+        help='JSON object for the template, e.g. {"enable_thinking": false}',
+    )
+    p.add_argument(
+        "--thinking",
+        choices=THINKING_MODES,
+        default="keep",
+        help="thinking blocks: kept, dropped, or kept untrained",
+    )
+    p.add_argument(
+        "--turns",
+        choices=TURN_MODES,
+        default="all",
+        help="assistant turns trained: all (one sequence), last (e.g. regenerated replies), split (one sequence each)",
+    )
+    p.add_argument(
+        "--served-template-kwargs",
+        default=None,
+        help="the server's template kwargs (default: --chat-template-kwargs)",
+    )
+    p.add_argument(
+        "--served-check",
+        type=int,
+        default=8,
+        help="chat records checked against the served rendering (0: off)",
+    )
+    add_report_flags(p)
+    return p
+
+
+def _options(a) -> ChatOptions:
+    kwargs = json_object("--chat-template-kwargs", a.chat_template_kwargs)
+    served = (
+        None
+        if a.served_template_kwargs is None
+        else json_object("--served-template-kwargs", a.served_template_kwargs)
+    )
+    if a.served_check < 0:
+        raise PrepareError(f"--served-check: must be >= 0, got {a.served_check}")
+    return ChatOptions(kwargs, a.thinking, a.turns, served, a.served_check)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if a.report is not None:
+        return report_main(a)
+    missing = [
+        f
+        for f, v in (("--tokenizer", a.tokenizer), ("--input", a.input), ("--output-dir", a.output_dir))
+        if not v
+    ]
+    if missing:
+        print(f"error: {', '.join(missing)}: required (or --report DATA_DIR)", file=sys.stderr)
+        return 2
     if not 0.0 <= a.heldout_fraction < 1.0:
         print(f"error: --heldout-fraction: must be in [0, 1), got {a.heldout_fraction}", file=sys.stderr)
+        return 2
+    try:
+        options = _options(a)
+    except PrepareError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     from transformers import AutoTokenizer
 
@@ -223,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             max_seq_len=a.max_seq_len,
             shard_size=a.shard_size,
             heldout_fraction=a.heldout_fraction,
+            options=options,
         )
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

@@ -1,0 +1,64 @@
+"""``python -m trainer.regenerate --target-model``: in-process batched decoding on CPU (left-padded batches of
+prompts of different lengths), checked against the target's own greedy ``model.generate``, one prompt at a
+time, for a dense and a hybrid target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.support.openai_server import TinyTarget
+from trainer.regeneration import cli, store
+from trainer.regeneration.local import _pick
+
+NEW = 8
+
+
+def prompts() -> list[dict]:
+    out = [{"messages": [{"role": "user", "content": "count from 3 by 1"}]}]
+    out.append(
+        {"messages": [{"role": "user", "content": "repeat 7 8 9 " * 6}]}
+    )  # longer: padding for the rest
+    out.append(
+        {
+            "messages": [
+                {"role": "system", "content": "ok"},
+                {"role": "user", "content": "count from 40 by 2"},
+                {"role": "assistant", "content": "40 42 44"},
+                {"role": "user", "content": "please repeat"},
+            ]
+        }
+    )
+    out += [{"messages": [{"role": "user", "content": f"repeat {i}"}]} for i in range(2)]
+    return out
+
+
+@pytest.mark.parametrize("assets", ["tiny_assets", "tiny_hybrid"])
+def test_batched_greedy_decoding_is_the_targets_generate(assets, request, tmp_path):
+    tiny_assets = request.getfixturevalue(assets)  # a dense Qwen3; a hybrid Qwen3.5 (linear attention)
+    recs = prompts()
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["--input", str(inp), "--output", str(out), "--target-model", str(tiny_assets / "target"),
+            "--batch-size", "2", "--max-tokens", str(NEW), "--progress-every", "0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    got = [json.loads(x) for x in (out / store.OUTPUT).read_text().splitlines()]
+    ref = TinyTarget(str(tiny_assets / "target"))
+    assert len(got) == len(recs)
+    for rec, g in zip(recs, got, strict=True):
+        want, finish = ref.answer({"messages": rec["messages"], "max_tokens": NEW})
+        assert g["messages"] == [*rec["messages"], {"role": "assistant", "content": want}]
+        assert g["finish_reason"] == finish
+
+
+def test_top_p_samples_only_from_the_nucleus():
+    logits = torch.log(torch.tensor([[0.05, 0.6, 0.25, 0.1], [0.4, 0.1, 0.1, 0.4]]))
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([_pick(logits, 1.0, 0.7, g) for _ in range(400)])
+    assert set(draws[:, 0].tolist()) == {1, 2}  # 0.6 < 0.7: the second token joins, no other
+    assert set(draws[:, 1].tolist()) == {0, 3}
+    assert set(torch.stack([_pick(logits, 1.0, 0.5, g) for _ in range(50)])[:, 0].tolist()) == {1}
+    assert _pick(logits, 0.0, 0.1, g).tolist() == [1, 0]  # temperature 0: argmax

@@ -1,0 +1,145 @@
+"""An OpenAI-compatible server (vLLM, SGLang) as the generator: ``/v1/chat/completions`` for chats,
+``/v1/completions`` for completion prompts (stdlib ``urllib``, one blocking request per thread).
+
+Retried with exponential backoff (``backoff * 2**attempt`` seconds, capped at 30, with jitter): HTTP 5xx, 408
+and 429, timeouts, refused or dropped connections, a reply cut short. Any other 4xx or a reply that is not
+what the API promises fails at once (``Permanent``). The reply is untrusted: at most ``MAX_REPLY`` bytes are
+read and every field used is type-checked. Requests go to the endpoint as given (``http_proxy`` is not used).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from trainer.regeneration.prompts import Prompt
+
+MAX_REPLY = 16 * 2**20
+RETRY_STATUS = {408, 429}
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the endpoint as given, no proxy
+
+
+class Permanent(Exception):
+    """A failure that retrying cannot fix."""
+
+
+class Transient(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    endpoint: str  # e.g. http://127.0.0.1:8000 (with or without /v1)
+    model: str
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+    thinking: str | None = None  # "on" / "off" / None (the server's default)
+    timeout: float = 600.0
+    retries: int = 5
+    backoff: float = 1.0
+    api_key: str | None = None  # sent as ``Authorization: Bearer`` (vLLM / SGLang ``--api-key``)
+
+
+def _url(cfg: ServerConfig, chat: bool) -> str:
+    base = cfg.endpoint.rstrip("/")
+    base = base if base.endswith("/v1") else base + "/v1"
+    return base + ("/chat/completions" if chat else "/completions")
+
+
+def request_body(cfg: ServerConfig, p: Prompt) -> dict:
+    body = {"model": cfg.model, "temperature": cfg.temperature, "top_p": cfg.top_p}
+    body["max_tokens"] = cfg.max_tokens
+    if p.messages is not None:
+        body["messages"] = p.messages
+        if p.tools:
+            body["tools"] = p.tools
+        if cfg.thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": cfg.thinking == "on"}
+    else:
+        body["prompt"] = p.text
+    return body
+
+
+def _str_or_none(d: dict, name: str) -> str | None:
+    v = d.get(name)
+    if v is not None and not isinstance(v, str):
+        raise Permanent(f"reply: {name} is {type(v).__name__}, not a string")
+    return v
+
+
+def parse_reply(raw: bytes, chat: bool) -> tuple[str, str | None, list | None]:
+    """(the response text, finish_reason, tool_calls). A chat reply's separate reasoning (vLLM's
+    ``reasoning_content``, ``reasoning``) goes back in front of the content as ``<think>...</think>``, as the
+    template renders it; its ``tool_calls`` (a list of objects) are kept as they came."""
+    try:
+        rep = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+        raise Permanent(f"reply is not JSON: {raw[:200]!r}") from None
+    choices = rep.get("choices") if isinstance(rep, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise Permanent(f"reply has no choices: {raw[:200]!r}")
+    c = choices[0]
+    finish = _str_or_none(c, "finish_reason")
+    if not chat:
+        text = _str_or_none(c, "text")
+        if text is None:
+            raise Permanent("reply: choices[0].text missing")
+        return text, finish, None
+    msg = c.get("message")
+    if not isinstance(msg, dict):
+        raise Permanent("reply: choices[0].message missing")
+    content = _str_or_none(msg, "content") or ""
+    reasoning = _str_or_none(msg, "reasoning_content") or _str_or_none(msg, "reasoning")
+    if reasoning:
+        content = f"<think>\n{reasoning.strip()}\n</think>\n\n{content.lstrip()}"
+    calls = msg.get("tool_calls")
+    if calls is not None and (not isinstance(calls, list) or not all(isinstance(x, dict) for x in calls)):
+        raise Permanent("reply: tool_calls is not a list of objects")
+    return content, finish, calls or None
+
+
+def _post(url: str, body: dict, timeout: float, api_key: str | None = None) -> bytes:
+    data = json.dumps(body).encode("utf-8")
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            raw = resp.read(MAX_REPLY + 1)
+            length = resp.headers.get("Content-Length", "")
+    except urllib.error.HTTPError as e:
+        detail = e.read(500).decode("utf-8", "replace")
+        e.close()
+        err = f"HTTP {e.code}: {detail}"
+        raise (Transient(err) if e.code >= 500 or e.code in RETRY_STATUS else Permanent(err)) from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise Transient(f"{type(reason).__name__}: {reason}") from None
+    if len(raw) > MAX_REPLY:
+        raise Permanent(f"reply larger than {MAX_REPLY} bytes")
+    if length.isdigit() and len(raw) < int(length) <= MAX_REPLY:  # read() returns what came before a close
+        raise Transient(f"reply cut short: {len(raw)} of {length} bytes")
+    return raw
+
+
+def generate(cfg: ServerConfig, p: Prompt, sleep=time.sleep) -> tuple[str, str | None, list | None]:
+    """The server's response to ``p``, retried on transient failures; raises ``Permanent`` or the last
+    ``Transient`` when the retries are spent."""
+    chat = p.messages is not None
+    url, body = _url(cfg, chat), request_body(cfg, p)
+    for attempt in range(cfg.retries + 1):
+        try:
+            return parse_reply(_post(url, body, cfg.timeout, cfg.api_key), chat)
+        except Transient as e:
+            if attempt == cfg.retries:
+                raise Transient(f"{e} (after {cfg.retries + 1} attempts)") from None
+            delay = min(30.0, cfg.backoff * 2**attempt)
+            sleep(delay * (0.5 + random.random() / 2))
+    raise AssertionError("unreachable")
