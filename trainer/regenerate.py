@@ -3,7 +3,7 @@ OpenAI-compatible server or in process, resumable (``trainer.regeneration``; doc
 
 import sys
 
-from trainer.regeneration.cli import main
+from trainer.regeneration.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,7 +23,7 @@ line also gets ``"roles"``: ``[[role, n_tokens], ...]`` runs (system / user / to
 template; prompt / completion; text), which the trainer ignores and the report reads. Before anything is
 written, the first ``--served-check N`` chats are rendered as the server would (``trainer.data.served``, with
 ``--served-template-kwargs``, default the training ones); a difference stops with exit status 2.
-``--report DATA_DIR``: the data report instead (``trainer.data.report``).
+``--report DATA_DIR``: the data report instead (``trainer.data.data_report``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from trainer.data.chat import (  # noqa: F401  (_messages, _render: used by eval
     record_tools,
     render_chat,
 )
-from trainer.data.report import add_report_flags, report_main
+from trainer.data.data_report import add_report_flags, report_main
 from trainer.data.served import check_served
 
 

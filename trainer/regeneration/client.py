@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from trainer.regeneration.prompts import Prompt
+from trainer.regeneration.prompt_file import Prompt
 
 MAX_REPLY = 16 * 2**20
 RETRY_STATUS = {408, 429}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.evaluation.load import eos_ids_of, load_target_model
-from trainer.regeneration.prompts import Prompt
+from trainer.regeneration.prompt_file import Prompt
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ def _decode(tok, tokens: list[int], stopped: bool) -> tuple[str, str, None]:
 
 
 def local_results(cfg: LocalConfig):
-    """The generator of ``run.regenerate`` for ``cfg`` (loads the target and its tokenizer once)."""
+    """The generator of ``driver.regenerate`` for ``cfg`` (loads the target and its tokenizer once)."""
     from transformers import AutoTokenizer
 
     dtype = torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32

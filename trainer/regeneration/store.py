@@ -1,6 +1,6 @@
 """The output directory of a regeneration: append-only, resumable.
 
-- ``DIR/regenerated.jsonl``: one result a line (``prompts.output_record``), in input order within a run;
+- ``DIR/regenerated.jsonl``: one result a line (``prompt_file.output_record``), in input order within a run;
   flushed after every line and fsynced at least once a second and at the end, so a killed run loses at most the
   line it was writing. On start the lines already there are read back (their keys are done); a truncated last
   line (a kill mid-write) is cut off, a malformed line elsewhere stops the run.

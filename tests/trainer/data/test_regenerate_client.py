@@ -8,7 +8,7 @@ import json
 import pytest
 
 from trainer.regeneration.client import Permanent, ServerConfig, parse_reply, request_body
-from trainer.regeneration.prompts import Prompt, output_record
+from trainer.regeneration.prompt_file import Prompt, output_record
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.support.openai_server import TinyTarget
-from trainer.regeneration import cli, store
+from trainer.regeneration import command, store
 from trainer.regeneration.local import _pick
 
 NEW = 8
@@ -44,7 +44,7 @@ def test_batched_greedy_decoding_is_the_targets_generate(assets, request, tmp_pa
     out = tmp_path / "out"
     argv = ["--input", str(inp), "--output", str(out), "--target-model", str(tiny_assets / "target"),
             "--batch-size", "2", "--max-tokens", str(NEW), "--progress-every", "0"]  # fmt: skip
-    assert cli.main(argv) == 0
+    assert command.main(argv) == 0
     got = [json.loads(x) for x in (out / store.OUTPUT).read_text().splitlines()]
     ref = TinyTarget(str(tiny_assets / "target"))
     assert len(got) == len(recs)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.openai_server import FaultyServer, TinyTarget
 from tests.support.trainer_run import ROOT, env
-from trainer.regeneration import cli, client, store
+from trainer.regeneration import client, command, store
 
 NEW = 8
 
@@ -63,7 +63,7 @@ def test_faults_are_retried_and_every_response_is_the_targets(server, target, tm
     ids = [r["messages"][-2]["content"] for r in recs]
     server.faults = {ids[0]: ["500", "500"], ids[1]: ["sleep"], ids[3]: ["drop"], ids[4]: ["cut", "500"]}
     out = tmp_path / "out"
-    rc = cli.main(flags(write_input(tmp_path / "in.jsonl", recs), out, server.url, "--concurrency", "3"))
+    rc = command.main(flags(write_input(tmp_path / "in.jsonl", recs), out, server.url, "--concurrency", "3"))
     assert rc == 0
     assert not (out / store.FAILURES).exists()
     got = [json.loads(x) for x in lines(out)]
@@ -85,7 +85,7 @@ def test_output_is_what_prepare_reads(server, tiny_assets, tmp_path):
     from trainer.data.tokenizing import prepare
 
     out = tmp_path / "out"
-    assert cli.main(flags(write_input(tmp_path / "in.jsonl", chats(4)), out, server.url)) == 0
+    assert command.main(flags(write_input(tmp_path / "in.jsonl", chats(4)), out, server.url)) == 0
     tok = AutoTokenizer.from_pretrained(str(tiny_assets / "target"), local_files_only=True)
     stats = prepare(tok, [str(out / store.OUTPUT)], str(tmp_path / "data"))
     trained = [json.loads(x) for x in (tmp_path / "data" / "part-00000.jsonl").read_text().splitlines()]
@@ -99,7 +99,7 @@ def test_output_is_what_prepare_reads(server, tiny_assets, tmp_path):
 def test_a_killed_run_resumes_to_the_uninterrupted_output(server, tmp_path):
     inp = write_input(tmp_path / "in.jsonl", chats(10) + chats(2))  # the last two: repeats, own results
     ref, cut = tmp_path / "ref", tmp_path / "cut"
-    assert cli.main(flags(inp, ref, server.url, "--concurrency", "3")) == 0
+    assert command.main(flags(inp, ref, server.url, "--concurrency", "3")) == 0
     server.serve_limit, server.served = 4, 0
     server.gate.clear()
     proc = subprocess.Popen(
@@ -125,10 +125,10 @@ def test_a_killed_run_resumes_to_the_uninterrupted_output(server, tmp_path):
         f.write('{"key": "a line cut by the kill')  # as if killed mid-write
     server.serve_limit = None
     server.gate.set()
-    assert cli.main(flags(inp, cut, server.url, "--concurrency", "3")) == 0
+    assert command.main(flags(inp, cut, server.url, "--concurrency", "3")) == 0
     assert (cut / store.OUTPUT).read_bytes() == (ref / store.OUTPUT).read_bytes()
     assert len(lines(ref)) == 12
-    assert cli.main(flags(inp, cut, server.url)) == 0  # nothing left: nothing asked, nothing added
+    assert command.main(flags(inp, cut, server.url)) == 0  # nothing left: nothing asked, nothing added
     assert (cut / store.OUTPUT).read_bytes() == (ref / store.OUTPUT).read_bytes()
 
 
@@ -139,7 +139,7 @@ def test_failed_prompts_are_listed_and_the_exit_status_says_so(server, tmp_path,
     server.always = {ids[2]: "500"}
     server.faults = {ids[4]: ["400"], ids[5]: ["garbage"], ids[6]: ["nested"], ids[7]: ["huge"]}
     inp, out = write_input(tmp_path / "in.jsonl", recs), tmp_path / "out"
-    assert cli.main(flags(inp, out, server.url, "--retries", "2")) == 1
+    assert command.main(flags(inp, out, server.url, "--retries", "2")) == 1
     fails = [json.loads(x) for x in (out / store.FAILURES).read_text().splitlines()]
     assert [f["index"] for f in fails] == [2, 4, 5, 6, 7]
     assert "HTTP 500" in fails[0]["error"] and "3 attempts" in fails[0]["error"]
@@ -151,7 +151,7 @@ def test_failed_prompts_are_listed_and_the_exit_status_says_so(server, tmp_path,
     assert "5 prompt(s) failed (input indices [2, 4, 5, 6, 7])" in err
     assert re.search(r"regenerate: 8/8 \(100\.0%\) [0-9.]+/s ETA 0s, failed 5", err)  # the progress line
     server.always = {}
-    assert cli.main(flags(inp, out, server.url)) == 0  # the rerun retries exactly the failed ones
+    assert command.main(flags(inp, out, server.url)) == 0  # the rerun retries exactly the failed ones
     assert not (out / store.FAILURES).exists()
     keys = [json.loads(x)["key"] for x in lines(out)]
     assert len(keys) == 8 == len(set(keys))
@@ -162,7 +162,8 @@ def test_completions_endpoint_and_changed_settings(server, target, tmp_path, mon
     inp, out = write_input(tmp_path / "in.jsonl", recs), tmp_path / "out"
     monkeypatch.setenv("REGEN_TEST_KEY", "k-123")
     assert (
-        cli.main(flags(inp, out, server.url, "--mode", "completion", "--api-key-env", "REGEN_TEST_KEY")) == 0
+        command.main(flags(inp, out, server.url, "--mode", "completion", "--api-key-env", "REGEN_TEST_KEY"))
+        == 0
     )
     assert server.auth == ["Bearer k-123"] * 3
     got = [json.loads(x) for x in lines(out)]
@@ -171,5 +172,5 @@ def test_completions_endpoint_and_changed_settings(server, target, tmp_path, mon
         assert g["completion"] == target.answer({"prompt": rec["prompt"], "max_tokens": NEW})[0]
     assert all("messages" not in b for b in server.bodies)
     changed = flags(inp, out, server.url, "--mode", "completion", "--temperature", "0.7")
-    assert cli.main(changed) == 2  # another generation is not mixed into this directory
+    assert command.main(changed) == 2  # another generation is not mixed into this directory
     assert len(lines(out)) == 3

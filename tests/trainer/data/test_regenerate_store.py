@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer.regeneration import store
-from trainer.regeneration.prompts import read_prompts
+from trainer.regeneration.prompt_file import read_prompts
 
 
 def test_a_cut_last_line_is_dropped_and_a_damaged_line_before_it_refused(tmp_path):

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from trainer.regeneration import client, store
-from trainer.regeneration.prompts import Prompt, output_record
+from trainer.regeneration.prompt_file import Prompt, output_record
 
 
 def server_results(cfg: client.ServerConfig, concurrency: int):

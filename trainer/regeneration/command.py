@@ -16,8 +16,8 @@ import os
 import sys
 
 from trainer.regeneration import store
-from trainer.regeneration.prompts import PromptError, read_prompts
-from trainer.regeneration.run import regenerate, server_results
+from trainer.regeneration.driver import regenerate, server_results
+from trainer.regeneration.prompt_file import PromptError, read_prompts
 
 DESCRIPTION = (
     "The target writes the responses to a prompts file, from an OpenAI-compatible server (--endpoint) or in "
