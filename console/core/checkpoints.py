@@ -52,6 +52,7 @@ def parse(run_dir: str, result: dict, run: dict | None = None, t: float | None =
                 complete=bool(e.get("complete")),
                 latest=e["name"] == latest,
                 export=e.get("export"),
+                refused=e.get("link") or e.get("export_refused"),
             )
         )
     entries.sort(key=lambda c: (c.step is None, c.step or 0))

@@ -88,6 +88,7 @@ class CheckpointEntry:
     complete: bool
     latest: bool = False
     export: str | None = None  # a serving export inside it
+    refused: str | None = None  # why it is not offered (a linked step_* or export: the helper's words)
 
 
 @dataclass

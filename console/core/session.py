@@ -356,8 +356,12 @@ class Session:
             loff, lskip = await start_offset(helper, lpath, self.log_history)
             self._metrics_parser = MetricsParser()
             self._log_lines = LineSplitter(skip_first=lskip)
-            self._metrics_tail = FileTail(mpath, moff, self._on_metrics, on_truncate=self._metrics_reset)
-            self._log_tail = FileTail(lpath, loff, self._on_log, on_truncate=self._log_reset)
+            self._metrics_tail = FileTail(
+                mpath, moff, self._on_metrics, on_truncate=self._metrics_reset, on_error=self._note
+            )
+            self._log_tail = FileTail(
+                lpath, loff, self._on_log, on_truncate=self._log_reset, on_error=self._note
+            )
             self._tails_dir = self.run_dir
         self._metrics_tail.attach(helper)
         self._log_tail.attach(helper)

@@ -84,12 +84,14 @@ class FileTail:
         on_data: Callable[[bytes], None],
         *,
         on_truncate: Callable[[str], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
         interval: float = 0.1,
     ) -> None:
         self.path = path
         self.offset = offset
         self.on_data = on_data
         self.on_truncate = on_truncate
+        self.on_error = on_error  # the helper refused to follow (a FIFO, a link...): said once, not retried
         self.interval = interval
         self._stream: Stream | None = None
 
@@ -115,6 +117,15 @@ class FileTail:
             interval=self.interval,
         )
         self._stream = stream
+        stream.done.add_done_callback(lambda fut: self._ended(stream, fut))
+
+    def _ended(self, stream: Stream, fut) -> None:
+        """A follow the helper ended with an error (its exception is always retrieved here)."""
+        if fut.cancelled():
+            return
+        e = fut.exception()
+        if stream is self._stream and isinstance(e, HelperError) and self.on_error is not None:
+            self.on_error(f"{self.path} is not followed: {e}")
 
     def _push_from(self, stream: Stream, push: dict) -> None:
         if stream is self._stream:  # a stream replaced by a newer one says nothing more

@@ -179,7 +179,10 @@ class CheckpointsScreen(ModalScreen[None]):
         t = Text()
         if e is not None:
             t.append(f"step {e.step if e.step is not None else e.name}: ", style="dim")
-            t.append(e.export or f"{e.path} (no drafter for serving in it)")
+            if e.refused:
+                t.append(f"{e.path}: not offered ({e.refused})", style="yellow")
+            else:
+                t.append(e.export or f"{e.path} (no drafter for serving in it)")
         self.query_one("#selected", Static).update(t)
 
     def fill(self) -> None:

@@ -249,3 +249,19 @@ async def test_a_checkpoint_the_trainer_set_aside_is_never_listed_as_complete(he
     out = await asyncio.wait_for(helper.call("checkpoints", path=str(tmp_path)), 60)
     complete = {e["name"]: e["complete"] for e in out["entries"]}
     assert complete == {"step_00000002": True, "step_00000004.bad": False}
+
+
+async def test_a_linked_export_is_listed_with_the_reason_it_is_not_offered(helper, tmp_path):
+    """A checkpoint whose export/ is a symbolic link: the listing names the link's target, and the entry the
+    checkpoints view shows carries that reason instead of a drafter to copy."""
+    from console.core.checkpoints import parse
+
+    d = tmp_path / "checkpoints" / "step_00000002"
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text("{}")
+    (tmp_path / "elsewhere").mkdir()
+    (d / "export").symlink_to(tmp_path / "elsewhere")
+    out = await asyncio.wait_for(helper.call("checkpoints", path=str(tmp_path)), 60)
+    (entry,) = parse(str(tmp_path), out).checkpoints
+    assert entry.export is None
+    assert entry.refused and str(tmp_path / "elsewhere") in entry.refused, entry

@@ -126,3 +126,38 @@ async def test_a_call_racing_the_connect_attaches_the_tails_once(tmp_path):
         finally:
             await s.close()
     assert lines == [f"line {i}" for i in range(20)]
+
+
+async def test_a_train_log_the_helper_refuses_to_follow_is_said_in_the_log_pane(tmp_path):
+    """train.log as a FIFO: the helper refuses it at once; the session says so once in the log pane (the
+    pane no longer stays silently empty), and metrics.jsonl beside it is followed as before."""
+    import os
+
+    async with DevHost(tmp_path / "host") as h:
+        h.add_container(CT)
+        run = tmp_path / "run"
+        run.mkdir()
+        os.mkfifo(run / "train.log")
+        (run / "metrics.jsonl").write_bytes(b'{"t": 1, "kind": "step", "step": 7}\n')
+        lines: list[str] = []
+        steps: list[int] = []
+
+        def on(ev) -> None:
+            if isinstance(ev, LogLines):
+                lines.extend(ev.lines)
+            elif isinstance(ev, Record):
+                steps.append(ev.record["step"])
+
+        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s.subscribe(on)
+        await s.start()
+        try:
+            for _ in range(600):
+                if any("not followed" in x for x in lines) and steps:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await s.close()
+    said = [x for x in lines if "not followed" in x]
+    assert len(said) == 1 and "train.log" in said[0] and "FIFO" in said[0], lines
+    assert steps == [7]

@@ -190,3 +190,17 @@ async def test_y_says_where_it_will_write_and_the_copy_line_names_it(tmp_path, m
         assert dest.value == str(
             tmp_path / "data" / "dflash-console" / "drafters" / f"{Path(RUN).name}-step_00000400"
         )
+
+
+async def test_checkpoints_view_says_why_a_checkpoint_is_not_offered():
+    clock = Clock()
+    app = _app(clock)
+    disk = _disk(clock.now)
+    last = disk.checkpoints[-1]
+    last.export, last.refused = None, f"{last.path}/export is a symbolic link (to /root/.ssh): refused"
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected"), disk])
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        text = _words(screen_text(app).replace("█", " "))
+        assert "not offered" in text and "(to /root/.ssh)" in text, text
