@@ -431,8 +431,10 @@ class ConsoleApp(App):
         if self.readonly or not self._need_session():
             return
         live = self.state.trainer.pid if self.state.trainer is not None else None
+        # no trainer seen: the run directory's run.json as the session last read it (a run that has ended)
+        run = self.state.run or getattr(self.session, "run", None)
         self.push_screen(
-            LaunchDialog(self.state.run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir),
+            LaunchDialog(run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir),
             callback=self._launched,
         )
 

@@ -269,3 +269,29 @@ async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
         assert not isinstance(app.screen, StopDialog)
         await until(pilot, lambda: app.state.trainer is None, 10, "the trainer gone")
     assert not alive(info.pid)
+
+
+async def test_launch_after_the_run_ended_is_prefilled_from_its_run_json(host, tmp_path):
+    """No trainer runs, but the run directory holds the ended run's run.json: `l` offers its flags and
+    interpreter (it said "prefilled from nothing" when the trainer had ended before the console connected)."""
+    import json
+    import shlex
+    import sys
+
+    from textual.widgets import Input
+
+    from console.screens.launch_dialog import LaunchDialog
+
+    run_dir = tmp_path / "ended"
+    run_dir.mkdir()
+    argv = ["--target-model", "tiny/target", "--output-dir", str(run_dir), "--lr", "1e-2"]
+    record = {"pid": 2**22 - 1, "start_time": 1, "argv": argv, "interpreter": sys.executable}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    app = make_app(host, run_dir)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.session.run is not None, 30, "run.json read by the session")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchDialog), 10, "the launch dialog")
+        await pilot.pause(0.2)
+        assert "prefilled from the last run's run.json" in screen_text(app)
+        assert app.screen.query_one("#flags", Input).value == shlex.join(argv)
