@@ -54,14 +54,8 @@ def is_trainer_cmdline(cmdline: list[str]) -> bool:
 
 
 def flag_value(argv: list[str], name: str) -> str | None:
-    """The value of ``--name X`` or ``--name=X`` (the last one wins, as argparse does)."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg[len(name) + 1 :]
-    return value
+    """The value of ``--name X`` or ``--name=X`` (the last one wins, as argparse does): the helper's reader."""
+    return helper_program.flag_value(argv, name)
 
 
 def set_flag(argv: list[str], name: str, value: str) -> list[str]:

@@ -280,7 +280,7 @@ def _ancestors():
     return out
 
 
-def _flag(argv, name):
+def flag_value(argv, name):
     """The value of ``--name X`` / ``--name=X`` (the last wins, as argparse does), or None."""
     value = None
     for i, arg in enumerate(argv):
@@ -310,7 +310,7 @@ def _not_the_trainer(info, expect):
         )
     run_dir = expect.get("run_dir")
     if run_dir:
-        out = _flag(info["cmdline"], "--output-dir")
+        out = flag_value(info["cmdline"], "--output-dir")
         if out is None:
             return f"it has no --output-dir, and run.json is in {run_dir}"
         path = out if os.path.isabs(out) else os.path.join(info["cwd"] or "/", out)

@@ -117,13 +117,15 @@ except KeyboardInterrupt:
 """
 
 
-def start_user_script(folder: Path, output_dir: str, **env: str) -> subprocess.Popen:
-    """Run the stand-in as ``python .../train_dflash_pipeline.py --output-dir OUTPUT_DIR`` in ``folder``
+def start_user_script(
+    folder: Path, output_dir: str, args: tuple[str, ...] = ("--epochs", "6"), **env: str
+) -> subprocess.Popen:
+    """Run the stand-in as ``python .../train_dflash_pipeline.py ARGS --output-dir OUTPUT_DIR`` in ``folder``
     (``env``: STANDIN_* settings). The caller is its parent: its exit status stays readable until reaped."""
     script = folder / "train_dflash_pipeline.py"
     script.write_text(USER_SCRIPT)
     p = subprocess.Popen(
-        [sys.executable, "-u", str(script), "--epochs", "6", "--output-dir", output_dir],
+        [sys.executable, "-u", str(script), *args, "--output-dir", output_dir],
         cwd=folder,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,

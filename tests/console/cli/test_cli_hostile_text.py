@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from console.devhost import DevHostThread
-from tests.support.core_util import CLI, CT, USER_SCRIPT, alive, cli, conn_args
+from tests.support.core_util import CLI, CT, alive, cli, conn_args, start_user_script
 
 CLIPBOARD = "\x1b]52;c;aGVsbG8=\x1b\\"
 TITLE = "\x1b]0;pwned\x07"
@@ -51,16 +51,7 @@ def hostile_trainer(host):
         + line(kind="step", step=7, total_steps=77, loss=0.5)
     )  # fmt: skip
     (run / "train.log").write_bytes(f"loading {CSI}{C1}\nstep 7 {TITLE} done\n".encode())
-    script = folder / "train_dflash_pipeline.py"
-    script.write_text(USER_SCRIPT)
-    p = subprocess.Popen(
-        [sys.executable, "-u", str(script), "--tag", HOSTILE, "--output-dir", str(run)],
-        cwd=folder,
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert p.stdout.readline().strip() == "training"
+    p = start_user_script(folder, str(run), args=("--tag", HOSTILE))
     yield run, p
     p.kill()
     p.wait()

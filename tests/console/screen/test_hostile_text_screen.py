@@ -6,8 +6,6 @@ the stop dialog show none of them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -16,7 +14,7 @@ from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.checkpoints_dialog import CheckpointsScreen
 from console.screens.stop_dialog import StopDialog
-from tests.support.core_util import CT, USER_SCRIPT, options_for
+from tests.support.core_util import CT, options_for, start_user_script
 from tests.support.screen_text import screen_text, until
 
 SIZE = (140, 40)
@@ -51,16 +49,7 @@ def hostile(tmp_path):
             + "\n"
         )
         (run / "train.log").write_text("")
-        script = folder / "train_dflash_pipeline.py"
-        script.write_text(USER_SCRIPT)
-        p = subprocess.Popen(
-            [sys.executable, "-u", str(script), "--tag", HOSTILE, "--output-dir", str(run)],
-            cwd=folder,
-            stdout=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        assert p.stdout.readline().strip() == "training"
+        p = start_user_script(folder, str(run), args=("--tag", HOSTILE))
         try:
             yield h, run, p
         finally:
