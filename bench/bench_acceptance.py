@@ -36,7 +36,11 @@ target's greedy continuation of held-out chunks' starts (``heldout_gen``): the t
 ``--train-text generated``: the drafters train on the target's own greedy continuation of the training chunks'
 first 128 bytes (the loss on what it wrote; as many bytes as the evaluation decodes, ``--gen-tokens``), as
 recipes that regenerate responses with the target do; the step records' estimate then reads text of the kind
-the evaluation decodes.
+the evaluation decodes. Made by the recipe's own tools (bench/regen_text.py): ``python -m trainer.regenerate``
+in-process (batch ``--regen-batch``; its tok/s lands in results.json) and ``python -m trainer.prepare``.
+``--train-text compare``: every ``--blocks`` drafter twice, on the same prompts with the data's own next bytes
+(``original``) and with the target's response (``regenerated``), then the two paired on the evaluation's
+prompts (``report.paired_ratio``: regenerated over original, with its 95% interval).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -55,6 +59,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from bench import regen_text  # noqa: E402
 from trainer.evaluation.report import paired_ratio, pool  # noqa: E402
 from trainer.run.flags import build_parser  # noqa: E402  (the trainer's own defaults)
 
@@ -150,6 +155,7 @@ def train_target(cfg, train: bytes, held: bytes, out_dir: str, seed: int) -> dic
             total += x[:, 1:].numel()
     model.to(torch.bfloat16 if dev.startswith("cuda") else torch.float32)
     model.save_pretrained(out_dir)
+    regen_text.save_byte_tokenizer(out_dir)  # what trainer.regenerate / trainer.prepare load (ids = bytes)
     return {"train_seconds": train_s, "loss_curve": losses, "heldout_next_byte_accuracy": correct / total,
             "params": sum(p.numel() for p in model.parameters())}  # fmt: skip
 
@@ -160,34 +166,6 @@ def write_jsonl(path: str, seqs: list[list[int]], masks: list[list[int]] | None 
         for i, s in enumerate(seqs):
             row = {"input_ids": s} if masks is None else {"input_ids": s, "loss_mask": masks[i]}
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
-
-
-def generate_text(
-    cfg, target_dir: str, seqs: list[list[int]], batch: int, new: int
-) -> tuple[list, list, dict]:
-    """The target's own greedy continuation of each sequence's first PROMPT bytes, ``new`` bytes or up to its
-    ``<eos>``: (sequences, loss masks: 0 on the prompt, 1 on what the target wrote, a summary)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    dev = cfg["device"]
-    dtype = torch.bfloat16 if dev.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype).to(dev).eval()
-    out, masks, t0, made = [], [], time.monotonic(), 0
-    with torch.no_grad():
-        for i in range(0, len(seqs), batch):
-            x = torch.tensor([s[:PROMPT] for s in seqs[i : i + batch]], device=dev)
-            y = model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=new,
-                               do_sample=False, eos_token_id=EOS, pad_token_id=EOS).tolist()  # fmt: skip
-            for row in y:
-                wrote = row[PROMPT:]
-                wrote = wrote[: wrote.index(EOS)] if EOS in wrote else wrote
-                out.append(row[:PROMPT] + wrote)
-                masks.append([0] * PROMPT + [1] * len(wrote))
-                made += len(wrote)
-    took = time.monotonic() - t0
-    return out, masks, {"sequences": len(out), "generated_tokens": made, "new_tokens": new, "seconds": took,
-                        "batch": batch}  # fmt: skip
 
 
 def env() -> dict:
@@ -216,9 +194,21 @@ def _launch(cfg, work, out, log_name, run, data, block, layers, arch, soft, sche
     return proc, log, run, time.monotonic()
 
 
-def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
-    """Train one drafter (``finish_drafter`` waits for it and reads its records)."""
-    tag = f"b{block}" + (f"_{arch}" if arch else "")
+def tag_of(block: int, arch: str | None, text: str | None = None) -> str:
+    """A drafter's name in the work directory (``run_<tag>``) and in the logs."""
+    return f"b{block}" + (f"_{arch}" if arch else "") + (f"_{text}" if text else "")
+
+
+def key_of(block: int, arch: str | None, text: str | None = None) -> str:
+    """A drafter's key in results.json."""
+    return f"block{block}" + (f"_{arch}" if arch else "") + (f"_{text}" if text else "")
+
+
+def start_drafter(cfg, work, out, spec, seed, soft=True):
+    """Train one drafter, ``spec`` = (block, layers, arch, text): on ``data_<text>`` when text is given, else
+    on ``data`` (``finish_drafter`` waits for it and reads its records)."""
+    block, layers, arch, text = spec
+    tag = tag_of(block, arch, text)
     schedule = ["--max-steps", str(cfg["drafter_steps"]), "--epochs", "50", "--lr", "1e-3", "--warmup-ratio", "0.04",
                 "--seed", str(seed)]  # fmt: skip
     run = os.path.join(work, f"run_{tag}")
@@ -228,7 +218,7 @@ def start_drafter(cfg, work, out, block, layers, seed, arch=None, soft=True):
         out,
         f"train_{tag}.log",
         run,
-        "data",
+        f"data_{text}" if text else "data",
         block,
         layers,
         arch,
@@ -260,14 +250,15 @@ def finish_drafter(started) -> dict:
             "loss_curve": [[r["step"], r.get("loss")] for r in st]}  # fmt: skip
 
 
-def start_frozen(cfg, work, out, block, layers, seed, arch, data, steps, soft=True):
+def start_frozen(cfg, work, out, spec, seed, data, steps, soft=True):
     """The estimate of one trained drafter with its weights frozen, on ``data`` (``data``: the training chunks
     it saw; ``heldout_data``: held-out chunks it never saw; ``generated``: the prompts and the text its real
     evaluation decoded, the target's own, every generated position a candidate anchor):
     ``trainer.pipeline --init-drafter`` its final checkpoint's training-dtype weights, ``--lr 1e-30`` (no fp32
     weight moves: far below their resolution), ``steps`` steps (epochs repeat a small set, anchors sampled
     anew), the same flags. Separates "seen in training" and "the data's text" from what real decoding sees."""
-    tag = f"b{block}" + (f"_{arch}" if arch else "")
+    block, layers, arch, text = spec
+    tag = tag_of(block, arch, text)
     if data == "generated":
         data = f"generated_{tag}"
     ck = sorted(glob.glob(os.path.join(work, f"run_{tag}", "checkpoints", "step_*")))[-1]
@@ -308,11 +299,11 @@ def shard_prompts(work: str, prompts: str, n: int, shards: int) -> list[tuple[st
     return dirs
 
 
-def start_eval(cfg, work, out, block, arch=None, prompts="heldout", prompt_len=PROMPT):
+def start_eval(cfg, work, out, spec, prompts="heldout", prompt_len=PROMPT):
     """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
     ``train``: chunks of the training files) cut to ``prompt_len`` bytes, as ``cfg["eval_shards"]`` processes
     side by side on consecutive slices of the prompts; ``finish_eval`` waits and pools them."""
-    tag = f"b{block}" + (f"_{arch}" if arch else "")
+    tag = tag_of(spec[0], spec[2], spec[3])
     name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
     shards = cfg.get("eval_shards", 1)
     sets = (
@@ -418,14 +409,25 @@ def main() -> int:
     )
     ap.add_argument(
         "--train-text",
-        choices=("data", "generated"),
+        choices=("data", "generated", "compare"),
         default="data",
         help="what the drafters train on: the training chunks (data), or the target's own greedy continuation "
-        "of their first 128 bytes (generated: the usual recipe, responses regenerated by the target; the loss "
-        "on what the target wrote)",
+        "of their first 128 bytes (generated: the usual recipe, responses regenerated by the target through "
+        "trainer.regenerate; the loss on what the target wrote), or both of the same prompts side by side "
+        "(compare: each --blocks drafter on the original next bytes and on the target's, paired on the "
+        "evaluation's prompts)",
     )
     ap.add_argument(
-        "--gen-chunks", type=int, default=None, help="--train-text generated: how many (default: chunks / 2)"
+        "--regen-batch",
+        type=int,
+        default=None,
+        help="trainer.regenerate --batch-size (default: 512 on a GPU, 64 on the CPU)",
+    )
+    ap.add_argument(
+        "--gen-chunks",
+        type=int,
+        default=None,
+        help="--train-text generated/compare: how many prompts (default: chunks / 2)",
     )
     ap.add_argument(
         "--gen-tokens",
@@ -474,99 +476,134 @@ def main() -> int:
     res["target"] = train_target(cfg, train, held, os.path.join(work, "target"), a.seed)
     res["phase_seconds"] = {"corpus_and_target": time.monotonic() - t0}
     cfg["train_text"] = a.train_text
-
-    def generated(prompt_chunks: list) -> tuple:
-        """The target's greedy continuation of each chunk's start (the loss on what it wrote)."""
-        batch = 512 if cfg["device"] != "cpu" else 128
-        return generate_text(
-            cfg, os.path.join(work, "target"), prompt_chunks, batch, a.gen_tokens or cfg["new"]
-        )
-
-    if a.train_text == "generated":  # the drafters' data: what the target writes after each chunk's start
-        seqs, masks, res["generated_train_text"] = generated(
-            chunks(train, a.gen_chunks or cfg["chunks"] // 2, a.seed)
-        )
-        write_jsonl(os.path.join(work, "data", "train.jsonl"), seqs, masks)
-        res["phase_seconds"]["generated_train_text"] = time.monotonic() - t0
-        print(f"training text generated by the target: {json.dumps(res['generated_train_text'])}", flush=True)
-        if a.frozen_steps:  # the same kind of text from held-out chunks' starts, for the frozen estimate
-            seqs, masks, res["generated_heldout_text"] = generated(chunks(held, n_frozen, a.seed + 4))
-            write_jsonl(os.path.join(work, "heldout_gen", "heldout.jsonl"), seqs, masks)
+    training_text(a, cfg, work, train, held, n_frozen, res)
+    res["phase_seconds"]["training_text"] = time.monotonic() - t0
     save()
-    specs = []
-    for spec in a.blocks.split(","):
-        parts = spec.split(":")
-        specs.append((int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else None))
+    specs = parse_specs(a.blocks, a.train_text)
     # --parallel: every drafter trains at once (this target is so small that one run leaves the GPU mostly
     # idle), then every evaluation runs at once; their speed-ups are then measured under that shared load
-    groups = [specs] if a.parallel else [[x] for x in specs]
-    trained: dict = {}
-    for group in groups:
-        started = [
-            (x, start_drafter(cfg, work, a.out, x[0], x[1], a.seed, x[2], soft=not a.hard_labels))
-            for x in group
-        ]
-        for x, st in started:
-            trained[x] = finish_drafter(st)
-        res["phase_seconds"]["drafters" if a.parallel else f"drafter_{x[0]}_{x[2] or 'dflash'}"] = (
+    for group in [specs] if a.parallel else [[x] for x in specs]:
+        run_group(a, cfg, work, group, prompt_sets, res, save)
+        res["phase_seconds"]["drafters" if a.parallel else key_of(group[0][0], group[0][2], group[0][3])] = (
             time.monotonic() - t0
         )
-        save()
-        evals = [(x, start_eval(cfg, work, a.out, x[0], x[2])) for x in group]
-        extra = [
-            ((x, ps), start_eval(cfg, work, a.out, x[0], x[2], *ps)) for x in group for ps in prompt_sets
-        ]
-        for (block, layers, arch), st in evals:
-            d, e = trained[(block, layers, arch)], finish_eval(st)
-            real, est = e.get("mean_accept_len"), d.get("accept_len_est")
-            est_uniform = d.get("accept_len_est_uniform")
-            res[f"block{block}" + (f"_{arch}" if arch else "")] = {"layers": layers, "arch": arch or "dflash", "train": d, "eval": e,
-                                    "estimate_over_real": est / real if real and est else None,
-                                    "estimate_uniform_over_real": est_uniform / real if real and est_uniform else None}  # fmt: skip
-            save()
-            print(json.dumps({"block": block, "arch": arch or "dflash", "real": real, "est": est, "est_vs": d.get("accept_len_est_vs"),
-                              "est_uniform": est_uniform, "old": d.get("accept_len_old"),
-                              "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
-        # DFlash 2 (and its variants) against DFlash 1 of the same block (and variants against DFlash 2),
-        # prompt by prompt
-        for block, _, arch in group:
-            for base in ("dflash", "dflash2"):
-                one, two = res.get(f"block{block}_{base}", {}), res.get(f"block{block}_{arch}", {})
-                if (
-                    arch not in (None, "dflash", base)
-                    and "prompt_steps" in one.get("eval", {})
-                    and "prompt_steps" in two.get("eval", {})
-                ):
-                    res[f"block{block}_{arch}_vs_{base}"] = cmp = paired_ratio(one["eval"], two["eval"])
-                    save()
-                    print(json.dumps({"block": block, f"{arch}_over_{base}": cmp}), flush=True)
-        for ((block, _, arch), (ps, plen)), st in extra:  # the same drafters on other prompt sets
-            e = finish_eval(st)
-            key = f"block{block}" + (f"_{arch}" if arch else "")
-            res[key][f"eval_{ps}{plen}"] = e
-            est, real = res[key]["train"].get("accept_len_est"), e.get("mean_accept_len")
-            save()
-            print(json.dumps({"block": block, "arch": arch or "dflash", "prompts": ps, "prompt_len": plen, "real": real,
-                              "est_over_real": est / real if est and real else None}), flush=True)  # fmt: skip
-        frozen = [
-            ((x, data), start_frozen(cfg, work, a.out, x[0], x[1], a.seed, x[2], data, a.frozen_steps,
-                                     soft=not a.hard_labels))
-            for x in (group if a.frozen_steps else [])
-            for data in ("data", "heldout_data", "generated") + (("heldout_gen",) if a.train_text == "generated" else ())
-        ]  # fmt: skip
-        for ((block, _, arch), data), st in frozen:
-            d = finish_drafter(st)
-            d.pop("loss_curve", None)
-            key = f"block{block}" + (f"_{arch}" if arch else "")
-            res[key][f"frozen_{data}"] = d
-            real = res[key]["eval"].get("mean_accept_len")
-            save()
-            print(json.dumps({"block": block, "arch": arch or "dflash", "frozen_on": data, "est": d.get("accept_len_est"),
-                              "est_over_real": d["accept_len_est"] / real if d.get("accept_len_est") and real else None,
-                              "steps": d.get("steps"), "rc": d.get("rc")}), flush=True)  # fmt: skip
     res["total_seconds"] = time.monotonic() - t0
     save()
     return 0
+
+
+def parse_specs(blocks: str, train_text: str) -> list[tuple]:
+    """``--blocks`` as (block, layers, arch, text) tuples; ``--train-text compare`` trains each on both
+    texts (text ``original`` and ``regenerated``), else text is None (the ``data`` directory)."""
+    texts = ("original", "regenerated") if train_text == "compare" else (None,)
+    specs = []
+    for spec in blocks.split(","):
+        parts = spec.split(":")
+        for text in texts:
+            specs.append((int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else None, text))
+    return specs
+
+
+def training_text(a, cfg, work, train: bytes, held: bytes, n_frozen: int, res: dict) -> None:
+    """The drafters' data for ``--train-text generated`` / ``compare``: the chunks' starts as prompts, the
+    target's responses by ``trainer.regenerate`` and (compare) the data's own next bytes, each through
+    ``trainer.prepare`` (bench/regen_text.py); ``data`` keeps the raw chunks."""
+    if a.train_text == "data":
+        return
+    target, log = os.path.join(work, "target"), os.path.join(a.out, "regenerate.log")
+    cfg["regen_batch"] = a.regen_batch or (512 if cfg["device"] != "cpu" else 64)
+    cfg["regen_new"] = a.gen_tokens or cfg["new"]
+    pairs, skipped = regen_text.text_pairs(
+        chunks(train, a.gen_chunks or cfg["chunks"] // 2, a.seed), PROMPT, cfg["regen_new"]
+    )
+    summary = regen_text.regenerate(target, pairs, os.path.join(work, "regen"), cfg, log, env(), ROOT)
+    summary["not_utf8_left_out"] = skipped
+    res["generated_train_text"] = summary
+    print(f"training text regenerated by the target: {json.dumps(summary)}", flush=True)
+    name = "data_regenerated" if a.train_text == "compare" else "data"
+    regen_text.prepare(target, summary["raw"], os.path.join(work, name), log, env(), ROOT)
+    if a.train_text == "compare":
+        raw = regen_text.write_pairs(os.path.join(work, "regen", "original.jsonl"), pairs)
+        regen_text.prepare(target, raw, os.path.join(work, "data_original"), log, env(), ROOT)
+    elif a.frozen_steps:  # the same kind of text from held-out chunks' starts, for the frozen estimate
+        pairs, _ = regen_text.text_pairs(chunks(held, n_frozen, a.seed + 4), PROMPT, cfg["regen_new"])
+        rep = regen_text.regenerate(target, pairs, os.path.join(work, "regen_held"), cfg, log, env(), ROOT)
+        res["generated_heldout_text"] = rep
+        regen_text.prepare(target, rep["raw"], os.path.join(work, "heldout_gen"), log, env(), ROOT)
+
+
+def record_eval(res: dict, spec: tuple, d: dict, e: dict) -> None:
+    block, layers, arch, text = spec
+    real, est = e.get("mean_accept_len"), d.get("accept_len_est")
+    est_uniform = d.get("accept_len_est_uniform")
+    res[key_of(block, arch, text)] = {"layers": layers, "arch": arch or "dflash", "text": text or "data",
+                                      "train": d, "eval": e,
+                                      "estimate_over_real": est / real if real and est else None,
+                                      "estimate_uniform_over_real": est_uniform / real if real and est_uniform else None}  # fmt: skip
+    print(json.dumps({"block": block, "arch": arch or "dflash", "text": text or "data", "real": real, "est": est,
+                      "est_vs": d.get("accept_len_est_vs"), "est_uniform": est_uniform, "old": d.get("accept_len_old"),
+                      "speedup": e.get("speedup"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
+
+
+def paired_comparisons(res: dict, group: list[tuple], save) -> None:
+    """Prompt by prompt: DFlash 2 (and its variants) against DFlash 1 of the same block and text (variants
+    also against DFlash 2); regenerated-text drafters against the original-text ones of the same spec."""
+    pairs = []
+    for block, _, arch, text in group:
+        for base in ("dflash", "dflash2"):
+            if arch not in (None, "dflash", base):
+                pairs.append((key_of(block, base, text), key_of(block, arch, text), f"{arch}_over_{base}"))
+        if text == "regenerated":
+            pairs.append(
+                (key_of(block, arch, "original"), key_of(block, arch, text), "regenerated_over_original")
+            )
+    for one_key, two_key, what in pairs:
+        one, two = res.get(one_key, {}).get("eval", {}), res.get(two_key, {}).get("eval", {})
+        if "prompt_steps" in one and "prompt_steps" in two:
+            res[f"{two_key}_vs_{one_key.removeprefix('block')}"] = cmp = paired_ratio(one, two)
+            save()
+            print(json.dumps({"drafters": [one_key, two_key], what: cmp}), flush=True)
+
+
+def run_group(a, cfg, work, group: list[tuple], prompt_sets, res: dict, save) -> None:
+    """Train the group's drafters side by side, then evaluate them side by side (and the extra prompt sets,
+    the frozen passes)."""
+    started = [(x, start_drafter(cfg, work, a.out, x, a.seed, soft=not a.hard_labels)) for x in group]
+    trained = {x: finish_drafter(st) for x, st in started}
+    save()
+    evals = [(x, start_eval(cfg, work, a.out, x)) for x in group]
+    extra = [((x, ps), start_eval(cfg, work, a.out, x, *ps)) for x in group for ps in prompt_sets]
+    for x, st in evals:
+        record_eval(res, x, trained[x], finish_eval(st))
+        save()
+    paired_comparisons(res, group, save)
+    for (x, (ps, plen)), st in extra:  # the same drafters on other prompt sets
+        e, key = finish_eval(st), key_of(x[0], x[2], x[3])
+        res[key][f"eval_{ps}{plen}"] = e
+        est, real = res[key]["train"].get("accept_len_est"), e.get("mean_accept_len")
+        save()
+        print(json.dumps({"drafter": key, "prompts": ps, "prompt_len": plen, "real": real,
+                          "est_over_real": est / real if est and real else None}), flush=True)  # fmt: skip
+    frozen_passes(a, cfg, work, group, res, save)
+
+
+def frozen_passes(a, cfg, work, group: list[tuple], res: dict, save) -> None:
+    datas = ("data", "heldout_data", "generated") + (("heldout_gen",) if a.train_text == "generated" else ())
+    frozen = [
+        ((x, data), start_frozen(cfg, work, a.out, x, a.seed, data, a.frozen_steps, soft=not a.hard_labels))
+        for x in (group if a.frozen_steps else [])
+        for data in datas
+    ]
+    for (x, data), st in frozen:
+        d = finish_drafter(st)
+        d.pop("loss_curve", None)
+        key = key_of(x[0], x[2], x[3])
+        res[key][f"frozen_{data}"] = d
+        real = res[key]["eval"].get("mean_accept_len")
+        save()
+        print(json.dumps({"drafter": key, "frozen_on": data, "est": d.get("accept_len_est"),
+                          "est_over_real": d["accept_len_est"] / real if d.get("accept_len_est") and real else None,
+                          "steps": d.get("steps"), "rc": d.get("rc")}), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -49,9 +49,11 @@ class TinyTarget:
         stopped = eos in y
         return (y[: y.index(eos)] if stopped else y), stopped
 
-    def answer(self, body: dict) -> tuple[str, str]:
+    def answer(self, body: dict) -> tuple[str, str, int]:
+        """(text, finish_reason, completion tokens: the end-of-sequence token counted, as vLLM does)."""
         new, stopped = self.generate(self.prompt_ids(body), int(body.get("max_tokens") or 16))
-        return self.tok.decode(new, skip_special_tokens=True), ("stop" if stopped else "length")
+        text = self.tok.decode(new, skip_special_tokens=True)
+        return text, ("stop" if stopped else "length"), len(new) + stopped
 
 
 def prompt_id(body: dict) -> str:
@@ -116,13 +118,20 @@ BAD_REPLIES = {
 }
 
 
-def _reply(body: dict, text: str, finish: str) -> dict:
+def _reply(body: dict, text: str, finish: str, tokens: int) -> dict:
     choice = {"index": 0, "finish_reason": finish}
     if "messages" in body:
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    return {"id": "x", "object": "chat.completion", "model": body.get("model"), "choices": [choice]}
+    usage = {"completion_tokens": tokens}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": body.get("model"),
+        "choices": [choice],
+        "usage": usage,
+    }
 
 
 def _handler(server: FaultyServer):
@@ -165,7 +174,7 @@ def _handler(server: FaultyServer):
                 self._send(200, BAD_REPLIES[act])
                 return
             server.wait_turn()
-            text, finish = server.target.answer(body)
-            self._send(200, json.dumps(_reply(body, text, finish)).encode(), cut=act == "cut")
+            text, finish, tokens = server.target.answer(body)
+            self._send(200, json.dumps(_reply(body, text, finish, tokens)).encode(), cut=act == "cut")
 
     return Handler

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from trainer.regeneration.prompt_file import Prompt
+from trainer.regeneration.prompt_file import Prompt, Reply
 
 MAX_REPLY = 16 * 2**20
 RETRY_STATUS = {408, 429}
@@ -73,8 +73,14 @@ def _str_or_none(d: dict, name: str) -> str | None:
     return v
 
 
-def parse_reply(raw: bytes, chat: bool) -> tuple[str, str | None, list | None]:
-    """(the response text, finish_reason, tool_calls). A chat reply's separate reasoning (vLLM's
+def _completion_tokens(rep: dict) -> int | None:
+    usage = rep.get("usage")
+    n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31 else None
+
+
+def parse_reply(raw: bytes, chat: bool) -> Reply:
+    """(the response text, finish_reason, tool_calls, the usage's completion_tokens). A chat reply's separate reasoning (vLLM's
     ``reasoning_content``, ``reasoning``) goes back in front of the content as ``<think>...</think>``, as the
     template renders it; its ``tool_calls`` (a list of objects) are kept as they came."""
     try:
@@ -90,7 +96,7 @@ def parse_reply(raw: bytes, chat: bool) -> tuple[str, str | None, list | None]:
         text = _str_or_none(c, "text")
         if text is None:
             raise Permanent("reply: choices[0].text missing")
-        return text, finish, None
+        return Reply(text, finish, None, _completion_tokens(rep))
     msg = c.get("message")
     if not isinstance(msg, dict):
         raise Permanent("reply: choices[0].message missing")
@@ -101,7 +107,7 @@ def parse_reply(raw: bytes, chat: bool) -> tuple[str, str | None, list | None]:
     calls = msg.get("tool_calls")
     if calls is not None and (not isinstance(calls, list) or not all(isinstance(x, dict) for x in calls)):
         raise Permanent("reply: tool_calls is not a list of objects")
-    return content, finish, calls or None
+    return Reply(content, finish, calls or None, _completion_tokens(rep))
 
 
 def _post(url: str, body: dict, timeout: float, api_key: str | None = None) -> bytes:
@@ -129,7 +135,7 @@ def _post(url: str, body: dict, timeout: float, api_key: str | None = None) -> b
     return raw
 
 
-def generate(cfg: ServerConfig, p: Prompt, sleep=time.sleep) -> tuple[str, str | None, list | None]:
+def generate(cfg: ServerConfig, p: Prompt, sleep=time.sleep) -> Reply:
     """The server's response to ``p``, retried on transient failures; raises ``Permanent`` or the last
     ``Transient`` when the retries are spent."""
     chat = p.messages is not None

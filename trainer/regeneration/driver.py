@@ -1,8 +1,7 @@
 """The regeneration loop: the prompts not yet in the output go to a generator, whose results come back in
 input order and are appended as they arrive; failures are collected for ``failures.jsonl``.
 
-A generator is ``results(prompts) -> iterator of (prompt, (text, finish_reason, tool_calls) or None, error or
-None)`` in the order of ``prompts``: ``server_results`` (threads, one request each) or ``local.local_results``
+A generator is ``results(prompts) -> iterator of (prompt, prompt_file.Reply or None, error or None)`` in the order of ``prompts``: ``server_results`` (threads, one request each) or ``local.local_results``
 (batches).
 """
 
@@ -52,7 +51,7 @@ class Progress:
         self.total, self.already, self.every = total, already, every
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.done = self.failed = 0
+        self.done = self.failed = self.tokens = 0
         self.t0 = self._last = time.monotonic()
 
     def line(self) -> str:
@@ -62,9 +61,11 @@ class Progress:
         left = self.total - n
         eta = f"{left / rate:.0f}s" if rate > 0 else "?"
         pct = 100.0 * n / max(self.total, 1)
-        return f"regenerate: {n}/{self.total} ({pct:.1f}%) {rate:.2f}/s ETA {eta}, failed {self.failed}"
+        toks = f" {self.tokens / took:,.0f} tok/s," if self.tokens else ""
+        return f"regenerate: {n}/{self.total} ({pct:.1f}%) {rate:.2f}/s{toks} ETA {eta}, failed {self.failed}"
 
-    def step(self, ok: bool, force: bool = False) -> None:
+    def step(self, ok: bool, force: bool = False, tokens: int | None = None) -> None:
+        self.tokens += tokens or 0
         if ok:
             self.done += 1
         else:
@@ -94,16 +95,19 @@ def regenerate(prompts: list[Prompt], out_dir: str, settings: dict, results, pro
                 failures.append({"key": p.key, "index": p.index, "error": err})
             else:
                 w.write(output_record(p, *res))
-            prog.step(res is not None)
+            prog.step(res is not None, tokens=res.tokens if res is not None else None)
     finally:
         w.close()
         store.write_failures(out_dir, failures)
     prog.show(final=True)
+    took = time.monotonic() - prog.t0
     return {
         "prompts": len(prompts),
         "already_done": prog.already,
         "generated": prog.done,
         "failed": len(failures),
         "failed_indices": [f["index"] for f in failures][:20],
-        "seconds": round(time.monotonic() - prog.t0, 3),
+        "seconds": round(took, 3),
+        "generated_tokens": prog.tokens,  # as the generator counts them (a server: its usage), end token included
+        "tok_per_s": round(prog.tokens / took, 1) if took > 0 else None,
     }

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.evaluation.load import eos_ids_of, load_target_model
-from trainer.regeneration.prompt_file import Prompt
+from trainer.regeneration.prompt_file import Prompt, Reply
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,11 @@ def render(tok, p: Prompt, thinking: str | None) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def _decode(tok, tokens: list[int], stopped: bool) -> tuple[str, str, None]:
+def _decode(tok, tokens: list[int], stopped: bool) -> Reply:
     body = tokens[:-1] if stopped else tokens
-    return tok.decode(body, skip_special_tokens=True), ("stop" if stopped else "length"), None
+    return Reply(
+        tok.decode(body, skip_special_tokens=True), "stop" if stopped else "length", None, len(tokens)
+    )
 
 
 def local_results(cfg: LocalConfig):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from trainer.data.chat import record_tools
 from trainer.data.tokenizing import PrepareError, _messages
@@ -28,6 +29,16 @@ class Prompt:
     messages: list[dict] | None  # chat mode: the conversation up to the reply
     text: str | None  # completion mode
     tools: list | None = None  # a chat record's tool definitions (sent to the template, kept in the output)
+
+
+class Reply(NamedTuple):
+    """What a generator made of one prompt: the text, why it stopped, the tool calls a server parsed, and how
+    many tokens the target wrote (None when the server does not say)."""
+
+    text: str
+    finish_reason: str | None
+    tool_calls: list | None = None
+    tokens: int | None = None
 
 
 def canonical(obj) -> str:
@@ -80,11 +91,15 @@ def read_prompts(path: str, mode: str, settings: dict) -> list[Prompt]:
 
 
 def output_record(
-    p: Prompt, response: str, finish_reason: str | None, tool_calls: list | None = None
+    p: Prompt,
+    response: str,
+    finish_reason: str | None,
+    tool_calls: list | None = None,
+    tokens: int | None = None,
 ) -> dict:
     """What ``trainer.prepare`` reads: the conversation with the target's reply appended (with its
     ``tool_calls`` when the server parsed some; the record's ``tools``), or ``prompt``/``completion``; plus
-    the key and why generation stopped."""
+    the key, why generation stopped and the tokens written (``completion_tokens``, when known)."""
     if p.messages is not None:
         reply = {"role": "assistant", "content": response}
         if tool_calls:
@@ -94,4 +109,7 @@ def output_record(
             rec["tools"] = p.tools
     else:
         rec = {"prompt": p.text, "completion": response}
-    return {"key": p.key, **rec, "finish_reason": finish_reason}
+    out = {"key": p.key, **rec, "finish_reason": finish_reason}
+    if tokens is not None:
+        out["completion_tokens"] = tokens
+    return out

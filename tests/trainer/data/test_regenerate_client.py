@@ -21,7 +21,7 @@ def test_reasoning_and_tool_calls_become_the_assistant_turn_prepare_reads():
         "tool_calls": [CALL],
     }
     raw = json.dumps({"choices": [{"message": msg, "finish_reason": "tool_calls"}]}).encode()
-    text, finish, calls = parse_reply(raw, chat=True)
+    text, finish, calls, _ = parse_reply(raw, chat=True)
     assert text == "<think>\nI think\n</think>\n\nthe answer" and finish == "tool_calls" and calls == [CALL]
     tools = [{"type": "function", "function": {"name": "add", "parameters": {}}}]
     p = Prompt(0, "k", [{"role": "user", "content": "add"}], None, tools)
@@ -49,3 +49,13 @@ def test_reasoning_and_tool_calls_become_the_assistant_turn_prepare_reads():
 def test_a_reply_not_of_the_apis_shape_is_refused(raw):
     with pytest.raises(Permanent):
         parse_reply(raw, chat=True)
+
+
+@pytest.mark.parametrize(
+    ("usage", "want"),
+    [({"completion_tokens": 5}, 5), ({"completion_tokens": "5"}, None), ({"completion_tokens": -1}, None),
+     ({"completion_tokens": True}, None), ("x", None), (None, None)],
+)  # fmt: skip
+def test_the_usage_token_count_is_read_only_when_it_is_a_count(usage, want):
+    rep = {"choices": [{"text": "t", "finish_reason": "length"}], "usage": usage}
+    assert parse_reply(json.dumps(rep).encode(), chat=False).tokens == want

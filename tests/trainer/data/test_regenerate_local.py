@@ -36,7 +36,7 @@ def prompts() -> list[dict]:
 
 
 @pytest.mark.parametrize("assets", ["tiny_assets", "tiny_hybrid"])
-def test_batched_greedy_decoding_is_the_targets_generate(assets, request, tmp_path):
+def test_batched_greedy_decoding_is_the_targets_generate(assets, request, tmp_path, capsys):
     tiny_assets = request.getfixturevalue(assets)  # a dense Qwen3; a hybrid Qwen3.5 (linear attention)
     recs = prompts()
     inp = tmp_path / "in.jsonl"
@@ -45,13 +45,15 @@ def test_batched_greedy_decoding_is_the_targets_generate(assets, request, tmp_pa
     argv = ["--input", str(inp), "--output", str(out), "--target-model", str(tiny_assets / "target"),
             "--batch-size", "2", "--max-tokens", str(NEW), "--progress-every", "0"]  # fmt: skip
     assert command.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     got = [json.loads(x) for x in (out / store.OUTPUT).read_text().splitlines()]
     ref = TinyTarget(str(tiny_assets / "target"))
     assert len(got) == len(recs)
     for rec, g in zip(recs, got, strict=True):
-        want, finish = ref.answer({"messages": rec["messages"], "max_tokens": NEW})
+        want, finish, tokens = ref.answer({"messages": rec["messages"], "max_tokens": NEW})
         assert g["messages"] == [*rec["messages"], {"role": "assistant", "content": want}]
-        assert g["finish_reason"] == finish
+        assert g["finish_reason"] == finish and g["completion_tokens"] == tokens
+    assert summary["generated_tokens"] == sum(g["completion_tokens"] for g in got) > 0
 
 
 def test_top_p_samples_only_from_the_nucleus():

@@ -71,7 +71,7 @@ def test_faults_are_retried_and_every_response_is_the_targets(server, target, tm
     for rec, g in zip(recs, got, strict=True):  # input order; the prompt kept, the reply the target's own
         prompt = rec["messages"][:-1]
         assert g["messages"][:-1] == prompt
-        want, finish = target.answer({"messages": prompt, "max_tokens": NEW})
+        want, finish, _ = target.answer({"messages": prompt, "max_tokens": NEW})
         assert g["messages"][-1] == {"role": "assistant", "content": want}
         assert g["finish_reason"] == finish
     assert [server.attempts[i] for i in ids[:5]] == [3, 2, 1, 2, 3]
@@ -149,7 +149,7 @@ def test_failed_prompts_are_listed_and_the_exit_status_says_so(server, tmp_path,
     assert len(lines(out)) == 3
     err = capsys.readouterr().err
     assert "5 prompt(s) failed (input indices [2, 4, 5, 6, 7])" in err
-    assert re.search(r"regenerate: 8/8 \(100\.0%\) [0-9.]+/s ETA 0s, failed 5", err)  # the progress line
+    assert re.search(r"regenerate: 8/8 \(100\.0%\) [0-9.]+/s [0-9,]+ tok/s, ETA 0s, failed 5", err)  # progress
     server.always = {}
     assert command.main(flags(inp, out, server.url)) == 0  # the rerun retries exactly the failed ones
     assert not (out / store.FAILURES).exists()
