@@ -61,25 +61,34 @@ def text_pairs(seqs: list[list[int]], prompt: int, new: int) -> tuple[list[dict]
     return out, skipped
 
 
-def _run(argv: list[str], log: str, env: dict, cwd: str) -> str:
-    with open(log, "a") as f:
-        f.write(f"$ {' '.join(argv)}\n")
-        f.flush()
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=f, text=True, env=env, cwd=cwd)
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv[2]} exited {proc.returncode} (see {log})")
-    return proc.stdout
+def _start(argv: list[str], log: str, env: dict, cwd: str):
+    """Start ``argv`` with its stderr appended to ``log``; the returned ``wait()`` gives its stdout (or stops
+    the bench naming the log when it failed)."""
+    f = open(log, "a")  # noqa: SIM115 (closed by wait)
+    f.write(f"$ {' '.join(argv)}\n")
+    f.flush()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=f, text=True, env=env, cwd=cwd)
+
+    def wait() -> str:
+        out, _ = proc.communicate()
+        f.close()
+        if proc.returncode != 0:
+            raise SystemExit(f"{argv[2]} exited {proc.returncode} (see {log})")
+        return out
+
+    return wait
 
 
-def prepare(target: str, raw: str, data_dir: str, log: str, env: dict, cwd: str) -> None:
-    """``trainer.prepare`` of a prompt/completion file into ``data_dir`` (its ``*.jsonl`` replaced)."""
+def prepare(target: str, raw: str, data_dir: str, log: str, env: dict, cwd: str):
+    """Start ``trainer.prepare`` of a prompt/completion file into ``data_dir`` (its ``*.jsonl`` replaced);
+    call the result to wait for it."""
     os.makedirs(data_dir, exist_ok=True)
     for name in os.listdir(data_dir):
         if name.endswith(".jsonl"):
             os.remove(os.path.join(data_dir, name))
     argv = [sys.executable, "-m", "trainer.prepare", "--tokenizer", target, "--input", raw,
             "--output-dir", data_dir]  # fmt: skip
-    _run(argv, log, env, cwd)
+    return _start(argv, log, env, cwd)
 
 
 def regenerate(
@@ -96,7 +105,7 @@ def regenerate(
             os.path.join(out_dir, "out"), "--mode", "completion", "--target-model", target, "--device",
             cfg["device"], "--batch-size", str(cfg["regen_batch"]), "--max-tokens", str(cfg["regen_new"]),
             "--progress-every", "10"]  # fmt: skip
-    summary = json.loads(_run(argv, log, env, cwd).strip().splitlines()[-1])
+    summary = json.loads(_start(argv, log, env, cwd)().strip().splitlines()[-1])
     raw = os.path.join(out_dir, "regenerated.jsonl")
     with open(os.path.join(out_dir, "out", "regenerated.jsonl"), encoding="utf-8") as f, open(raw, "w") as g:
         for line in f:
