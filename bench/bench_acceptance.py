@@ -168,6 +168,28 @@ def write_jsonl(path: str, seqs: list[list[int]], masks: list[list[int]] | None 
             f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
+MARKER = ".bench_acceptance"
+
+
+def fresh_work(work: str) -> None:
+    """Start from an empty work directory: an earlier run's outputs there (a warm machine's) would be resumed
+    or reused (a regeneration by another target, a run directory's compile cache). Only a directory this bench
+    made (its marker file) is emptied; another non-empty one is refused."""
+    import shutil
+
+    if os.path.isdir(work) and os.listdir(work):
+        if not os.path.isfile(os.path.join(work, MARKER)):
+            raise SystemExit(f"--work {work}: not empty and not made by this bench; give an empty directory")
+        for name in os.listdir(work):
+            path = os.path.join(work, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    os.makedirs(work, exist_ok=True)
+    open(os.path.join(work, MARKER), "w").close()
+
+
 def env() -> dict:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, e.get("PYTHONPATH")) if p)
@@ -457,6 +479,7 @@ def main() -> int:
         ap.error(f"--eval-shards must be 1 .. the evaluation's prompts ({cfg['prompts']})")
     cfg["eval_shards"] = a.eval_shards
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")
+    fresh_work(work)
     os.makedirs(a.out, exist_ok=True)
     res: dict = {"config": cfg, "seed": a.seed, "command": sys.argv}
 

@@ -11,8 +11,10 @@ stderr, listed in ``DIR/failures.jsonl``; run again to retry them); 2 for bad in
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import stat
 import sys
 
 from trainer.regeneration import store
@@ -77,14 +79,35 @@ def _check(a) -> str | None:
     return None
 
 
+def target_fingerprint(target_dir: str) -> str:
+    """The local target as it is on disk: SHA-256 over each file's name, size and modification time (weights,
+    config, tokenizer; links followed, as a hub cache's snapshot is links), so that output written by other
+    weights at the same path (a retrained target) is never taken as done. Unreadable: the path alone."""
+    h = hashlib.sha256()
+    try:
+        names = sorted(os.listdir(target_dir))[:10_000]
+    except OSError:
+        return "unreadable"
+    for name in names:
+        try:
+            st = os.stat(os.path.join(target_dir, name))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
 def settings_of(a) -> dict:
-    """What makes two results comparable (part of every key): the source, the model and the sampling."""
+    """What makes two results comparable (part of every key): the source, the model (a local target's files
+    too) and the sampling."""
     s = {"mode": a.mode, "temperature": a.temperature, "top_p": a.top_p, "max_tokens": a.max_tokens}
     s["thinking"] = a.thinking
     if a.endpoint:
         s.update(source="server", model=a.model)
     else:
         s.update(source="local", target_model=a.target_model, seed=a.seed)
+        s["target_files"] = target_fingerprint(a.target_model)
     return s
 
 

@@ -31,7 +31,13 @@ def check_settings(out_dir: str, settings: dict) -> None:
             old = json.load(f)
         if old != settings:
             diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
-            raise StoreError(f"{out_dir} holds a regeneration with other settings ({', '.join(diff)})")
+            why = (
+                " (the target's files changed since: retrained or replaced)" if "target_files" in diff else ""
+            )
+            raise StoreError(
+                f"{out_dir} holds a regeneration with other settings ({', '.join(diff)}){why}; "
+                "give another --output to start anew"
+            )
         return
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:

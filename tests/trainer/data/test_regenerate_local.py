@@ -64,3 +64,25 @@ def test_top_p_samples_only_from_the_nucleus():
     assert set(draws[:, 1].tolist()) == {0, 3}
     assert set(torch.stack([_pick(logits, 1.0, 0.5, g) for _ in range(50)])[:, 0].tolist()) == {1}
     assert _pick(logits, 0.0, 0.1, g).tolist() == [1, 0]  # temperature 0: argmax
+
+
+def test_output_of_a_retrained_target_is_not_taken_as_done(tiny_assets, tmp_path, capsys):
+    """The same --target-model path with other weights (a retrained target) is refused, not resumed."""
+    import os
+    import shutil
+
+    target = tmp_path / "target"
+    shutil.copytree(tiny_assets / "target", target)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps(prompts()[0]) + "\n", encoding="utf-8")
+    argv = ["--input", str(inp), "--output", str(tmp_path / "out"), "--target-model", str(target),
+            "--max-tokens", "2", "--progress-every", "0"]  # fmt: skip
+    assert command.main(argv) == 0
+    assert command.main(argv) == 0  # unchanged: resumed, nothing to do
+    assert '"already_done": 1' in capsys.readouterr().out
+    weights = next(target.glob("*.safetensors"))
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # written again
+    assert command.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "other settings (target_files)" in err and "target's files changed" in err

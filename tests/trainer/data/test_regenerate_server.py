@@ -149,7 +149,9 @@ def test_failed_prompts_are_listed_and_the_exit_status_says_so(server, tmp_path,
     assert len(lines(out)) == 3
     err = capsys.readouterr().err
     assert "5 prompt(s) failed (input indices [2, 4, 5, 6, 7])" in err
-    assert re.search(r"regenerate: 8/8 \(100\.0%\) [0-9.]+/s [0-9,]+ tok/s, ETA 0s, failed 5", err)  # progress
+    assert re.search(
+        r"regenerate: 8/8 \(100\.0%\) [0-9.]+/s [0-9,]+ tok/s, ETA 0s, failed 5", err
+    )  # progress
     server.always = {}
     assert command.main(flags(inp, out, server.url)) == 0  # the rerun retries exactly the failed ones
     assert not (out / store.FAILURES).exists()
