@@ -33,11 +33,12 @@ forward does not use: its loss (``drafting.selector.selector_loss``) and the eva
 The published file format (the layout of the z-lab drafters; loaded by vLLM and SGLang).
 
 ``save_drafter(drafter, cfg, out_dir)`` writes
-- ``config.json``: a Qwen3 config (``model_type: qwen3``, ``architectures: ["DFlashDraftModel"]``, the sizes,
-  ``num_hidden_layers`` = draft layers, ``layer_types``, ``sliding_window``/``use_sliding_window``,
-  ``rope_theta``/``rope_scaling`` plus transformers-5 ``rope_parameters``, ``tie_word_embeddings: false``)
-  with the DFlash fields ``block_size``, ``num_target_layers`` and
-  ``dflash_config: {mask_token_id, target_layer_ids}``;
+- ``config.json`` (``drafting.export_config``): a Qwen3 config (``model_type: qwen3``,
+  ``architectures: ["DFlashDraftModel"]``, the sizes, ``num_hidden_layers`` = draft layers, ``layer_types``,
+  ``sliding_window``/``use_sliding_window``, ``is_causal: false``, ``rope_theta``/``rope_scaling`` plus
+  transformers-5 ``rope_parameters``, ``tie_word_embeddings: false``) with the DFlash fields ``block_size``,
+  ``num_target_layers`` and ``dflash_config: {block_size, mask_token_id, target_layer_ids}`` (``causal: false``
+  too when a layer slides); ``python -m trainer.export --check`` checks it against each server's rules;
 - ``model.safetensors``: the drafter's ``state_dict()`` (``fc.weight``, ``hidden_norm.weight``,
   ``layers.N.self_attn.{q,k,v,o}_proj.weight``, ``...q_norm/k_norm``, ``layers.N.mlp.{gate,up,down}_proj``,
   ``layers.N.{input,post_attention}_layernorm``, ``norm.weight``): no embedding, no lm_head (the server takes
@@ -65,6 +66,7 @@ from trainer.drafting import masks
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.config import DFLASH2_FIELDS, DraftConfig
 from trainer.drafting.dflash2_conv import GroupedDynamicConv
+from trainer.drafting.export_config import config_dict
 from trainer.drafting.flex import flex_attention
 from trainer.drafting.norm import RMSNorm
 from trainer.drafting.rope import apply_rope, rope_cos_sin, rope_inv_freq
@@ -276,45 +278,8 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 
 
 def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
-    rope_parameters = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-    if cfg.rope_scaling:
-        rope_parameters = {**cfg.rope_scaling, "rope_theta": cfg.rope_theta}
-    dflash2 = cfg.arch == "dflash2"
-    return {
-        "architectures": ["DFlash2DraftModel" if dflash2 else "DFlashDraftModel"],
-        "model_type": "qwen3",
-        "attention_bias": cfg.attention_bias,
-        "attention_dropout": 0.0,
-        "block_size": cfg.block_size,
-        "dflash_config": {
-            "block_size": cfg.block_size,  # also here: newer published configs carry it here, some loaders read only this
-            "mask_token_id": cfg.mask_token_id,
-            "target_layer_ids": list(cfg.target_layer_ids),
-            **({n: getattr(cfg, n) for n in DFLASH2_FIELDS} if dflash2 else {}),
-        },
-        "dtype": _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")),
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "hidden_size": cfg.hidden_size,
-        "initializer_range": 0.02,
-        "intermediate_size": cfg.intermediate_size,
-        "layer_types": list(cfg.layer_types),
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "max_window_layers": cfg.num_draft_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_hidden_layers": cfg.num_draft_layers,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "num_target_layers": cfg.num_target_layers,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_scaling": dict(cfg.rope_scaling) if cfg.rope_scaling else None,
-        "rope_theta": cfg.rope_theta,
-        "rope_parameters": rope_parameters,
-        "sliding_window": cfg.sliding_window,
-        "tie_word_embeddings": False,
-        "use_cache": True,
-        "use_sliding_window": "sliding_attention" in cfg.layer_types,
-        "vocab_size": cfg.vocab_size,
-    }
+    """config.json of the export (``drafting.export_config``: the keys each server reads)."""
+    return config_dict(cfg, _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch.")))
 
 
 def config_from_json(d: dict) -> DraftConfig:

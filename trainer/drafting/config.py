@@ -65,13 +65,21 @@ _ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 
 def default_target_layer_ids(num_target_layers: int, n: int) -> list[int]:
-    """Reference rule for which target layers feed the drafter (after-layer indices, 0-based)."""
+    """Reference rule for which target layers feed the drafter (after-layer indices, 0-based). Where it would
+    name a layer twice (a short target: 4 layers, 2 drafter layers gives [1, 1]), the layers are spread over
+    the whole stack instead: vLLM and SGLang capture each layer once, in order, so a repeated id serves the
+    drafter fewer features than it trained on (docs/model.md, "What each server reads")."""
     if n < 1:
         raise ValueError(f"number of target layers to capture must be >= 1, got {n}")
     if n == 1:
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
-    return [int(round(start + i * (end - start) / (n - 1))) for i in range(n)]
+    ids = [int(round(start + i * (end - start) / (n - 1))) for i in range(n)]
+    if len(set(ids)) < n or end < start:
+        ids = [int(round(i * (num_target_layers - 1) / (n - 1))) for i in range(n)]
+    if len(set(ids)) < n:
+        raise ValueError(f"{n} distinct target layers asked for, the target has {num_target_layers}")
+    return ids
 
 
 @dataclass

@@ -17,6 +17,11 @@ def test_default_target_layer_ids_reference_rule():
     assert default_target_layer_ids(32, 5) == [1, 8, 15, 22, 29]
     assert default_target_layer_ids(28, 1) == [14]
     assert default_target_layer_ids(36, 2) == [1, 33]
+    # a short target: the reference rule would repeat layer 1, which servers capture once
+    assert default_target_layer_ids(4, 2) == [0, 3] and default_target_layer_ids(4, 3) == [0, 2, 3]
+    assert default_target_layer_ids(6, 2) == [1, 3]  # distinct: the reference rule stands
+    with pytest.raises(ValueError, match="3 distinct target layers"):
+        default_target_layer_ids(2, 3)
 
 
 def test_from_target_config_takes_the_target_sizes():

@@ -1,0 +1,66 @@
+"""``python -m trainer.export --check``: exit 0 / 1 / 2, one line per problem, ``--json``, ``--target``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.support.trainer_run import ROOT, env
+
+
+def run(*args, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.export", *map(str, args)],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_good_export_exits_0_and_a_broken_one_1_naming_each_problem(exports, variant):
+    ok = run("--check", "vllm,sglang", exports["swa"])
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    lines = ok.stdout.splitlines()
+    assert "vllm: ok (1 warning)" in lines and lines[-1] == "sglang: ok (1 warning)"
+
+    def break_two(conf):
+        conf["dflash_config"]["mask_token_id"] = 300
+        del conf["use_sliding_window"]
+
+    bad = run("--check", "all", variant("swa", break_two))
+    assert bad.returncode == 1
+    lines = bad.stdout.splitlines()
+    for server in ("zlab", "vllm", "sglang"):
+        assert any(
+            x.startswith(f"{server}: error: dflash_config.mask_token_id: 300 is outside") for x in lines
+        )
+        assert any(x.startswith(f"{server}: error: use_sliding_window: ") for x in lines)
+        assert f"{server}: failed" in lines or f"{server}: failed (1 warning)" in lines
+
+
+def test_json_and_target(exports, tmp_path):
+    from tests.support.model_util import tiny_target_config
+
+    tiny_target_config(num_hidden_layers=6).save_pretrained(tmp_path / "target")
+    r = run("--check", "zlab", "--json", "--target", tmp_path / "target", exports["dflash"])
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and list(doc["servers"]) == ["zlab"]
+    (p,) = doc["servers"]["zlab"]["problems"]
+    assert p == {
+        "severity": "error",
+        "key": "num_target_layers",
+        "message": "4, but the target's num_hidden_layers is 6",
+    }
+
+
+def test_bad_usage_exits_2(exports, tmp_path):
+    r = run("--check", "tgi", exports["dflash"])
+    assert r.returncode == 2 and "unknown server" in r.stderr
+    r = run("--check", "vllm", "--target", tmp_path / "nothing", exports["dflash"])
+    assert r.returncode == 2 and "config.json missing" in r.stderr
+    r = run("--check", "vllm", tmp_path / "nothing")
+    assert r.returncode == 1 and "vllm: error: directory: " in r.stdout

@@ -1,0 +1,81 @@
+"""``python -m trainer.export --check zlab,vllm,sglang DIR``: does DIR load as each server would load it?
+
+DIR is a drafter directory (a checkpoint's ``export/`` or ``drafter/``, or any ``config.json`` +
+``model.safetensors``). For each server named (comma-separated: ``zlab``, ``vllm``, ``sglang``, or ``all``) it
+prints one line per problem, ``SERVER: error|warning: KEY: what``, then ``SERVER: ok`` or ``SERVER: failed``.
+Exit 0 when no server has an error (warnings are caveats: it loads and serves as trained), 1 when one has, 2
+on bad usage. ``--json`` prints one JSON object instead: ``{"dir", "ok", "servers": {name: {"ok", "problems":
+[{"severity", "key", "message"}]}}}``. ``--target TDIR`` also compares the drafter with that target's
+config.json (layer count, hidden size, vocabulary). The rules and their sources: docs/model.md, "What each
+server reads"; the code: trainer/exporting/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainer.exporting import SERVERS, check_dir
+from trainer.exporting.problems import failed, shown
+from trainer.exporting.reader import ReadError, read_target
+
+
+def _servers(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if names == ["all"]:
+        return list(SERVERS)
+    bad = [n for n in names if n not in SERVERS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown server {shown(bad[0]) if bad else '(none)'}: "
+            f"one or more of {', '.join(SERVERS)} (comma-separated), or all"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--check",
+        required=True,
+        type=_servers,
+        metavar="SERVERS",
+        help="comma-separated: zlab, vllm, sglang (or all)",
+    )
+    p.add_argument("dir", metavar="DIR", help="the drafter directory (config.json + model.safetensors)")
+    p.add_argument(
+        "--target", metavar="TDIR", help="the target model directory, to compare against its config"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return p
+
+
+def _print_text(results: dict) -> None:
+    for server, problems in results.items():
+        for p in problems:
+            print(p.line(server))
+        n_warn = sum(p.severity == "warning" for p in problems)
+        tail = f" ({n_warn} warning{'s' if n_warn != 1 else ''})" if n_warn else ""
+        print(f"{server}: {'failed' if failed(problems) else 'ok'}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    try:
+        target = read_target(a.target) if a.target else None
+    except ReadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results = check_dir(a.dir, a.check, target)
+    ok = not any(failed(p) for p in results.values())
+    if a.json:
+        servers = {s: {"ok": not failed(p), "problems": [x.to_dict() for x in p]} for s, p in results.items()}
+        print(json.dumps({"dir": a.dir, "ok": ok, "servers": servers}, indent=1))
+    else:
+        _print_text(results)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
