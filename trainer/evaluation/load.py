@@ -16,6 +16,7 @@ import os
 import torch
 
 from trainer.run import checkpoint
+from trainer.run.fp8_config import read_dir
 
 
 class EvalError(ValueError):
@@ -79,16 +80,35 @@ def load_drafter_any(drafter_dir: str, target_dir: str, device, dtype: torch.dty
     return drafter.to(device=device, dtype=dtype).eval(), cfg
 
 
-def load_target_model(target_dir: str, device, dtype: torch.dtype):
+def load_target_model(target_dir: str, device, dtype: torch.dtype, target_dtype: str | None = None):
+    """The whole target (lm_head included). An FP8 checkpoint, or ``target_dtype`` given (bf16 / fp8, as
+    ``--target-dtype``), is read by the trainer's own loader (``loading.load_text_model``: FP8 projections, or
+    an FP8 checkpoint dequantised); any other through transformers' ``from_pretrained``."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype)
+    if target_dtype is not None or read_dir(target_dir) is not None:
+        model = _load_text_model(target_dir, device, dtype, target_dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype)
     model.to(device)
     model.eval()
     model.requires_grad_(False)
+    return model
+
+
+def _load_text_model(target_dir: str, device, dtype: torch.dtype, target_dtype: str | None):
+    from transformers import AutoConfig, GenerationConfig
+
+    from trainer.drafting.config import text_config_of
+    from trainer.target.loading import load_text_model
+
+    tc = text_config_of(AutoConfig.from_pretrained(target_dir))
+    model = load_text_model(target_dir, tc, device, dtype, target_dtype=target_dtype)
+    if os.path.isfile(os.path.join(target_dir, "generation_config.json")):
+        model.generation_config = GenerationConfig.from_pretrained(target_dir)
     return model
 
 

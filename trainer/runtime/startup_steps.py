@@ -26,6 +26,7 @@ def load_target_events(startup, args, device: str, dtype, layer_ids: list[int]):
         layer_ids,
         need_final_hidden=args.use_soft_labels,
         progress=startup.progress if startup is not None else None,
+        target_dtype=getattr(args, "target_dtype", None),
     )
     if startup is not None:
         startup.target_loaded(sum(p.numel() * p.element_size() for p in model.parameters()))

@@ -5,6 +5,8 @@
   Without ``need_final_hidden`` the config is cut to ``max(target_layer_ids) + 1`` decoder layers before
   loading, so the later layers are neither loaded nor run (the final norm and lm_head still load: the capture
   does not use them, but in one process the drafter's frozen head shares them: runtime/shared_head.py).
+  ``target_dtype`` (``--target-dtype``): FP8 projections from an FP8 checkpoint (its default) or a bf16 one
+  quantised on load, or an FP8 checkpoint dequantised (``loading.py``, ``fp8.py``).
 - ``capture(model, input_ids, doc_ids, target_layer_ids, need_final_hidden=False)
   -> (hidden_cat (B, T, n*H), final_hidden (B, T, H) or None)``: runs the base decoder (``model.model``,
   never the LM head) under ``torch.no_grad``, takes the output of decoder layer ``i`` for each ``i`` in
@@ -52,6 +54,7 @@ from torch import nn
 from trainer.drafting.config import text_config_of
 from trainer.drafting.masks import doc_positions
 from trainer.run.families import HYBRID_MODEL_TYPES
+from trainer.run.fp8_config import read_dir
 from trainer.target.base import ATTR, Capture, check_layer_ids, decoder_of
 from trainer.target.direct import DIRECT_MODEL_TYPES, prepare_capture
 from trainer.target.hybrid import prepare_hybrid
@@ -87,9 +90,11 @@ def load_target(
     need_final_hidden: bool = False,
     attn_implementation: str | None = None,
     progress=None,
+    target_dtype: str | None = None,
 ) -> nn.Module:
     """``progress(bytes_done, bytes_total)`` (optional) is called as the weights are read: per tensor on the
-    text-only path, once at the end (the weight files' size) on the ``from_pretrained`` path."""
+    text-only path, once at the end (the weight files' size) on the ``from_pretrained`` path.
+    ``target_dtype``: ``--target-dtype`` (bf16 / fp8; None: fp8 for an FP8 checkpoint), ``loading.py``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(path)
@@ -109,7 +114,7 @@ def load_target(
     if getattr(tc, "model_type", None) in HYBRID_MODEL_TYPES:
         from trainer.target.loading import load_text_model
 
-        model = load_text_model(path, tc, device, dtype, progress=progress)
+        model = load_text_model(path, tc, device, dtype, progress=progress, target_dtype=target_dtype)
         model.eval()
         model.requires_grad_(False)
         if prepare_hybrid(model) is None:
@@ -124,8 +129,10 @@ def load_target(
         # then .to(device) does (issue 22: 36 s of a 69 s start at the 8B shape)
         from trainer.target.loading import load_text_model
 
-        model = load_text_model(path, tc, device, dtype, progress=progress)
+        model = load_text_model(path, tc, device, dtype, progress=progress, target_dtype=target_dtype)
     else:  # other weight formats, or an attention implementation asked for: transformers' own loader
+        if target_dtype == "fp8" or read_dir(path) is not None:
+            raise ValueError(f"{path}: an FP8 target is read by this trainer's loader (safetensors weights)")
         kwargs = {"config": config, "dtype": dtype}
         if attn_implementation is not None:
             kwargs["attn_implementation"] = attn_implementation

@@ -7,7 +7,8 @@ Qwen3 / Qwen2 / Llama / Mistral family, on the layer's own modules (norms, proje
 ``h + mlp(n2(h))``, with RoPE from the decoder's ``rotary_emb`` (all its scaling variants) at per-document
 positions. Attention is causal within each document of a packed row and never crosses one; sliding layers
 see ``W`` keys counting themselves (transformers' convention). Nothing here builds a ``(T, T)`` mask
-except the ``"sdpa"`` mode (CPU / reference).
+except the ``"sdpa"`` mode (CPU / reference). The projections are module calls: an FP8 target's
+``fp8.Fp8Linear`` layers (``loading.py``) run here as they are, inside the compiled step.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ per-batch metadata (``_Batch``) and its own way of running a Gated DeltaNet or a
   serves every layer and every batch of that many tokens:
 
   - ``linear_in`` (compiled): input norm, the input projections (q, k and v each by its row slice of
-    ``in_proj_qkv``), the per-document conv as ``K`` shifted taps masked by "same document" (fp32 inside
+    ``in_proj_qkv``; an FP8 target's ``fp8.Fp8Linear`` by its ``forward_rows``), the per-document conv as ``K`` shifted taps masked by "same document" (fp32 inside
     one fused kernel per tensor, contiguous bf16 out), SiLU, ``beta`` and the decay ``g``;
   - the gated delta rule: flash-linear-attention's varlen ``chunk_gated_delta_rule`` with ``cu_seqlens``
     (and its host copy: no device sync) on the 16 key heads as they are (the kernel's grouped-value form:
@@ -56,6 +56,7 @@ from trainer.drafting.masks import doc_positions
 from trainer.run.families import FLA_PACKAGE, HYBRID_MODEL_TYPES
 from trainer.target.attention import attend, dense_mask, doc_starts, flex_mask, varlen_meta, varlen_works
 from trainer.target.base import Capture, attach, check_layer_ids, decoder_of, store_layer
+from trainer.target.fp8 import Fp8Linear
 
 CHUNK = 64
 
@@ -257,6 +258,15 @@ def _gated_norm(x: torch.Tensor, gate: torch.Tensor, norm: nn.Module) -> torch.T
     return (norm.weight * xf.to(dt) * F.silu(gate.float())).to(dt)
 
 
+def _rows(proj: nn.Module, x: torch.Tensor, spans) -> list[torch.Tensor]:
+    """``proj``'s outputs of its weight rows ``[s, s + n)`` for each ``(s, n)``: row slices of a bf16 weight
+    (no copy); an ``Fp8Linear``'s own (one activation quantisation for all)."""
+    if isinstance(proj, Fp8Linear):
+        return proj.forward_rows(x, spans)
+    W, b = proj.weight, proj.bias
+    return [F.linear(x, W[s : s + n], None if b is None else b[s : s + n]) for s, n in spans]
+
+
 def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor):
     """h (1, N, H) -> q, k (1, N, Hk, Dk), v (1, N, Hv, Dv) after conv + SiLU; z (1, N, Hv*Dv); g, beta.
 
@@ -266,16 +276,15 @@ def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor):
     la = layer.linear_attn
     N = h.shape[1]
     x = layer.input_layernorm(h)
-    W, b = la.in_proj_qkv.weight, la.in_proj_qkv.bias
-    cw = la.conv1d.weight.reshape(W.shape[0], -1)
+    kd, vd = la.key_dim, la.value_dim
+    spans = ((0, kd), (kd, kd), (2 * kd, vd))
+    cw = la.conv1d.weight.reshape(2 * kd + vd, -1)
     cb = la.conv1d.bias
     out = []
-    s = 0
-    for n, d in ((la.key_dim, la.head_k_dim), (la.key_dim, la.head_k_dim), (la.value_dim, la.head_v_dim)):
-        y = F.linear(x, W[s : s + n], None if b is None else b[s : s + n])
+    dims = (la.head_k_dim, la.head_k_dim, la.head_v_dim)
+    for (s, n), d, y in zip(spans, dims, _rows(la.in_proj_qkv, x, spans), strict=True):
         y = _conv_silu(y, cw[s : s + n], None if cb is None else cb[s : s + n], taps).to(h.dtype)
         out.append(y.reshape(1, N, -1, d))
-        s += n
     q, k, v = out
     z = la.in_proj_z(x)
     beta = la.in_proj_b(x).sigmoid()

@@ -13,6 +13,14 @@ MTP head, not the decoder layers past the config's ``num_hidden_layers``. Per-ex
 (``mlp.experts.E.{gate,up,down}_proj.weight``, how transformers saves them) are stacked into the fused
 ``experts.gate_up_proj`` (gate rows, then up rows) / ``experts.down_proj`` parameters.
 A tensor the model needs and the checkpoint lacks, or one of another shape, is a ValueError naming it.
+
+FP8 checkpoints (Qwen's block-128 layout, ``fp8_config``; ``target_dtype`` = ``--target-dtype``): with fp8
+(the default for them) each linear layer whose checkpoint weight is float8_e4m3fn becomes an
+``fp8.Fp8Linear`` read as stored (weight and ``weight_scale_inv``, no bf16 copy), its scale checked first (a
+missing one, or one of another shape or dtype, is a ValueError naming it); the layers listed in
+``modules_to_not_convert`` and every other tensor stay in the model's dtype (an FP8 one among them, e.g.
+stacked MoE experts, dequantised on read). With bf16 every FP8 weight is dequantised on read. A bf16
+checkpoint with fp8 is quantised on load (``fp8.quantise_model``).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ from safetensors import safe_open
 from torch import nn
 
 from trainer.drafting.head import weight_map
+from trainer.run.fp8_config import Fp8Config, read_dir
+from trainer.target import fp8
 from trainer.target.raw_read import Entry, ParallelRead, header
 
 
@@ -69,10 +79,29 @@ def _source(name: str, keys: dict[str, str]) -> str | None:
     return next((c for c in cands if c in keys), None)
 
 
+def _value(src: str, read: _Reader) -> torch.Tensor:
+    """The tensor ``src`` as its real values: an FP8 weight dequantised with its checked block scales."""
+    t = read.get(src)
+    if t.dtype not in fp8.FP8_DTYPES:
+        return t
+    key = fp8.scale_key(src)
+    if t.dtype != fp8.E4M3 or key not in read.keys:
+        raise ValueError(_fp8_refusal(src, t.dtype, key))
+    s = read.get(key)
+    fp8.check_scale(key, s.dtype, s.shape, t.shape)
+    return fp8.dequantise(t, s)
+
+
+def _fp8_refusal(src: str, dtype, key: str) -> str:
+    if dtype != fp8.E4M3:
+        return f"{src}: dtype {dtype}; FP8 checkpoints are read in e4m3 (float8_e4m3fn) only"
+    return f"{src} is float8_e4m3fn but the checkpoint has no {key} (its per-block scales)"
+
+
 def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) -> torch.Tensor:
     src = _source(name, keys)
     if src is not None:
-        return read.get(src)
+        return _value(src, read)
     m = _FUSED.match(name)
     if m is not None:  # per-expert tensors stacked into the fused parameter
         prefix = m.group(1)
@@ -85,7 +114,7 @@ def _fetch(name: str, shape: torch.Size, keys: dict[str, str], read: _Reader) ->
                 src = _source(f"{prefix}.{e}.{p}.weight", keys)
                 if src is None:
                     raise ValueError(f"the checkpoint has no tensor for {name} (expert {e} {p})")
-                got.append(read.get(src))
+                got.append(_value(src, read))
             per.append(torch.cat(got, dim=0))
         return torch.stack(per)
     raise ValueError(f"the checkpoint has no tensor for {name}")
@@ -136,33 +165,83 @@ def _no_init():
     return no_init_weights()
 
 
+def _entry(path: str, keys: dict[str, str], heads: dict[str, dict[str, Entry]], src: str) -> Entry | None:
+    """The header entry of checkpoint tensor ``src`` (each file's header parsed once, into ``heads``)."""
+    fn = keys[src]
+    if fn not in heads:
+        heads[fn] = header(os.path.join(path, fn))
+    return heads[fn].get(src)
+
+
+def _fp8_linears(model: nn.Module, path: str, keys: dict[str, str], heads: dict, cfg: Fp8Config) -> list[str]:
+    """The model's ``nn.Linear`` layers whose checkpoint weight is FP8 and not listed in
+    ``modules_to_not_convert`` (a listed one stays a bf16 layer, its weight dequantised), each with its
+    ``weight_scale_inv`` checked: a missing one, or one of another shape or dtype, is a ValueError naming it."""
+    names = []
+    for name, mod in model.named_modules():
+        src = _source(name + ".weight", keys) if type(mod) is nn.Linear else None
+        e = None if src is None else _entry(path, keys, heads, src)
+        if e is None or e.dtype not in fp8.FP8_DTYPES or not cfg.converts(name, src.removesuffix(".weight")):
+            continue
+        key, shape = fp8.scale_key(src), (mod.out_features, mod.in_features)
+        if e.dtype != fp8.E4M3 or key not in keys:
+            raise ValueError(_fp8_refusal(src, e.dtype, key))
+        if e.shape != shape:
+            raise ValueError(f"{name}.weight: checkpoint shape {e.shape}, model {shape}")
+        s = _entry(path, keys, heads, key)
+        fp8.check_scale(key, s.dtype, s.shape, shape)
+        names.append(name)
+    return names
+
+
 def load_text_model(
-    path: str, text_config, device: str | torch.device, dtype: torch.dtype, progress=None
+    path: str,
+    text_config,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    progress=None,
+    target_dtype: str | None = None,
 ) -> nn.Module:
-    """``progress(done, total)``: bytes filled into the model's tensors so far, of all of them."""
+    """``progress(done, total)``: bytes filled into the model's tensors so far, of all of them.
+    ``target_dtype`` (``--target-dtype``; ``fp8.wants_fp8``, None: fp8 for an FP8 checkpoint): with fp8 the
+    checkpoint's FP8 linear layers become ``fp8.Fp8Linear`` filled as stored (a bf16 checkpoint's are
+    quantised on load); with bf16 an FP8 checkpoint's weights are dequantised into the model's dtype."""
     from transformers import AutoModelForCausalLM
 
     keys = weight_map(path)
+    cfg = read_dir(path)
+    use_fp8 = fp8.wants_fp8(target_dtype, cfg is not None, device)
     with torch.device(device), _no_init():  # every tensor is read below: no random init first
         model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
+    heads: dict[str, dict[str, Entry]] = {}
+    if use_fp8 and cfg is not None:
+        fp8.swap(model, _fp8_linears(model, path, keys, heads, cfg))
     tied = bool(getattr(text_config, "tie_word_embeddings", False))
+    _fill(model, path, keys, heads, torch.device(device), tied, progress)
+    if tied:
+        model.tie_weights()
+    if use_fp8 and cfg is None:
+        fp8.quantise_model(model)
+    return model
+
+
+def _fill(
+    model: nn.Module, path: str, keys: dict, heads: dict, dev: torch.device, tied: bool, progress
+) -> None:
+    """Every tensor of the model (but a tied lm_head) from the checkpoint, with byte progress."""
     read = _Reader(path, keys)
     todo = [
         (n, t) for n, t in model.state_dict(keep_vars=True).items() if not (tied and n == "lm_head.weight")
     ]
     total, done = sum(t.numel() * t.element_size() for _, t in todo), 0
-    dev = torch.device(device)
     # tensors stored as the model holds them: read by several threads straight from the files (raw_read);
     # the rest (a cast, stacked experts, a dtype raw_read does not know) through safetensors, one by one
     raw, rest = ParallelRead(dev), []
-    heads: dict[str, dict[str, Entry]] = {}
     for name, t in todo:
         src = _source(name, keys)
         if src is not None:
             fn = keys[src]
-            if fn not in heads:
-                heads[fn] = header(os.path.join(path, fn))
-            e = heads[fn].get(src)
+            e = _entry(path, keys, heads, src)
             if e is not None and e.dtype == t.dtype and e.shape == tuple(t.shape) and t.is_contiguous():
                 raw.add(os.path.join(path, fn), src, e, t)
                 continue
@@ -187,6 +266,3 @@ def load_text_model(
         read.close()
     with torch.no_grad():
         raw.run(None if progress is None else lambda d, _t: progress(done + d, total))
-    if tied:
-        model.tie_weights()
-    return model

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.thread_names import named
+
 DTYPES = {
     "F64": torch.float64,
     "F32": torch.float32,
@@ -145,7 +147,8 @@ class ParallelRead:
                     state["error"] = state["error"] or e
 
         threads = [
-            threading.Thread(target=work, name=f"read-weights-{i}", daemon=True) for i in range(nthreads)
+            threading.Thread(target=named(work), name=f"dflash-read-weights-{i}", daemon=True)
+            for i in range(nthreads)
         ]
         for t in threads:
             t.start()

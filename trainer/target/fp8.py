@@ -1,0 +1,281 @@
+"""FP8 target projections: block-wise e4m3 weights as Qwen's FP8 checkpoints hold them, and their matmul.
+
+The layout (``fp8_config`` reads the checkpoint's ``quantization_config``): a linear layer's ``weight`` is
+float8_e4m3fn (out, in) and ``weight_scale_inv`` float32 (ceil(out / 128), ceil(in / 128)), one scale per
+128 x 128 block; the real weight is ``weight.float() * scale_inv`` of its block (``dequantise``).
+``quantise(w)`` makes that pair from a bf16 / fp32 weight (scale = block amax / 448, as transformers'
+``Fp8Quantize`` and the published checkpoints do): quantise-on-load for ``--target-dtype fp8`` with a bf16
+checkpoint.
+
+``Fp8Linear`` holds the pair as the checkpoint has it (no bf16 copy), parameters named as there, so the
+loader fills them from the files directly. Its forward:
+
+- on CUDA, where the shapes fit (``fits_scaled_mm``): ``block_linear``, the activations quantised per token
+  and 128-column group (``quantise_input``: 1 x 128 scales) and ``torch._scaled_mm`` with the weight's
+  128 x 128 scales as they are (cuBLAS block scaling, sm_90, CUDA 12.9+), inside the custom op
+  ``dflash::fp8_block_mm`` (compiled regions keep it whole and fuse the activation quantisation into the
+  norm before it; the op's CPU kernel emulates it, for tests);
+- elsewhere (the CPU, shapes that do not fit): the reference, ``F.linear`` on the dequantised weight.
+
+``forward_rows(x, spans)`` projects row slices of the weight (the hybrid path's q / k / v of ``in_proj_qkv``)
+with one activation quantisation. ``wants_fp8(target_dtype, checkpoint_fp8, device)`` resolves
+``--target-dtype`` and refuses a device that cannot run it, with the reason; ``swap`` / ``quantise_model``
+put ``Fp8Linear`` modules into a model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.run.fp8_config import BLOCK
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = 448.0
+FP8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
+SCALE = "weight_scale_inv"
+# linear layers a bf16 checkpoint keeps unquantised on load: Qwen's own FP8 releases keep the Gated
+# DeltaNet's tiny a / b projections and the MoE routers in bf16
+KEEP = ("linear_attn.in_proj_a", "linear_attn.in_proj_b", "mlp.gate", "shared_expert_gate")
+
+
+# -- the block layout -------------------------------------------------------------------------------------
+def scale_shape(out_features: int, in_features: int) -> tuple[int, int]:
+    return (-(-out_features // BLOCK), -(-in_features // BLOCK))
+
+
+def scale_key(weight_key: str) -> str:
+    """``x.weight`` -> ``x.weight_scale_inv``."""
+    return weight_key.removesuffix("weight") + SCALE
+
+
+def check_scale(key: str, dtype, shape, weight_shape) -> None:
+    """A weight's scale tensor as the layout wants it, or ValueError naming it."""
+    want = scale_shape(*weight_shape)
+    if dtype != torch.float32:
+        raise ValueError(f"{key}: dtype {dtype}, expected torch.float32 (one scale per 128 x 128 block)")
+    if tuple(shape) != want:
+        raise ValueError(
+            f"{key}: shape {tuple(shape)}, expected {want} for its {tuple(weight_shape)} weight "
+            "(one scale per 128 x 128 block)"
+        )
+
+
+def expand_scale(scale_inv: torch.Tensor, shape) -> torch.Tensor:
+    """The per-block scales repeated over their blocks' elements, cut to ``shape`` (out, in)."""
+    out, inn = shape
+    return scale_inv.repeat_interleave(BLOCK, 0)[:out].repeat_interleave(BLOCK, 1)[:, :inn]
+
+
+def dequantise(weight: torch.Tensor, scale_inv: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    return (weight.float() * expand_scale(scale_inv.float(), weight.shape)).to(dtype)
+
+
+def quantise(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) weight -> (e4m3 weight, float32 scale_inv): per 128 x 128 block, scale = amax / 448 (1 for an
+    all-zero block); the last blocks of a shape not a multiple of 128 are partial."""
+    out, inn = w.shape
+    R, C = scale_shape(out, inn)
+    blocks = F.pad(w.float(), (0, C * BLOCK - inn, 0, R * BLOCK - out)).view(R, BLOCK, C, BLOCK)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scale_inv = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    q = (blocks / scale_inv[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return q.view(R * BLOCK, C * BLOCK)[:out, :inn].contiguous(), scale_inv
+
+
+def fits_scaled_mm(out_features: int, in_features: int) -> bool:
+    """Shapes cuBLAS's block-scaled FP8 matmul takes: K a multiple of 128 with K / 128 a multiple of 4 (the
+    scales' 16-byte aligned rows), N a multiple of 16."""
+    return in_features % BLOCK == 0 and (in_features // BLOCK) % 4 == 0 and out_features % 16 == 0
+
+
+# -- the module ----------------------------------------------------------------------------------------------
+class Fp8Linear(nn.Module):
+    """A frozen linear layer of e4m3 weights with 128 x 128 block scales (module docstring)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        w = torch.empty(out_features, in_features, dtype=E4M3, device=device)
+        s = torch.empty(*scale_shape(out_features, in_features), dtype=torch.float32, device=device)
+        self.weight = nn.Parameter(w, requires_grad=False)
+        self.weight_scale_inv = nn.Parameter(s, requires_grad=False)
+        b = torch.empty(out_features, dtype=dtype, device=device) if bias else None
+        self.bias = None if b is None else nn.Parameter(b, requires_grad=False)
+        self.fast = fits_scaled_mm(out_features, in_features)
+
+    @classmethod
+    def like(cls, linear: nn.Linear) -> Fp8Linear:
+        """An empty one of ``linear``'s shape, device and bias dtype (for the loader to fill)."""
+        w, b = linear.weight, linear.bias
+        return cls(linear.in_features, linear.out_features, b is not None, w.device, w.dtype)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Fp8Linear:
+        """``linear``'s weight quantised (quantise-on-load)."""
+        m = cls.like(linear)
+        with torch.no_grad():
+            q, s = quantise(linear.weight.detach())
+            m.weight.copy_(q)
+            m.weight_scale_inv.copy_(s)
+            if linear.bias is not None:
+                m.bias.copy_(linear.bias)
+        return m
+
+    def dequantised(self, dtype=torch.float32) -> torch.Tensor:
+        return dequantise(self.weight, self.weight_scale_inv, dtype)
+
+    def _on_fp8(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` goes through the FP8 matmul (else the dequantised reference)."""
+        return x.is_cuda and self.fast
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._on_fp8(x):
+            return block_linear(x, self.weight, self.weight_scale_inv, self.bias)
+        return F.linear(x, self.dequantised(x.dtype), self.bias)
+
+    def _aligned(self, start: int, n: int) -> bool:
+        return start % BLOCK == 0 and (n % BLOCK == 0 or start + n == self.out_features)
+
+    def forward_rows(self, x: torch.Tensor, spans) -> list[torch.Tensor]:
+        """The projections by the weight's rows ``[s, s + n)`` for each ``(s, n)`` in ``spans``."""
+        if not all(self._aligned(s, n) for s, n in spans):
+            y = self(x)
+            return [y[..., s : s + n] for s, n in spans]
+        b = self.bias
+        bias = [None if b is None else b[s : s + n] for s, n in spans]
+        if self._on_fp8(x):
+            w, ws = self.weight, self.weight_scale_inv
+            rows = [(w[s : s + n], ws[s // BLOCK : -(-(s + n) // BLOCK)]) for s, n in spans]
+            return block_linear_many(x, rows, bias)
+        wd = self.dequantised(x.dtype)
+        return [F.linear(x, wd[s : s + n], bb) for (s, n), bb in zip(spans, bias, strict=True)]
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, e4m3 blocks {BLOCK}x{BLOCK}"
+        )
+
+
+# -- the FP8 matmul (CUDA; its CPU kernel emulates it) ---------------------------------------------------
+def quantise_input(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, K) activations (K a multiple of 128) -> (e4m3 (M, K), float32 scales (M, K / 128)): per token and
+    128-column group, scale = amax / 448. Plain tensor ops: a compiled region fuses them into the norm."""
+    M, K = x2.shape
+    g = x2.float().reshape(M, K // BLOCK, BLOCK)
+    s = g.abs().amax(dim=-1).clamp(min=1e-12) / E4M3_MAX
+    q = (g / s.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return q.view(M, K), s
+
+
+@torch.library.custom_op("dflash::fp8_block_mm", mutates_args=())
+def fp8_block_mm(
+    xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """``(xq * xs) @ (w * ws).T``: xq (M, K) e4m3 with xs (M, K / 128); w (N, K) e4m3 with ws 128 x 128 block
+    scales. The default (CPU) kernel: the same computation dequantised, in fp32."""
+    M, K = xq.shape
+    xd = (xq.float().view(M, K // BLOCK, BLOCK) * xs.float().unsqueeze(-1)).view(M, K)
+    return (xd @ dequantise(w, ws).t()).to(out_dtype)
+
+
+@fp8_block_mm.register_kernel("cuda")
+def _fp8_block_mm_cuda(xq, xs, w, ws, out_dtype):
+    M = xq.shape[0]
+    xq = xq.contiguous()  # row-major, whatever layout a compiled region chose
+    pad = -M % 4  # the 1 x 128 scales' leading dimension, 16-byte aligned
+    if pad:
+        xq = F.pad(xq.view(torch.uint8), (0, 0, 0, pad)).view(E4M3)
+        xs = F.pad(xs, (0, 0, 0, pad), value=1.0)
+    # cuBLAS block scaling: a row-major with its 1 x 128 scales outer-dim-major (stride (1, M)); b = w.t()
+    # column-major with the checkpoint's (N / 128, K / 128) scales transposed as they are
+    out = torch._scaled_mm(
+        xq, w.t(), scale_a=xs.t().contiguous().t(), scale_b=ws.t(), out_dtype=out_dtype, use_fast_accum=False
+    )
+    return out[:M].clone() if pad else out
+
+
+@fp8_block_mm.register_fake
+def _fp8_block_mm_fake(xq, xs, w, ws, out_dtype):
+    return xq.new_empty((xq.shape[0], w.shape[0]), dtype=out_dtype)
+
+
+def block_linear_many(x: torch.Tensor, rows, bias) -> list[torch.Tensor]:
+    """x (..., K) quantised once, then one FP8 matmul per ``(w, ws)`` of ``rows`` (+ its bias, or None)."""
+    lead = x.shape[:-1]
+    xq, xs = quantise_input(x.reshape(-1, x.shape[-1]))
+    outs = []
+    for (w, ws), b in zip(rows, bias, strict=True):
+        y = fp8_block_mm(xq, xs, w, ws, x.dtype)
+        outs.append((y if b is None else y + b).view(*lead, w.shape[0]))
+    return outs
+
+
+def block_linear(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, bias=None) -> torch.Tensor:
+    return block_linear_many(x, [(w, ws)], [bias])[0]
+
+
+# -- the device and the model --------------------------------------------------------------------------------
+def fp8_unsupported(device) -> str | None:
+    """Why ``device`` cannot run the block-scaled FP8 matmul, or None when it can."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return f"the {dev.type} has no FP8 matmul"
+    if not torch.cuda.is_available():
+        return "CUDA is not available"
+    cc = torch.cuda.get_device_capability(dev)
+    if cc[0] != 9:
+        name = torch.cuda.get_device_name(dev)
+        return (
+            f"{dev} ({name}) is sm_{cc[0]}{cc[1]}: cuBLAS's block-scaled FP8 matmul (1 x 128 activation and "
+            "128 x 128 weight scales) runs on Hopper (sm_90) GPUs"
+        )
+    ver = tuple(int(p) for p in (torch.version.cuda or "0.0").split(".")[:2])
+    if ver < (12, 9):
+        return f"this torch is built with CUDA {torch.version.cuda}: block-scaled FP8 matmuls need CUDA 12.9+"
+    return None
+
+
+def wants_fp8(target_dtype: str | None, checkpoint_fp8: bool, device) -> bool:
+    """``--target-dtype`` resolved (None: fp8 for an FP8 checkpoint, else bf16); a device that cannot run the
+    choice is refused with the reason. The CPU runs an FP8 checkpoint dequantised (tests), nothing else."""
+    choice = target_dtype or ("fp8" if checkpoint_fp8 else "bf16")
+    if choice not in ("bf16", "fp8"):
+        raise ValueError(f"target dtype must be 'bf16' or 'fp8', got {choice!r}")
+    if choice == "bf16":
+        return False
+    if torch.device(device).type == "cpu":
+        if checkpoint_fp8:
+            return True
+        raise ValueError(
+            "target dtype fp8 on the CPU: the CPU has no FP8 matmul (it runs an FP8 checkpoint dequantised, "
+            "for tests, but does not quantise a bf16 one)"
+        )
+    why = fp8_unsupported(device)
+    if why is not None:
+        hint = "; --target-dtype bf16 runs this FP8 checkpoint dequantised to bf16" if checkpoint_fp8 else ""
+        raise RuntimeError(f"target dtype fp8: {why}{hint}")
+    return True
+
+
+def swap(model: nn.Module, names) -> None:
+    """Replace each named ``nn.Linear`` by an empty ``Fp8Linear`` of its shape (the loader fills it)."""
+    for name in names:
+        model.set_submodule(name, Fp8Linear.like(model.get_submodule(name)))
+
+
+def quantise_model(model: nn.Module) -> int:
+    """Quantise-on-load: every ``nn.Linear`` of the decoder layers whose shape fits the FP8 matmul, except
+    ``KEEP``, becomes an ``Fp8Linear`` (its bf16 weight freed as it goes). Returns how many."""
+    names = [
+        n
+        for n, m in model.named_modules()
+        if type(m) is nn.Linear
+        and ".layers." in f".{n}"
+        and not n.endswith(KEEP)
+        and fits_scaled_mm(m.out_features, m.in_features)
+    ]
+    for n in names:
+        model.set_submodule(n, Fp8Linear.from_linear(model.get_submodule(n)))
+    return len(names)
