@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	@# newer setuptools boxes a warning on every editable install (a folder named as the package: it is the package)
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[trainer,test]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[trainer,test,tracking]'
 	touch $(STAMP)
 
 lint: setup

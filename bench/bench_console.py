@@ -1,18 +1,26 @@
 """The operator screen under load: its CPU share, and the delay from a metrics line to the screen.
 
     .venv/bin/python bench/bench_console.py [--seconds 20] [--probes 20] [--gpus 8] [--log-rate 2000] [--runs 1]
+                                            [--compare] [--history STEPS]
 
 With ``--runs N`` (N > 1) there are N containers (200, 201, ...), each with its own writer and its
 own fake nvidia-smi, and the console follows them all (``--ct 200 --ct 201 ...``: the overview, one
 SSH connection); once the overview is up, ``1`` puts the first run's full screen in view, and the
 figures are taken with it there (the other runs are still folded and their rows kept current).
+With ``--compare`` (and ``--runs`` N > 1) ``c`` opens the compare view of all N runs instead
+(console/tui/compare_screen.py: legend and three graphs of every run, redrawn at most once a second),
+and the figures are taken with it there; the delay is then to the compare view's legend line.
+``--history STEPS``: each writer first writes STEPS past steps (a step and a throughput record a
+second up to now), so the console starts on a long run's metrics.jsonl (it reads its last 4 MiB:
+with 8 devices about 2,700 steps) and the compare view's series are near their cap of 2,000 points.
 
 Everything is real except the trainer, which is a writer process that follows the run-directory
 contract at a chosen rate:
 - a devhost (console/devhost: asyncssh on 127.0.0.1 + the pct stand-in), container 200;
 - a fake ``nvidia-smi`` on the devhost's PATH that prints ``--gpus`` GPUs every ``-lms`` ms (the
   console asks for 500 ms: 2 Hz), reached through ``pct exec`` like the real one;
-- the writer (this file with ``--writer``): run.json naming itself, 2,000 train.log lines a second
+- the writer (this file with ``--writer``, started as ``train_dflash_pipeline.py`` in the container so that
+  the console takes it for the trainer): run.json naming itself, 2,000 train.log lines a second
   (100 every 50 ms), a throughput record for the 8 devices every 0.5 s and a step record every second;
 - the console itself, ``dflash-console connect 127.0.0.1 -p PORT ... --ct 200 --run-dir RUN``, in a
   real terminal (tmux, 120x36), so the cost of drawing is counted.
@@ -63,13 +71,60 @@ while True:
 
 # --- the writer (a stand-in trainer that follows the run-directory contract) -----------------------
 
+# The writer runs as ``python CT/train_dflash_pipeline.py --writer RUN --output-dir RUN ...``: the helper
+# takes a process for the trainer only with a trainer's command line and its --output-dir (docs/trust.md).
+LAUNCHER = """import runpy
+runpy.run_path({bench!r}, run_name="__main__")
+"""
+
 
 def proc_start_time(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
+def throughput_record(gpus: int, step: int) -> dict:
+    half = max(1, gpus // 2)
+    devs = [
+        {
+            "device": f"cuda:{i}",
+            "uuid": f"GPU-bench-{i}",
+            "role": "target" if i < half else "drafter",
+            "tok_s": 14500.0 / half if i < half else 14500.0 / (gpus - half) + (step % 5) * 10,
+            "busy": 0.93,
+        }
+        for i in range(gpus)
+    ]
+    return {"kind": "throughput", "devices": devs, "queue": {"depth": 20 + step % 40, "capacity": 60}}
+
+
+def step_record(step: int) -> dict:
+    return {
+        "kind": "step",
+        "step": step,
+        "total_steps": 100_000,
+        "epoch": step / 5000,
+        "loss": 3.0 / (1 + step / 50),
+        "acc": [0.9 * 0.9**k for k in range(15)],
+        "accept_len": 1 + step / 100,
+        "accept_len_est": 1 + 3 * step / (step + 500),
+        "lr": 6e-4,
+        "grad_norm": 1.0,
+        "tokens": 49152,
+    }
+
+
+def write_history(metrics, gpus: int, steps: int) -> None:
+    """``steps`` past steps (one a second up to now, a throughput record each), as a long run has."""
+    now = time.time()
+    for s in range(1, steps + 1):
+        t = now - (steps - s)
+        metrics.write(json.dumps({**step_record(s), "t": t}) + "\n")
+        metrics.write(json.dumps({**throughput_record(gpus, s), "t": t + 0.5}) + "\n")
+    metrics.flush()
+
+
+def writer(run_dir: Path, gpus: int, log_rate: int, history: int = 0) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     pid = os.getpid()
     cmdline = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
@@ -97,6 +152,7 @@ def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
     os.replace(tmp, run_dir / "run.json")
     metrics = open(run_dir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 (open until killed)
     log = open(run_dir / "train.log", "a")  # noqa: SIM115
+    write_history(metrics, gpus, history)
 
     def emit(rec: dict) -> None:
         rec["t"] = time.time()
@@ -105,41 +161,18 @@ def writer(run_dir: Path, gpus: int, log_rate: int) -> None:
 
     emit({"kind": "event", "name": "started", "pid": pid, "step": 0})
     batch = max(1, log_rate // 20)
-    n = step = 0
+    n, step = 0, history
     t0 = time.monotonic()
     next_tp = next_step = t0
     while True:
         now = time.monotonic()
         if now >= next_tp:
             next_tp += 0.5
-            devs = [
-                {
-                    "device": f"cuda:{i}",
-                    "uuid": f"GPU-bench-{i}",
-                    "role": "target" if i < half else "drafter",
-                    "tok_s": 14500.0 / half if i < half else 14500.0 / (gpus - half) + (step % 5) * 10,
-                    "busy": 0.93,
-                }
-                for i in range(gpus)
-            ]
-            emit({"kind": "throughput", "devices": devs, "queue": {"depth": 20 + step % 40, "capacity": 60}})
+            emit(throughput_record(gpus, step))
         if now >= next_step:
             next_step += 1.0
             step += 1
-            emit(
-                {
-                    "kind": "step",
-                    "step": step,
-                    "total_steps": 100_000,
-                    "epoch": step / 5000,
-                    "loss": 3.0 / (1 + step / 50),
-                    "acc": [0.9 * 0.9**k for k in range(15)],
-                    "accept_len": 1 + step / 100,
-                    "lr": 6e-4,
-                    "grad_norm": 1.0,
-                    "tokens": 49152,
-                }
-            )
+            emit(step_record(step))
         lines = "".join(
             f"[rank0] it {n + j} loss {3.0 / (1 + (n + j) / 5000):.4f} "
             f"tok/s 14500 queue 37/60 mem 101204MiB\n"
@@ -184,11 +217,23 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--log-rate", type=int, default=2000, help="train.log lines a second")
     ap.add_argument("--runs", type=int, default=1, help="containers, each with a writer (the overview)")
+    ap.add_argument(
+        "--compare", action="store_true", help="with --runs N > 1: the compare view open on all runs"
+    )
     ap.add_argument("--writer", metavar="RUN_DIR", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="past steps each writer writes first (a long run's metrics.jsonl)",
+    )
+    ap.add_argument("--output-dir", help=argparse.SUPPRESS)  # the writer's, as a trainer's command line has
     ap.add_argument("--profile", metavar="FILE", help="run the console under cProfile, stats to FILE")
     args = ap.parse_args()
+    if args.compare and args.runs < 2:
+        ap.error("--compare needs --runs 2 or more (the compare view opens from the overview)")
     if args.writer:
-        writer(Path(args.writer), args.gpus, args.log_rate)
+        writer(Path(args.writer), args.gpus, args.log_rate, args.history)
         return 0
 
     from console.devhost.thread import DevHostThread
@@ -203,17 +248,25 @@ def main() -> int:
         cts = [CT + i for i in range(args.runs)]
         for n in cts:
             ct_dir = h.add_container(n)
+            launcher = (
+                ct_dir / "train_dflash_pipeline.py"
+            )  # the console follows only a trainer's command line
+            launcher.write_text(LAUNCHER.format(bench=str(Path(__file__).resolve())))
             procs.append(
                 subprocess.Popen(
                     [
                         sys.executable,
-                        __file__,
+                        str(launcher),
                         "--writer",
+                        str(ct_dir / "run"),
+                        "--output-dir",
                         str(ct_dir / "run"),
                         "--gpus",
                         str(args.gpus),
                         "--log-rate",
                         str(args.log_rate),
+                        "--history",
+                        str(args.history),
                     ],
                     cwd=ct_dir,
                 )
@@ -254,11 +307,11 @@ def main() -> int:
                 ).stdout.split()[0]
             )
             end = time.monotonic() + 60
-            if args.runs > 1:  # the overview first: open the first run's full screen
+            if args.runs > 1:  # the overview first: open the first run's full screen (or the compare view)
                 while time.monotonic() < end and f"{args.runs} runs" not in capture(session):
                     time.sleep(0.5)
                 time.sleep(2)
-                subprocess.run(["tmux", "send-keys", "-t", session, "1"], check=True)
+                subprocess.run(["tmux", "send-keys", "-t", session, "c" if args.compare else "1"], check=True)
             while time.monotonic() < end and not STEP_RE.search(capture(session)):
                 time.sleep(0.5)
             screen = capture(session)
@@ -301,7 +354,11 @@ def main() -> int:
     print(
         f"console CPU share: {share:.3f} core over {w1 - w0:.1f} s "
         f"({args.runs} run(s) x {args.gpus} GPUs at 2 Hz, {args.log_rate} log lines/s each, "
-        f"log view holding {log_lines.group(1) if log_lines else '?'} lines)"
+        + (
+            f"the compare view open on all {args.runs} runs)"
+            if args.compare
+            else f"log view holding {log_lines.group(1) if log_lines else '?'} lines)"
+        )
     )
     if delays:
         delays.sort()

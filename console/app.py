@@ -40,6 +40,7 @@ from console.screens.launch_dialog import describe as describe_launch
 from console.screens.palette import ConsoleCommands
 from console.screens.restart_dialog import RestartDialog
 from console.screens.stop_dialog import StopDialog
+from console.screens.threads import ThreadsScreen
 from console.widgets.accept_plot import AcceptPlot
 from console.widgets.connection_bar import ConnectionBar
 from console.widgets.gpu_table import GpuTable
@@ -100,6 +101,14 @@ ACTIONS = [
         "Checkpoints",
         "Checkpoints and disk",
         "the run's checkpoints, free space, keep-count; y copies a drafter to this machine",
+        False,
+    ),
+    Action(
+        "threads",
+        "t",
+        "Threads",
+        "Threads of the trainer",
+        "processes and threads: CPU%, state, live; p: py-spy dump",
         False,
     ),
     Action("search", "slash", "Search", "Search the log", "highlight and jump to matches", False),
@@ -476,6 +485,14 @@ class ConsoleApp(App):
             if self.health_hooks.watch is not None:
                 self.health_hooks.watch.poke()  # look again now
             self.push_screen(CheckpointsScreen(self.state, self.copy_jobs, self.state.clock))
+
+    def action_threads(self) -> None:
+        if isinstance(self.screen, ThreadsScreen):
+            return
+        if getattr(self.session, "sample_threads", None) is None:
+            self.notify("the threads view needs a live connection to the host", severity="warning")
+            return
+        self.push_screen(ThreadsScreen(self.session))
 
     def action_search(self) -> None:
         self.w_log.open_search()

@@ -1,6 +1,6 @@
 """``dflash-console``: status, launch, deploy, stop, restart and logs of a remote trainer; connect; demo.
 
-    dflash-console status|launch|deploy|stop|restart|logs TARGET [--ct N] [-p PORT] [-l USER] [-i KEY]
+    dflash-console status|launch|deploy|stop|restart|logs|threads TARGET [--ct N] [-p PORT] [-l USER] [-i KEY]
         [-F CONFIG] [-J JUMP] [--known-hosts FILE] [--run-dir DIR]
 
 TARGET is [user@]host or a name of the config file's [targets] (console/core/targets.py).
@@ -39,6 +39,7 @@ from console.cli_exit import (  # noqa: F401  (the exit codes are part of this m
     exit_code,
 )
 from console.cli_record import cmd_record_logs, cmd_record_status, cmd_replay, is_record
+from console.cli_threads import add_threads_parser, cmd_threads
 from console.core import control
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.options import options_from_args
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     _conn_flags(p)
     p.add_argument("-f", dest="follow", action="store_true", help="follow (across reconnects) until Ctrl-C")
     p.add_argument("-n", dest="lines", type=int, default=50, metavar="N", help="last N lines (50)")
+    add_threads_parser(sub, _conn_flags)
 
     p = sub.add_parser("connect", help="open the operator screen (an overview first for several runs)")
     _conn_flags(p, multi=True)
@@ -276,7 +278,7 @@ def resolve_targets(args):
     )
 
 
-ONE_RUN = ("launch", "deploy", "stop", "restart", "logs")
+ONE_RUN = ("launch", "deploy", "stop", "restart", "logs", "threads")
 CHANGING = ("launch", "deploy", "stop", "restart")
 
 
@@ -819,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
         "stop": cmd_stop,
         "restart": cmd_restart,
         "logs": cmd_logs,
+        "threads": lambda a: cmd_threads(a, _session, several_trainers),
     }[args.command]
     import asyncssh
 

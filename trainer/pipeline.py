@@ -39,6 +39,8 @@ from trainer.runtime import compile_cache
 from trainer.runtime.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, log
 from trainer.runtime.loop import Trainer
 from trainer.runtime.sources import ThreadedSource
+from trainer.thread_names import name_this_thread
+from trainer.tracking.dispatcher import start as start_tracking
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main", "resolve_resume"]
 
@@ -127,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"removed an unfinished checkpoint folder: {n}")
     set_aside(chosen, log)  # the newer ones that do not verify: step_N.bad, said in the log
     writer = rundir.MetricsWriter(os.path.join(run_dir, "metrics.jsonl"))
+    # --report-to: every record from here on also goes to the trackers, in background threads (trainer/tracking/)
+    tracking = start_tracking(
+        args, run_dir, writer, resumed=resume_path is not None, log=log, version=__version__
+    )
     start_step = int(checkpoint.read_manifest(resume_path)["step"]) if resume_path else 0
     startup = StartupEvents(writer, run_dir)  # start-up as events (trainer/run/startup.py)
     writer.event(
@@ -154,12 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     if evals is not None:
         reporter.on_tick.append(evals.poll)
     reporter.start()
+    # the threads started from here on inherit the name until they name themselves (trainer/thread_names.py)
+    name_this_thread("dflash-train" if devices.mode == "single" else "dflash-launch")
     run = run_strategy(args, devices, stop, writer, reporter, run_dir, resume_path, startup)
     code, reason = run_reported(run, writer, reporter)
     if evals is not None:
         evals.finish(reason, lambda: stop.requested)
     stop.drain()
     writer.event("stopped", reason=reason, exit_code=code)
+    tracking.close()  # the trackers log what is queued and close their runs (bounded: CLOSE_S)
     log(f"stopped: {reason} (exit {code})")
     writer.close()
     return code

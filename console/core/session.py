@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import asyncssh
 
-from console.core import control
+from console.core import control, pyspy, threads
 from console.core.events import (
     ActionPhase,
     ActionResult,
@@ -37,6 +37,7 @@ from console.core.restart_trust import refusal, restart_concerns
 from console.core.ssh import backoff, connect
 from console.core.streams import FileTail, LineSplitter, start_offset
 from console.core.telemetry import Telemetry
+from console.core.threads import ThreadsError
 
 log = logging.getLogger(__name__)
 
@@ -603,6 +604,22 @@ class Session:
         """Copy the bundled trainer into a new versioned code dir in the container; returns it."""
         helper = self._writable()
         return await control.deploy(helper, python or self.python)
+
+    async def sample_threads(self) -> dict:
+        """One sample of the trainer's processes and threads (console/core/threads.py: Sampler makes
+        CPU% of two); :class:`ThreadsError` when no trainer runs. Reads only: a read-only session may."""
+        helper, trainer = self.need_helper(), self.trainer
+        if trainer is None:
+            raise ThreadsError(f"no trainer is running on {self.where}")
+        return await threads.sample(helper, trainer, self.run_dir)
+
+    async def pyspy_dump(self, pid: int, start_time: int | None = None) -> pyspy.Dump:
+        """``py-spy dump`` of ``pid``, the trainer or one of its descendants (console/core/pyspy.py);
+        it reads the process's memory and changes nothing, so a read-only session may."""
+        helper, trainer = self.need_helper(), self.trainer
+        if trainer is None:
+            raise ThreadsError(f"no trainer is running on {self.where}")
+        return await pyspy.dump(helper, trainer, pid, start_time, self.run_dir)
 
     async def read_log_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the run's train.log ([] without a run dir)."""

@@ -1,6 +1,8 @@
 """The overview: one row per run (label, host/CT, state, step/total, tok/s, loss, acceptance, queue,
 last checkpoint age, health), sortable. Enter or 1..9 opens a run's full screen (the app's
-``show_run``); ``o`` there comes back here. Redrawn on a short timer: a row is a few numbers."""
+``show_run``); ``o`` there comes back here. ``m`` marks a row, ``c`` opens the compare view of the
+marked runs, else of all (the app's ``open_compare``, where it has one: console/tui/compare_screen.py).
+Redrawn on a short timer: a row is a few numbers."""
 
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ class OverviewScreen(Screen):
         Binding("down", "move(1)", "Down", show=False),
         Binding("o", "sort", "Sort"),
         Binding("O", "reverse", "Reverse", show=False),
+        Binding("m", "mark", "Mark", tooltip="mark the run for the compare view"),
+        Binding("c", "compare", "Compare", tooltip="curves of the marked runs (else all) on shared axes"),
         *[Binding(str(i), f"open_index({i - 1})", f"Run {i}", show=False) for i in range(1, 10)],
         Binding("q", "app.quit", "Quit"),
     ]
@@ -81,6 +85,7 @@ class OverviewScreen(Screen):
         self.descending = False
         self.cursor = 0  # position in the sorted rows
         self.order: list[int] = []  # run indices in display order
+        self.marked: set[int] = set()  # run indices marked for the compare view
 
     def compose(self) -> ComposeResult:
         yield Static("", id="title")
@@ -110,14 +115,18 @@ class OverviewScreen(Screen):
             arrow = (" ▼" if self.descending else " ▲") if c == self.sort_by else ""
             t.add_column(c + arrow, no_wrap=True, overflow="ellipsis")
         for pos, v in enumerate(rows):
-            t.add_row(*row_cells(v), style="reverse" if pos == self.cursor else None)
+            cells = row_cells(v)
+            if v["#"] - 1 in self.marked:
+                cells[0] = Text(f"{v['#']} ✓", style="bold cyan")
+            t.add_row(*cells, style="reverse" if pos == self.cursor else None)
         self.query_one("#table", Static).update(t)
         title = Text(f" {len(rows)} runs", style="bold")
         note = getattr(self.app, "overview_note", None)  # the replay's cursor
         if callable(note):
             title.append(f"   {note()}", style="bold yellow")
         title.append(
-            "   Enter/1-9: open   o: sort by next column   O: reverse   (in a run: o comes back here)",
+            "   Enter/1-9: open   m: mark   c: compare   o: sort by next column   O: reverse"
+            "   (in a run: o comes back here)",
             style="dim",
         )
         self.query_one("#title", Static).update(title)
@@ -134,6 +143,20 @@ class OverviewScreen(Screen):
     def action_reverse(self) -> None:
         self.descending = not self.descending
         self.redraw()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("mark", "compare"):
+            return hasattr(self.app, "open_compare")  # an app without the compare view offers neither
+        return True
+
+    def action_mark(self) -> None:
+        if self.order:
+            self.marked ^= {self.order[self.cursor]}
+            self.redraw()
+
+    def action_compare(self) -> None:
+        if hasattr(self.app, "open_compare"):
+            self.app.open_compare(set(self.marked))
 
     def action_open(self) -> None:
         if self.order:

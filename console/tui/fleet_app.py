@@ -5,6 +5,8 @@ The full screen is :class:`console.app.ConsoleApp`'s, pointed at one run at a ti
 swaps the session, the folded state, the log pane's lines, the target and read-only flag, so every
 key acts on the run on screen. Every run's session feeds its own state all the time (the overview
 is live), its health rules are evaluated on the same timer and its checkpoints polled on their own.
+Every run's records also feed ``compare`` (console/core/compare.py), the curves the compare view
+(console/tui/compare_screen.py, ``c`` on the overview) draws.
 With one target the CLI opens a plain ConsoleApp instead (nothing changes for one run).
 """
 
@@ -15,16 +17,19 @@ import asyncio
 from rich.text import Text
 from textual import work
 from textual.binding import Binding
+from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from console.app import ConsoleApp
 from console.core.checkpoints import CheckpointWatch
+from console.core.compare import CompareData
 from console.core.events import ConnState, Event, LogLines
 from console.core.fleet import Run
 from console.core.health import NOTE
 from console.core.ssh import HostKeyRefused, backoff
 from console.screens.overview import OverviewScreen
 from console.screens.stop_dialog import StopDialog, trainer_summary
+from console.tui.compare_screen import CompareScreen, open_compare
 
 
 class FleetStopDialog(StopDialog):
@@ -43,7 +48,16 @@ class FleetStopDialog(StopDialog):
         self.query_one("#summary", Static).update(t)
 
 
-RUN_ACTIONS = {"stop", "restart", "launch", "deploy", "alerts", "checkpoints", "search"}
+RUN_ACTIONS = {"stop", "restart", "launch", "deploy", "alerts", "checkpoints", "search", "threads"}
+
+
+def not_on_a_run(app) -> bool:
+    """Under any dialog (help...) the overview or the compare view is on screen: the run-changing keys
+    have no run to act on."""
+    for screen in reversed(app.screen_stack):
+        if not isinstance(screen, ModalScreen):
+            return screen is app.overview or isinstance(screen, CompareScreen)
+    return False
 
 
 class FleetApp(ConsoleApp):
@@ -61,6 +75,7 @@ class FleetApp(ConsoleApp):
         self.runs = runs
         self.current = 0
         self.overview: OverviewScreen | None = None
+        self.compare = CompareData(len(runs))  # every run's curves, for the compare view
 
     @property
     def current_run(self) -> Run:
@@ -123,6 +138,7 @@ class FleetApp(ConsoleApp):
     def _run_event(self, i: int, event: Event) -> None:
         run = self.runs[i]
         run.apply(event)
+        self.compare.apply(i, event)
         if i != self.current:
             return
         if isinstance(event, LogLines):
@@ -183,9 +199,12 @@ class FleetApp(ConsoleApp):
                 self.pop_screen()
             self.push_screen(self.overview)
 
+    def open_compare(self, chosen: set[int]) -> None:
+        open_compare(self, chosen)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
-            return False  # on the overview no run is on screen: open one first
+        if action in RUN_ACTIONS and self.overview is not None and not_on_a_run(self):
+            return False  # on the overview (or the compare view) no run is on screen: open one first
         return super().check_action(action, parameters)
 
     def push_screen(self, screen, *args, **kwargs):

@@ -3,7 +3,8 @@ read-only, with a time cursor (console/core/replay.py): space pauses, ←/→ ju
 Home/End to the start/end, +/- change the speed. The screen's clock is the cursor's (while an
 event is folded: the time it arrived), so ages and countdowns read as they did live. Every run of
 the record is folded into its own state; a record of several runs opens on the overview
-(console/screens/overview.py) and ``o`` comes back to it, as live. Jumping back folds the record
+(console/screens/overview.py) and ``o`` comes back to it, as live; ``c`` there opens the compare view
+(console/tui/compare_screen.py) over ``compare``, fed by the same fold. Jumping back folds the record
 again from its start."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import datetime
 from textual.binding import Binding
 
 from console.app import ConsoleApp
+from console.core.compare import CompareData
 from console.core.events import LogLines
 from console.core.fleet import Run
 from console.core.options import ConnectOptions
@@ -21,7 +23,8 @@ from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
 from console.screens.overview import OverviewScreen
-from console.tui.fleet_app import RUN_ACTIONS
+from console.tui.compare_screen import open_compare
+from console.tui.fleet_app import RUN_ACTIONS, not_on_a_run
 
 # priority: the log pane (focused) would take the arrows and Home/End for scrolling
 REPLAY_BINDINGS = [
@@ -67,6 +70,7 @@ class ReplayApp(ConsoleApp):
             )
             for i, info in enumerate(recording.runs)
         ]
+        self.compare = CompareData(len(self.runs))  # every run's curves up to the cursor
         self.first = run
         self.current = run or 0
         super().__init__(None, readonly=True, state=self.runs[self.current].state, target="", **kw)
@@ -89,6 +93,7 @@ class ReplayApp(ConsoleApp):
         self._folding = entry.t
         try:
             run.apply(entry.event)
+            self.compare.apply(entry.run, entry.event)
         finally:
             self._folding = None
         if draw and entry.run == self.current and isinstance(entry.event, LogLines) and self.is_running:
@@ -105,9 +110,12 @@ class ReplayApp(ConsoleApp):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "overview" and self.overview is None:
             return False  # a record of one run has no overview: the footer does not offer it
-        if action in RUN_ACTIONS and self.overview is not None and self.screen is self.overview:
-            return False  # on the overview no run is on screen: open one first
+        if action in RUN_ACTIONS and self.overview is not None and not_on_a_run(self):
+            return False  # on the overview (or the compare view) no run is on screen: open one first
         return super().check_action(action, parameters)
+
+    def open_compare(self, chosen: set[int]) -> None:
+        open_compare(self, chosen)
 
     def overview_note(self) -> str:
         return self._label(where=False)
@@ -141,6 +149,7 @@ class ReplayApp(ConsoleApp):
             run.log_lines.clear()
             if self.health_hooks.config is not None:
                 run.state.health.config = self.health_hooks.config
+        self.compare.reset()
         now = self.cursor.now()
         self.pos = 0
         while self.pos < len(self.entries) and self.entries[self.pos].t <= now:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainer.run import fp8_config
 from trainer.run.families import FLA_PACKAGE, HYBRID_MODEL_TYPES
 
 # Periodic saves by time are on by default: a kill by the kernel (OOM, a reboot) loses at most this much
@@ -162,6 +163,20 @@ def _str_list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+TRACKERS = ("tensorboard", "wandb", "mlflow")  # --report-to (trainer/tracking/, docs/trainer.md)
+
+
+def report_to(text: str) -> tuple[str, ...]:
+    """``--report-to``: a comma-separated subset of ``TRACKERS`` (``none``: no tracker), in that order."""
+    names = {x.strip().lower() for x in text.split(",") if x.strip()} - {"none"}
+    bad = sorted(names - set(TRACKERS))
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown tracker {', '.join(map(repr, bad))}: choose from {', '.join(TRACKERS)} (comma-separated) or none"
+        )
+    return tuple(t for t in TRACKERS if t in names)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m trainer.pipeline",
@@ -170,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("paths")
     g.add_argument(
         "--target-model", required=True, help="local directory of the target (transformers layout)"
+    )
+    g.add_argument(
+        "--target-dtype",
+        choices=("bf16", "fp8"),
+        default=None,
+        help="the target's projections: fp8 (block-128 e4m3, Hopper; an FP8 checkpoint read as stored, a bf16 "
+        "one quantised on load) or bf16 (an FP8 checkpoint dequantised); default fp8 for an FP8 checkpoint, "
+        "else bf16 (docs/trainer.md)",
     )
     g.add_argument("--data-dir", required=True, help="directory of tokenized *.jsonl files (docs/trainer.md)")
     g.add_argument("--output-dir", required=True, help="the run directory (docs/run-directory.md)")
@@ -333,6 +356,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--export-fp32", action="store_true", help="write the checkpoint's export/ in fp32 (default bf16)"
     )
+    g.add_argument(
+        "--report-to",
+        type=report_to,
+        default=(),
+        metavar="LIST",
+        help="experiment trackers, comma-separated: tensorboard, wandb, mlflow (default none; offline, under "
+        "the run directory, unless their own settings say otherwise: docs/trainer.md 'Experiment tracking')",
+    )
     g = p.add_argument_group("evaluation during training (docs/evaluate.md)")
     g.add_argument(
         "--eval-every",
@@ -391,7 +422,12 @@ def target_info(path: str) -> dict:
         raise FlagError("--target-model", f"cannot read {path}/config.json: {e}") from None
     text = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
     mt = text.get("model_type") or top.get("model_type")
+    try:
+        fp8 = fp8_config.read(top, f"{path}/config.json") is not None
+    except ValueError as e:
+        raise FlagError("--target-model", str(e)) from None
     return {
+        "fp8": fp8,
         "model_type": mt,
         "top_model_type": top.get("model_type"),
         "layer_types": list(text.get("layer_types") or []),
@@ -431,7 +467,9 @@ def is_hybrid(info: dict) -> bool:
 
 def check_target(args, info: dict, cuda: bool) -> None:
     """Refuse what this target cannot do: packed rows through linear-attention layers that are not
-    captured per document; a hybrid target on CUDA without flash-linear-attention."""
+    captured per document; fp8 projections of a bf16 checkpoint on the CPU (a GPU without FP8 is refused
+    where the target loads: ``trainer.target.fp8.wants_fp8``); a hybrid target on CUDA without
+    flash-linear-attention."""
     linear = [t for t in info["layer_types"] if t not in ATTENTION_LAYER_TYPES]
     if (linear or info["model_type"] == "qwen3_next") and not is_hybrid(info) and args.max_batch_size > 1:
         raise FlagError(
@@ -439,6 +477,12 @@ def check_target(args, info: dict, cuda: bool) -> None:
             f"the target (model_type {info['model_type']!r}) has linear-attention layers, which would carry "
             "their state from one packed document into the next (per-document capture exists for Qwen3.5/3.6 "
             f"targets only): use --max-batch-size 1 (one document per row), not {args.max_batch_size}",
+        )
+    if getattr(args, "target_dtype", None) == "fp8" and not cuda and not info.get("fp8"):
+        raise FlagError(
+            "--target-dtype",
+            "fp8 on the CPU: the CPU has no FP8 matmul (it runs an FP8 checkpoint dequantised, for tests, but "
+            "does not quantise a bf16 one): use --target-dtype bf16 or a Hopper GPU",
         )
     if is_hybrid(info) and cuda and importlib.util.find_spec("fla") is None:
         raise FlagError(

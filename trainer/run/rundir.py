@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainer.thread_names import name_this_thread
+
 ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",
     "PYTHONPATH",
@@ -326,6 +328,7 @@ class Reporter(threading.Thread):
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
+        name_this_thread()
         last = time.monotonic()
         while not self._stop_evt.wait(0.1):
             for cb in self.on_tick:

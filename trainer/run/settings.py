@@ -42,6 +42,7 @@ class Settings:
 
     # paths
     target_model: str
+    target_dtype: str | None  # None: fp8 for an FP8 checkpoint, else bf16
     data_dir: str
     output_dir: str
     # devices
@@ -94,6 +95,7 @@ class Settings:
     init_drafter: str | None
     log_every: int
     export_fp32: bool
+    report_to: tuple[str, ...]  # experiment trackers (trainer/tracking/), in flags.TRACKERS order
     # evaluation during training
     eval_every: int
     eval_data: str | None
@@ -102,7 +104,7 @@ class Settings:
     eval_new_tokens: int
 
     def __post_init__(self) -> None:
-        for name in ("target_layer_ids", "layer_types"):
+        for name in ("target_layer_ids", "layer_types", "report_to"):
             v = getattr(self, name)
             if v is not None:
                 object.__setattr__(self, name, tuple(v))

@@ -8,12 +8,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from trainer.thread_names import named
+
 
 class Background:
     def __init__(self, fn: Callable[[], Any], name: str):
         self._value: Any = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), name=name, daemon=True)
+        self._thread = threading.Thread(target=named(self._run), args=(fn,), name=name, daemon=True)
         self._thread.start()
 
     def _run(self, fn: Callable[[], Any]) -> None:

@@ -40,6 +40,7 @@ import time
 from typing import Any
 
 from trainer.run.rundir import atomic_write_text
+from trainer.thread_names import named
 
 CACHE_DIR = "compile_cache"
 KEY_FILE = "key.json"
@@ -290,7 +291,7 @@ def load_mega_async(name: str, log=None) -> threading.Thread | None:
                 f"compile cache: mega-cache {'loaded' if ok else 'unreadable, skipped'} in {time.monotonic() - t0:.1f}s"
             )
 
-    t = threading.Thread(target=run, name="load-mega-cache", daemon=True)
+    t = threading.Thread(target=named(run), name="load-mega-cache", daemon=True)
     t.start()
     return t
 

@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 
+from trainer.thread_names import named
+
 SECRET_ENV = "DFLASH_CONTROL_SECRET"
 SECRET_FILE = "control.secret"  # in the run directory, mode 0600: for torchrun's workers
 AUTH_TIMEOUT_S = 10.0
@@ -200,7 +202,7 @@ class Server:
         self._n = 0
         self._lock = threading.Lock()
         self._handshakes = threading.BoundedSemaphore(HANDSHAKES_MAX)
-        threading.Thread(target=self._accept, name="dflash-control-accept", daemon=True).start()
+        threading.Thread(target=named(self._accept), name="dflash-control-accept", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
@@ -216,7 +218,7 @@ class Server:
                 continue
             # the handshake in the connection's own thread: a silent peer holds up no other
             threading.Thread(
-                target=self._serve, args=(sock, peer), name="dflash-control", daemon=True
+                target=named(self._serve), args=(sock, peer), name="dflash-control", daemon=True
             ).start()
 
     def _authenticate(self, sock: socket.socket, ch: Channel) -> None:

@@ -38,6 +38,7 @@ from trainer.runtime.common import (
     total_steps_of,
 )
 from trainer.runtime.loop import Trainer
+from trainer.thread_names import name_this_thread, named
 
 PR_SET_PDEATHSIG = 1
 
@@ -59,7 +60,7 @@ def die_with_parent() -> None:
             if os.getppid() != parent:
                 os._exit(1)
 
-    threading.Thread(target=watch, name="dflash-parent-watch", daemon=True).start()
+    threading.Thread(target=named(watch), name="dflash-parent-watch", daemon=True).start()
 
 
 def finish(code: int) -> None:
@@ -81,7 +82,7 @@ class WorkerControl:
         self.on_abort = None
 
     def start(self) -> None:
-        threading.Thread(target=self._read, name="dflash-control", daemon=True).start()
+        threading.Thread(target=named(self._read), name="dflash-control", daemon=True).start()
 
     def _read(self) -> None:
         for msg in self.ch:
@@ -151,7 +152,7 @@ def meter_thread(ch, meter, depth_of) -> None:
             ch.send("meter", tokens=tokens, busy=busy, dt=now - last, depth=depth, capacity=cap)
             last = now
 
-    threading.Thread(target=run, name="dflash-meter", daemon=True).start()
+    threading.Thread(target=named(run), name="dflash-meter", daemon=True).start()
 
 
 def run_target(args, devices, layout, ti: int, device: str, ctl: WorkerControl, log: Logger) -> int:
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         layout = Layout(T, D, world // (T + D))
         role, idx, local_idx = layout.role_of(rank)
+        name_this_thread(f"dflash-{role}{idx}")  # the process as top and ps show it
         device = (devices.target if role == "target" else devices.drafter)[local_idx]
         log = Logger(f"[{role}{idx} {device}] ")  # every line of this worker
         ctl = WorkerControl(ch, role)

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from trainer.data.dataset import Plan
 from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
+from trainer.thread_names import name_this_thread
 
 PEER_GRACE_S = (
     10.0  # how long a failed receive waits for the launcher's abort before it is an error of its own
@@ -125,6 +126,7 @@ class Receiver(threading.Thread):
         return buf
 
     def run(self) -> None:
+        name_this_thread()
         cuda = self.device.startswith("cuda")
         stream = None
         L = self.layout

@@ -39,6 +39,7 @@ from trainer.drafting.selector import selector_loss
 from trainer.run.rundir import RoleMeter
 from trainer.runtime.hidden_queue import HiddenBatch, HiddenStateQueue, Stopped
 from trainer.target.capture import capture
+from trainer.thread_names import name_this_thread
 
 
 class TargetRole:
@@ -132,6 +133,7 @@ class TargetWorker(threading.Thread):
         )
 
     def run(self) -> None:
+        name_this_thread()
         first = self.start_g + (self.lane - self.start_g) % self.lanes
         owed = first  # the micro-batch this worker hands over next
         try:

@@ -126,7 +126,14 @@ async def test_readonly_removes_every_changing_action():
         keys = {b.binding.action for b in app.active_bindings.values() if b.enabled}
         assert not keys & {"stop", "restart", "launch", "deploy"}
         assert {"quit", "help", "search"} <= keys
-        assert [c[0] for c in app.palette_commands()] == ["alerts", "checkpoints", "search", "help", "quit"]
+        assert [c[0] for c in app.palette_commands()] == [
+            "alerts",
+            "checkpoints",
+            "threads",  # read-only: it reads /proc, py-spy reads memory
+            "search",
+            "help",
+            "quit",
+        ]
         for key in "srld":
             await pilot.press(key)
         assert not isinstance(app.screen, StopDialog) and len(app.screen_stack) == 1
@@ -146,6 +153,7 @@ async def test_palette_lists_the_actions():
             "deploy",
             "alerts",
             "checkpoints",
+            "threads",
             "search",
             "help",
             "quit",

@@ -1,0 +1,175 @@
+"""The threads view's helper ops (``threads``, ``pyspy``) through the real SSH server (console/devhost) and
+the pct stand-in, against a stand-in run of real processes (tests/support/threads_standin.py): its named
+threads, CPU% that moves, a child that exits between samples, a hostile thread name, py-spy absent and
+present, and the refusals (another process, a start time that is not the trainer's)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.core import pyspy, threads
+from console.core.events import TrainerInfo
+from console.core.helper import Helper
+from console.core.ssh import connect
+from console.core.threads import Sampler, ThreadsError
+from console.devhost import DevHost
+from tests.support.core_util import CT, alive, options_for, wait_until
+from tests.support.threads_standin import (
+    HOSTILE_SHOWN,
+    path_without_pyspy,
+    python_without_pyspy,
+    start_threads_standin,
+)
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+async def host(tmp_path):
+    root = (tmp_path / "host").resolve()
+    async with DevHost(root, env={"PATH": path_without_pyspy(root / "bin")}) as h:
+        h.add_container(CT)
+        yield h
+
+
+@pytest.fixture
+async def helper(host):
+    conn = await connect(options_for(host))
+    hp = await Helper.start(conn, ct=CT)
+    yield hp
+    await hp.close()
+    conn.close()
+
+
+@pytest.fixture
+def run(host, tmp_path):
+    """The stand-in in the container, run by an interpreter with no py-spy beside it (a link to this one
+    in a folder of its own); (its TrainerInfo, its child's pid, the run dir). Released at the end."""
+    run_dir = host.container_dir(CT) / "run"
+    python = python_without_pyspy(tmp_path / "py")
+    p, child = start_threads_standin(host.container_dir(CT), run_dir, python=python)
+    info = json.loads((run_dir / "run.json").read_text())
+    trainer = TrainerInfo(info["pid"], info["start_time"], info["command"], str(run_dir), "run.json", info)
+    try:
+        yield trainer, child, run_dir
+    finally:
+        (run_dir / "release").touch()
+        (run_dir / "child-exit").touch()
+        try:
+            p.wait(20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+async def _sample_until(helper, trainer, sampler, pred, what: str, tries: int = 200):
+    """Samples ~0.1 s apart (on the helper's clock) until ``pred(snapshot)`` holds."""
+    import asyncio
+
+    for _ in range(tries):
+        snap = sampler.feed(await threads.sample(helper, trainer, trainer.run_dir))
+        if pred(snap):
+            return snap
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no sample with {what}: last {threads.format_text(snap)}")
+
+
+def _thread(snap, pid: int, name: str):
+    return next(t for t in snap.find(pid).threads if t.name == name)
+
+
+async def test_every_process_and_named_thread_with_cpu_that_moves(helper, run):
+    trainer, child, _ = run
+    sampler = Sampler()
+    first = sampler.feed(await threads.sample(helper, trainer, trainer.run_dir))
+    assert [p.pid for p in first.procs] == [trainer.pid, child]  # the trainer first, then its child
+    assert first.interval_s is None and all(t.cpu_pct is None for p in first.procs for t in p.threads)
+    root, kid = first.find(trainer.pid), first.find(child)
+    assert root.role == "trainer" and kid.role == "target0"  # the child by its main thread's name
+    names = {t.name for t in root.threads}
+    assert {"dflash-launch", "dflash-spin", HOSTILE_SHOWN} <= names, names
+    assert _thread(first, trainer.pid, "dflash-launch").main
+    spin0 = _thread(first, trainer.pid, "dflash-spin").ticks
+
+    snap = await _sample_until(
+        helper, trainer, sampler, lambda s: _thread(s, trainer.pid, "dflash-spin").ticks > spin0, "spin ticks"
+    )
+    spin = _thread(snap, trainer.pid, "dflash-spin")
+    assert spin.cpu_pct is not None and spin.cpu_pct > 0 and snap.interval_s > 0
+    root = snap.find(trainer.pid)  # its ticks hold its threads' (the kernel rounds each a little)
+    assert root.ticks >= sum(t.ticks for t in root.threads) - len(root.threads)
+    rows = threads.rows(snap)
+    assert (
+        rows[0].key == f"p{trainer.pid}" and rows[0].process
+    )  # the busiest process first, its threads under it
+    group = [r.cpu_pct for r in rows[1 : 1 + len(root.threads)]]
+    assert group == sorted(group, reverse=True) and not any(
+        r.process for r in rows[1 : 1 + len(root.threads)]
+    )
+    assert snap.notes() == []
+
+
+async def test_a_hostile_thread_name_arrives_cleaned(helper, run):
+    trainer, _, _ = run
+    snap = Sampler().feed(await threads.sample(helper, trainer, trainer.run_dir))
+    text = threads.format_text(snap) + json.dumps(threads.to_json(snap), ensure_ascii=False)
+    assert HOSTILE_SHOWN in text
+    assert not any(c in text for c in ("\x1b", "\x07", "\x9b", "]0;pwn"))
+
+
+async def test_a_process_that_exits_between_samples_is_said(helper, run):
+    trainer, child, run_dir = run
+    sampler = Sampler()
+    assert sampler.feed(await threads.sample(helper, trainer, trainer.run_dir)).find(child) is not None
+    (run_dir / "child-exit").touch()
+    wait_until(lambda: not alive(child), 20, "the child's exit")
+    snap = sampler.feed(await threads.sample(helper, trainer, trainer.run_dir))
+    assert snap.find(child) is None and [p.pid for p in snap.procs] == [trainer.pid]
+    assert snap.gone == (f"pid {child} (target0)",)
+    assert f"pid {child} (target0) exited since the last sample" in snap.notes()
+    assert snap.find(trainer.pid).cpu_pct is not None  # the rest goes on with its rates
+
+
+async def test_a_pid_that_is_no_longer_the_trainer_is_refused(helper, run):
+    trainer, child, _ = run
+    wrong = TrainerInfo(trainer.pid, trainer.start_time + 1, trainer.cmdline, trainer.run_dir, "run.json")
+    reply = await threads.sample(helper, wrong)
+    assert reply["gone"] is True and "start time" in reply["why"]
+    with pytest.raises(ThreadsError, match=f"pid {trainer.pid} is not the trainer"):
+        Sampler().feed(reply)
+    # a process that is not the trainer's at all (the child is its, but not the trainer itself)
+    reply = await threads.sample(helper, TrainerInfo(child, 0, [], None, "cmdline"))
+    assert reply["gone"] is True
+    # py-spy only for the run's own processes: the helper itself is refused, nothing is run
+    d = await pyspy.dump(helper, trainer, helper.pid)
+    assert not d.ok and "not a process of this run" in d.text
+
+
+async def test_pyspy_absent_is_said_plainly(helper, run):
+    trainer, _, _ = run
+    d = await pyspy.dump(helper, trainer, trainer.pid)
+    assert not d.ok and not d.found
+    assert d.text.startswith("py-spy is not in the container")
+    beside = str(Path(trainer.run["interpreter"]).parent / "py-spy")
+    assert beside in d.text  # where it looked: beside the run's interpreter (and on PATH)
+
+
+async def test_pyspy_dump_of_the_run_through_the_helper(helper, run):
+    """py-spy (the test extra) beside the interpreter run.json names: the stacks of the stand-in's threads."""
+    assert (VENV_BIN / "py-spy").is_file(), "py-spy is in the test extra (pip install -e '.[test]')"
+    trainer, child, _ = run
+    venv = TrainerInfo(
+        trainer.pid, trainer.start_time, trainer.cmdline, trainer.run_dir, "run.json",
+        {**trainer.run, "interpreter": sys.executable},
+    )  # fmt: skip
+    d = await pyspy.dump(helper, venv, trainer.pid)
+    assert d.ok, d.text
+    assert d.path == str(VENV_BIN / "py-spy")
+    assert f"Process {trainer.pid}" in d.text and "spin (" in d.text and "hostile (" in d.text
+    d = await pyspy.dump(helper, venv, child)  # a descendant of the trainer: allowed too
+    assert d.ok and f"Process {child}" in d.text, d.text
