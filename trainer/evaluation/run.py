@@ -55,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="write each prompt with its speculative output as a training-data JSONL line (input_ids, "
         "loss_mask 1 on the generated tokens): the target's own text, e.g. to score a drafter on it",
     )
+    p.add_argument(
+        "--rewind",
+        choices=("states", "replay"),
+        default="states",
+        help="how a hybrid target's linear-attention state goes back to the accepted length: the state the "
+        "verify forward reached at each position, kept (states, as servers do), or a second forward over the "
+        "kept tokens (replay) (docs/evaluate.md)",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=10.0,
+        help="seconds between progress lines when stderr is not a terminal (a terminal gets a live bar)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # exit when it is gone
     return p
@@ -95,22 +109,49 @@ def check_args(a) -> None:
 
 
 class Progress:
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled = total, enabled
+    """Progress on stderr: on a terminal a bar rewritten in place, else a line at most every ``every``
+    seconds (a log, a pipe: what a remote run shows), each with the acceptance and both decoders' tok/s so
+    far; a last line at the end."""
 
-    def update(self, done: int, accept: float | None) -> None:
-        if not self.enabled:
-            return
-        w = 30
-        fill = int(w * done / max(1, self.total))
+    def __init__(self, total: int, mode: str | None, every: float = 10.0, stream=None):
+        """``mode``: ``"tty"`` (a bar), ``"lines"`` or None (silent)."""
+        self.total, self.mode, self.tty, self.every = total, mode, mode == "tty", every
+        self.stream = stream or sys.stderr
+        self._last = time.monotonic()
+
+    def line(self, done: int, accept: float | None, spec_tok_s, target_tok_s) -> str:
         acc = f"  accept {accept:.2f}" if accept is not None else ""
-        sys.stderr.write(f"\r[{'#' * fill}{'.' * (w - fill)}] {done}/{self.total} prompts{acc}")
-        sys.stderr.flush()
+        rates = "".join(
+            f"  {name} {v:,.0f} tok/s" for name, v in (("spec", spec_tok_s), ("target", target_tok_s)) if v
+        )
+        if self.tty:
+            w = 30
+            fill = int(w * done / max(1, self.total))
+            return f"[{'#' * fill}{'.' * (w - fill)}] {done}/{self.total} prompts{acc}{rates}"
+        return f"evaluate: {done}/{self.total} prompts{acc}{rates}"
+
+    def say(self, text: str) -> None:
+        if self.mode is not None:
+            self.stream.write(f"evaluate: {text}\n")
+            self.stream.flush()
+
+    def update(self, done: int, accept: float | None, spec_tok_s=None, target_tok_s=None) -> None:
+        now = time.monotonic()
+        if self.mode is None:
+            return
+        if self.tty:
+            self.stream.write("\r" + self.line(done, accept, spec_tok_s, target_tok_s))
+        elif done == self.total or now - self._last >= self.every:
+            self._last = now
+            self.stream.write(self.line(done, accept, spec_tok_s, target_tok_s) + "\n")
+        else:
+            return
+        self.stream.flush()
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def save_outputs(path: str, outputs: list[tuple[list[int], list[int]]]) -> None:
@@ -180,7 +221,7 @@ def _load(a, device: str, dtype) -> _Setup:
     )
     drafter, cfg = load_drafter_any(drafter_dir, a.target_model, device, dtype)
     model = load_target_model(a.target_model, device, dtype)
-    target = CachedTarget(model, cfg.target_layer_ids)
+    target = CachedTarget(model, cfg.target_layer_ids, rewind=a.rewind)
     proposer = DrafterProposer(drafter, model.get_input_embeddings(), model.get_output_embeddings())
     eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
     return _Setup(drafter_dir, prompts, cfg, target, proposer, eos)
@@ -203,20 +244,21 @@ class _Tally:
     outputs: list = field(default_factory=list)
 
 
-def _decode_prompts(a, st: _Setup, device: str, show_progress: bool) -> _Tally:
+def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _Tally:
     """Per prompt: the target alone (unless ``--no-baseline``), then speculative decoding, from one seed."""
     import torch
 
     from trainer.evaluation.spec_decode import speculative_generate, target_generate
 
     gen = torch.Generator(device=device)
+    progress = Progress(len(st.prompts), show_progress, a.progress_every)
+    progress.say(f"{len(st.prompts)} prompt(s) x {a.max_new_tokens} new tokens on {device}; warming up")
     # warm-up (untimed): kernels, allocator, caches
     w_new = min(8, a.max_new_tokens)
     target_generate(st.target, st.prompts[0], w_new, 0.0, None, st.eos)
     speculative_generate(st.target, st.proposer, st.prompts[0], w_new, 0.0, None, st.eos)
 
     t = _Tally()
-    progress = Progress(len(st.prompts), show_progress)
     for i, prompt in enumerate(st.prompts):
         base = None
         if not a.no_baseline:
@@ -237,7 +279,12 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: bool) -> _Tally:
         t.rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
             t.mismatches += 1
-        progress.update(i + 1, t.accepted / t.verify_steps if t.verify_steps else None)
+        progress.update(
+            i + 1,
+            t.accepted / t.verify_steps if t.verify_steps else None,
+            t.spec_tokens / t.spec_s if t.spec_s > 0 else None,
+            t.base_tokens / t.base_s if t.base_s > 0 else None,
+        )
     progress.close()
     return t
 
@@ -261,6 +308,7 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         "spec_tok_s": spec_tok_s,
         "target_tok_s": target_tok_s,
         "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
+        "rewind": a.rewind,
         "rewind_forwards": t.rewinds,
         "greedy_match": (t.mismatches == 0) if greedy else None,
         "greedy_mismatches": t.mismatches if greedy else None,
@@ -270,7 +318,7 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
     }
 
 
-def evaluate(a, show_progress: bool = False) -> dict:
+def evaluate(a, show_progress: str | None = None) -> dict:
     """Load, decode every prompt both ways, save the outputs if asked; the report's fields."""
     import torch  # noqa: F401 - before the clock starts: the report's "seconds" leave torch's import out
 
@@ -289,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         watch_parent(a.parent_pid)
     try:
         check_args(a)
-        report = evaluate(a, show_progress=sys.stderr.isatty())
+        report = evaluate(a, show_progress="tty" if sys.stderr.isatty() else "lines")
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2

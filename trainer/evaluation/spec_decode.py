@@ -10,9 +10,10 @@
 3. the target verifies the whole block in one forward over ``[anchor, drafts...]``;
 4. ``verify.accept_block`` accepts the longest matching prefix plus the target's own next token (temperature
    0) or runs lossless rejection sampling (temperature > 0); the target's cache is cropped to the accepted
-   positions (a hybrid target's linear-attention states: restored from a snapshot taken before the verify
-   forward and advanced again over the accepted tokens, one extra forward when a draft was rejected), and
-   their features go to the proposer at the next step.
+   positions (a hybrid target's linear-attention states: the state the verify forward reached after the last
+   accepted position, kept for every position as servers do, ``linear_states.py``; or, ``rewind="replay"``,
+   restored from a snapshot taken before the verify forward and advanced again over the accepted tokens, one
+   extra forward when a draft was rejected), and their features go to the proposer at the next step.
 
 Each verify step yields ``accepted + 1`` tokens: that count is the step's acceptance length (the reference's
 convention: the drafted tokens the target kept, plus the one it adds). Generation stops after
@@ -25,13 +26,24 @@ speed-up and (temperature 0) the output speculative decoding must reproduce toke
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 
+from trainer.evaluation.linear_states import LinearStates, can_record
 from trainer.evaluation.load import EvalError
 from trainer.evaluation.verify import accept_block
+
+REWIND_MODES = ("states", "replay")
+_noted: set[str] = set()
+
+
+def _note_once(msg: str) -> None:
+    if msg not in _noted:
+        _noted.add(msg)
+        print(f"note: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -55,20 +67,32 @@ class CachedTarget:
 
     Attention layers' KV caches are cropped. Linear-attention layers (Qwen3.5 / Qwen3.6 Gated DeltaNet: a conv
     state holding the last few inputs and a recurrent state summing every past token) cannot be cropped: their
-    state after a block has absorbed the rejected tokens too. ``forward_block(..., rewindable=True)`` (the verify
-    forward) first snapshots those states; ``crop(n)`` inside that block then restores the snapshot, crops the
-    KV caches to the block's start and runs the target again over the kept tokens of the block only
-    (``rewind_forwards`` counts these extra forwards; none when the whole block is kept or on a target without
-    linear-attention layers). Cache layers that can be neither cropped nor snapshotted (sliding-window
-    attention, which evicts old positions) are refused with ``UnsupportedTarget``."""
+    state after a block has absorbed the rejected tokens too. ``crop(n)`` inside the block of the last
+    ``forward_block(..., rewindable=True)`` (the verify forward) rolls them back by ``rewind``:
 
-    def __init__(self, model, layer_ids: list[int]):
-        self.model, self.layer_ids = model, list(layer_ids)
+    - ``"states"`` (default): that forward runs the Gated DeltaNet layers through ``linear_states`` (the state
+      after every position of the block, kept), and ``crop`` copies in the one after the last kept position: no
+      extra forward. Falls back to ``"replay"`` for a target whose linear modules it does not know (said once
+      on stderr) and for a block it cannot record (no state yet, longer than ``linear_states.MAX_BLOCK``:
+      counted in ``rewind_forwards``);
+    - ``"replay"``: that forward first snapshots the states; ``crop`` restores the snapshot, crops the KV caches
+      to the block's start and runs the target again over the kept tokens of the block only.
+
+    ``rewind_forwards`` counts the extra forwards (none in ``"states"`` mode, when the whole block is kept or on
+    a target without linear-attention layers). Cache layers that can be neither cropped nor rolled back
+    (sliding-window attention, which evicts old positions) are refused with ``UnsupportedTarget``."""
+
+    def __init__(self, model, layer_ids: list[int], rewind: str = "states"):
+        if rewind not in REWIND_MODES:
+            raise ValueError(f"rewind: expected one of {REWIND_MODES}, got {rewind!r}")
+        self.model, self.layer_ids, self.rewind = model, list(layer_ids), rewind
         self.device = next(model.parameters()).device
         self.cache = None
         self.len = 0
         self.rewind_forwards = 0
-        self._undo = None  # (start, block ids, snapshot of the linear-attention states) of the last verify
+        # of the last verify: ("replay", start, block ids, snapshots) or ("states", start, None, None)
+        self._undo = None
+        self._states: LinearStates | None = None  # built at the first verify of a hybrid target ("states")
         import inspect
 
         # transformers renamed the argument (``past_key_values`` -> ``cache``, deprecated from 5.2x)
@@ -125,19 +149,44 @@ class CachedTarget:
 
     def forward_block(self, ids: list[int], want_features: bool = True, rewindable: bool = False):
         """Run ``ids`` after the cached positions. ``rewindable``: ``crop`` may afterwards cut inside this block
-        (a hybrid target's linear-attention states are snapshotted first)."""
+        (a hybrid target's linear-attention states: recorded at every position, or snapshotted first)."""
         self._undo = None
-        if rewindable:
-            linear = self._linear_layers()
-            if linear:
-                self._undo = (self.len, list(ids), [_snapshot(ly) for ly in linear])
+        linear = self._linear_layers() if rewindable else []
+        if not linear:
+            return self._forward(list(ids), want_features)
+        rec = self._recorder(linear)
+        if rec is not None and can_record(self.cache, rec, len(ids)):
+            self._undo = ("states", self.len, None, None)
+            with rec.recording(self.cache):
+                return self._forward(list(ids), want_features)
+        self._undo = ("replay", self.len, list(ids), [_snapshot(ly) for ly in linear])
         return self._forward(list(ids), want_features)
+
+    def _recorder(self, linear: list) -> LinearStates | None:
+        """The per-position recorder of this target's Gated DeltaNet layers; None in ``"replay"`` mode or
+        where it does not fit the target (then said once)."""
+        if self.rewind != "states":
+            return None
+        if self._states is None:
+            self._states = LinearStates(self.model)
+            cache_ids = {i for i, ly in enumerate(self.cache.layers) if any(ly is x for x in linear)}
+            if self._states.problem is None and self._states.layer_ids() != cache_ids:
+                self._states.problem = (
+                    f"Gated DeltaNet modules of layers {sorted(self._states.layer_ids())} but linear-attention "
+                    f"cache layers {sorted(cache_ids)}"
+                )
+            if self._states.problem is not None:
+                _note_once(
+                    f"linear-attention roll-back by replay (one extra target forward per rejected block): "
+                    f"{self._states.problem}"
+                )
+        return None if self._states.problem is not None else self._states
 
     def crop(self, n: int) -> None:
         """Keep positions ``0 .. n - 1``. KV caches: drop the newest ``len - n`` entries of every layer (by hand:
         the meaning of ``DynamicCache.crop``'s argument changed between transformers 5 releases). Linear-attention
-        states: back to the snapshot of the last rewindable ``forward_block``, then forward over the kept part of
-        that block."""
+        states: those after position ``n - 1`` of the last rewindable ``forward_block`` (recorded), or back to
+        its snapshot and a forward over the kept part of that block (replay)."""
         remove = self.len - n
         if remove < 0:
             raise ValueError(f"cannot crop a cache of {self.len} positions to {n}")
@@ -148,12 +197,16 @@ class CachedTarget:
         if not linear:
             self._crop_kv(n)
             return
-        if undo is None or n < undo[0]:
+        if undo is None or n < undo[1]:
             raise ValueError(
                 f"cannot crop a hybrid target's cache of {self.len} positions to {n}: linear-attention state "
                 "can only go back to the start of the last rewindable forward_block"
             )
-        start, ids, snaps = undo
+        kind, start, ids, snaps = undo
+        if kind == "states":
+            self._states.select(self.cache, n - start)
+            self._crop_kv(n)
+            return
         for ly, snap in zip(linear, snaps, strict=True):
             _restore(ly, snap)
         self._crop_kv(start)
