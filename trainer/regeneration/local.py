@@ -20,6 +20,8 @@ import torch
 from trainer.evaluation.load import eos_ids_of, load_target_model
 from trainer.regeneration.prompt_file import Prompt, Reply
 
+CHECK_EVERY = 8  # decoding steps between two "is every row done?" reads (each one a host-device sync)
+
 
 @dataclass(frozen=True)
 class LocalConfig:
@@ -83,7 +85,9 @@ class BatchedTarget:
             tok = torch.where(done, torch.full_like(tok, self.pad), tok)
             out.append(tok)
             done |= torch.isin(tok, eos)
-            if bool(done.all()) or len(out) == max_new:
+            # asking the device whether every row is done waits for it: only every CHECK_EVERY steps, so the
+            # host queues the next steps' kernels while it works (rows already done only add pads)
+            if len(out) == max_new or (len(out) % CHECK_EVERY == 0 and bool(done.all())):
                 break
             mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=dev)], dim=1)
             pos = pos[:, -1:] + 1
