@@ -1,0 +1,121 @@
+"""bench_acceptance.py's ``--blocks`` drafter specs: ``block:layers[:arch[:pattern[:window]]]``, comma-separated.
+
+- ``arch``: a trainer ``--arch`` (``dflash``, ``dflash2``) or a bench variant (``VARIANTS``); empty or absent:
+  the trainer's default (DFlash 1);
+- ``pattern``: the draft layers' attention, one letter a layer: ``S`` sliding window, ``F`` full (the trainer's
+  ``--layer-types``), e.g. SpecForge's Qwen3.6-27B recipe ``16:5:dflash:SSSSF``; absent: all full;
+- ``window``: the sliding layers' window (``--sliding-window``), default ``DEFAULT_WINDOW`` (the recipe's 2048;
+  the bench's 512-byte rows never reach it, so there a sliding layer attends as a full one: ``:256`` makes the
+  window cut).
+
+A spec's run-directory tag (``tag_of``) and results key (``key_of``: the target's tag first, so that results of
+two targets never share a key) name every part that is set.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+DEFAULT_WINDOW = 2048
+LAYER_LETTERS = {"S": "sliding_attention", "F": "full_attention"}
+# --blocks arch names that are a trainer architecture plus flags (the result key keeps the name);
+# dflash2ug: the selector's loss also through the unary logits (speculators' objective)
+VARIANTS = {"dflash2ug": ("dflash2", ["--selector-unary-grad"])}
+
+
+class Spec(NamedTuple):
+    block: int
+    layers: int
+    arch: str | None = None
+    text: str | None = None  # the training text's name (``--train-text compare``), None: the data
+    pattern: str | None = None  # "SSSSF": one letter a draft layer
+    window: int | None = None  # the sliding layers' window (a pattern with an S only)
+
+
+def _int(part: str, what: str, spec: str, low: int) -> int:
+    try:
+        v = int(part)
+    except ValueError:
+        raise ValueError(f"--blocks {spec!r}: {what} {part!r} is not an integer") from None
+    if v < low:
+        raise ValueError(f"--blocks {spec!r}: {what} must be >= {low}, got {v}")
+    return v
+
+
+def parse_spec(spec: str) -> Spec:
+    """One ``block:layers[:arch[:pattern[:window]]]``, checked (a clear ValueError for bad input)."""
+    parts = spec.strip().split(":")
+    if not 2 <= len(parts) <= 5:
+        raise ValueError(f"--blocks {spec!r}: expected block:layers[:arch[:pattern[:window]]]")
+    block, layers = _int(parts[0], "block", spec, 2), _int(parts[1], "layers", spec, 1)
+    arch = parts[2] if len(parts) > 2 and parts[2] else None
+    pattern = parts[3].upper() if len(parts) > 3 and parts[3] else None
+    if pattern is not None and (set(pattern) - set(LAYER_LETTERS) or len(pattern) != layers):
+        raise ValueError(f"--blocks {spec!r}: pattern {parts[3]!r} must be {layers} letters of S and F")
+    window = _int(parts[4], "window", spec, 1) if len(parts) > 4 else None
+    sliding = pattern is not None and "S" in pattern
+    if window is not None and not sliding:
+        raise ValueError(f"--blocks {spec!r}: a window needs a pattern with sliding (S) layers")
+    return Spec(block, layers, arch, None, pattern, window or (DEFAULT_WINDOW if sliding else None))
+
+
+def parse_specs(blocks: str, train_text: str) -> list[Spec]:
+    """``--blocks`` as specs; ``--train-text compare`` trains each on both texts (text ``original`` and
+    ``regenerated``), else text is None (the ``data`` directory)."""
+    texts = ("original", "regenerated") if train_text == "compare" else (None,)
+    return [parse_spec(s)._replace(text=t) for s in blocks.split(",") if s.strip() for t in texts]
+
+
+def _name(spec: Spec) -> str:
+    out = (f"_{spec.arch}" if spec.arch else "") + (f"_{spec.pattern}" if spec.pattern else "")
+    if spec.window is not None and spec.window != DEFAULT_WINDOW:
+        out += f"w{spec.window}"
+    return out + (f"_{spec.text}" if spec.text else "")
+
+
+def tag_of(spec: Spec) -> str:
+    """A drafter's name in the work directory (``run_<tag>``) and in the logs."""
+    return f"b{spec.block}{_name(spec)}"
+
+
+def key_of(spec: Spec, target: str) -> str:
+    """A drafter's key in results.json: the target's tag, then the spec (``qwen3_5_h384_block16_dflash_SSSSF``)."""
+    return f"{target}_block{spec.block}{_name(spec)}"
+
+
+def drafter_flags(spec: Spec) -> list[str]:
+    """The trainer flags of the spec's architecture and layer pattern."""
+    argv: list[str] = []
+    if spec.arch:
+        base, extra = VARIANTS.get(spec.arch, (spec.arch, []))
+        argv += ["--arch", base, *extra]
+    if spec.pattern:
+        argv += ["--layer-types", ",".join(LAYER_LETTERS[c] for c in spec.pattern)]
+    if spec.window is not None:
+        argv += ["--sliding-window", str(spec.window)]
+    return argv
+
+
+def comparisons(group: list[Spec], target: str) -> list[tuple[str, str, str]]:
+    """The paired comparisons in a group, as (baseline key, drafter key, what): DFlash 2 (and its variants)
+    against DFlash 1 of the same block, pattern and text (variants also against DFlash 2); a layer pattern
+    against the drafters of the same block, arch and text without one, whatever their depth (when trained); regenerated-text drafters against the
+    original-text ones of the same spec."""
+    pairs = []
+    for s in group:
+        for base in ("dflash", "dflash2"):
+            if s.arch not in (None, "dflash", base):
+                pairs.append(
+                    (key_of(s._replace(arch=base), target), key_of(s, target), f"{s.arch}_over_{base}")
+                )
+        if s.pattern:
+            plain = [x for x in group if x._replace(layers=s.layers, pattern=s.pattern, window=s.window) == s
+                     and x.pattern is None]  # fmt: skip
+            pairs += [
+                (key_of(x, target), key_of(s, target), f"{s.pattern}_over_{x.layers}_full") for x in plain
+            ]
+        if s.text == "regenerated":
+            pairs.append(
+                (key_of(s._replace(text="original"), target), key_of(s, target), "regenerated_over_original")
+            )
+    return pairs
