@@ -13,9 +13,11 @@ It prints ``training`` once every one of them has its name, and the child's pid 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 # 15 bytes: OSC 0 (set the window title) ... BEL, markup-looking text, a C1 CSI (U+009B) "2J" (clear)
@@ -104,6 +106,24 @@ def start_threads_standin(
     assert first.startswith("child "), first + p.stdout.read()
     assert p.stdout.readline().strip() == "training"
     return p, int(first.split()[1])
+
+
+@contextlib.contextmanager
+def threads_standin(folder: Path, run_dir: Path, python: str | None = None) -> Iterator[tuple]:
+    """``start_threads_standin`` for a ``with`` block: (it, its child's pid); released at the end (the child
+    told to exit too), killed if it does not end within 20 s."""
+    p, child = start_threads_standin(folder, run_dir, python)
+    try:
+        yield p, child
+    finally:
+        (run_dir / "release").touch()
+        (run_dir / "child-exit").touch()
+        try:
+            p.wait(20)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
 
 
 def path_without_pyspy(bin_dir: Path) -> str:

@@ -15,7 +15,7 @@ from tests.support.threads_standin import (
     HOSTILE_SHOWN,
     path_without_pyspy,
     python_without_pyspy,
-    start_threads_standin,
+    threads_standin,
 )
 
 
@@ -31,18 +31,8 @@ def host(tmp_path_factory):
 def run(host, tmp_path_factory):
     run_dir = host.container_dir(CT) / "run"
     python = python_without_pyspy(tmp_path_factory.mktemp("py"))
-    p, child = start_threads_standin(host.container_dir(CT), run_dir, python=python)
-    try:
+    with threads_standin(host.container_dir(CT), run_dir, python=python) as (p, child):
         yield p, child, run_dir
-    finally:
-        (run_dir / "release").touch()
-        (run_dir / "child-exit").touch()
-        try:
-            p.wait(20)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
 
 
 def test_json_and_table_name_every_thread_cleaned(host, run):

@@ -18,7 +18,7 @@ from console.core.threads import (
     rows,
     to_json,
 )
-from tests.support.threads_standin import start_threads_standin
+from tests.support.threads_standin import threads_standin
 
 TCK = 100
 
@@ -150,8 +150,7 @@ def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
     """The ``threads`` op in-process on a real run (the stand-in and its child): capped at one process
     and two threads, it says how many there were, and the snapshot's notes say it plainly."""
     run_dir = tmp_path / "run"
-    p, child = start_threads_standin(tmp_path, run_dir)
-    try:
+    with threads_standin(tmp_path, run_dir) as (_, child):
         info = json.loads((run_dir / "run.json").read_text())
         req = {"pid": info["pid"], "start_time": info["start_time"], "run_dir": str(run_dir)}
         r = helper_program.op_threads({**req, "max_procs": 1, "max_threads": 2})
@@ -166,10 +165,6 @@ def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
         assert [q["pid"] for q in full["procs"]] == [info["pid"], child] and Sampler().feed(
             full
         ).notes() == []
-    finally:
-        (run_dir / "release").touch()
-        (run_dir / "child-exit").touch()
-        p.wait(20)
 
 
 def test_pyspy_outcomes_are_said():

@@ -22,7 +22,7 @@ from tests.support.threads_standin import (
     HOSTILE_SHOWN,
     path_without_pyspy,
     python_without_pyspy,
-    start_threads_standin,
+    threads_standin,
 )
 
 VENV_BIN = Path(sys.executable).parent
@@ -51,20 +51,12 @@ def run(host, tmp_path):
     in a folder of its own); (its TrainerInfo, its child's pid, the run dir). Released at the end."""
     run_dir = host.container_dir(CT) / "run"
     python = python_without_pyspy(tmp_path / "py")
-    p, child = start_threads_standin(host.container_dir(CT), run_dir, python=python)
-    info = json.loads((run_dir / "run.json").read_text())
-    trainer = TrainerInfo(info["pid"], info["start_time"], info["command"], str(run_dir), "run.json", info)
-    try:
+    with threads_standin(host.container_dir(CT), run_dir, python=python) as (_, child):
+        info = json.loads((run_dir / "run.json").read_text())
+        trainer = TrainerInfo(
+            info["pid"], info["start_time"], info["command"], str(run_dir), "run.json", info
+        )
         yield trainer, child, run_dir
-    finally:
-        (run_dir / "release").touch()
-        (run_dir / "child-exit").touch()
-        try:
-            p.wait(20)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
 
 
 async def _sample_until(helper, trainer, sampler, pred, what: str, tries: int = 200):

@@ -17,7 +17,7 @@ from tests.support.threads_standin import (
     HOSTILE_SHOWN,
     path_without_pyspy,
     python_without_pyspy,
-    start_threads_standin,
+    threads_standin,
 )
 
 SIZE = (150, 40)
@@ -35,18 +35,8 @@ def host(tmp_path):
 def run(host, tmp_path):
     run_dir = host.container_dir(CT) / "run"
     python = python_without_pyspy(tmp_path / "py")
-    p, child = start_threads_standin(host.container_dir(CT), run_dir, python=python)
-    try:
+    with threads_standin(host.container_dir(CT), run_dir, python=python) as (p, child):
         yield p, child, run_dir
-    finally:
-        (run_dir / "release").touch()
-        (run_dir / "child-exit").touch()
-        try:
-            p.wait(20)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
 
 
 async def test_threads_view_hostile_name_exit_fold_and_no_pyspy(host, run):
