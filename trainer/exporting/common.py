@@ -334,6 +334,22 @@ def logit_extras(dc: dict, who: str) -> list[Problem]:
     return out
 
 
+def config_checks(top: dict, who: str, dflash_keys, layer_modes) -> tuple[list[Problem], dict, tuple]:
+    """The checks every server's ``check`` starts with, in order: the ``dflash_config`` object, structure and
+    numbers, sizes, the server's own ``dflash_keys(top, dc, got) -> (problems, ids, n_target)``, layer types,
+    sliding windows and the server's ``layer_modes(top, dc, types) -> problems``. Returns (the problems,
+    ``dc``, (got, ids, n_target, types))."""
+    dc, out = dflash_of(top)
+    out += structure(top, who) + numerics(top)
+    p, got = sizes(top)
+    out += p
+    p, ids, n_target = dflash_keys(top, dc, got)
+    out += p
+    p, types = layer_types(top, got and got["num_hidden_layers"])
+    out += p + sliding(top, types) + layer_modes(top, dc, types)
+    return out, dc, (got, ids, n_target, types)
+
+
 def against_target(target, got: dict | None, n_target: int | None) -> list[Problem]:
     """The drafter against the target it will serve with (``--target``): same depth, width and vocabulary."""
     if target is None:

@@ -94,14 +94,7 @@ def _modules(top: dict, dc: dict, got: dict | None) -> tuple[list[Problem], tupl
 
 def check(exp: Export, target: Target | None = None) -> list[Problem]:
     top = exp.config
-    dc, out = c.dflash_of(top)
-    out += c.structure(top, WHO) + c.numerics(top)
-    p, got = c.sizes(top)
-    out += p
-    p, ids, n_target = _dflash_keys(top, dc, got)
-    out += p
-    p, types = c.layer_types(top, got and got["num_hidden_layers"])
-    out += p + c.sliding(top, types) + _attention(top, dc, types)
+    out, dc, (got, ids, n_target, _types) = c.config_checks(top, WHO, _dflash_keys, _attention)
     p, conv, selector, ok = _modules(top, dc, got)
     out += p
     if exp.tensors is not None and got and ids and ok:

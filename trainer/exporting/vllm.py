@@ -151,14 +151,7 @@ def _dflash2(top: dict, dc: dict, got: dict | None) -> tuple[list[Problem], dict
 
 def check(exp: Export, target: Target | None = None) -> list[Problem]:
     top = exp.config
-    dc, out = c.dflash_of(top)
-    out += c.structure(top, WHO) + c.numerics(top)
-    p, got = c.sizes(top)
-    out += p
-    p, ids, n_target = _dflash_keys(top, dc, got)
-    out += p
-    p, types = c.layer_types(top, got and got["num_hidden_layers"])
-    out += p + c.sliding(top, types) + _layer_modes(top, dc, types)
+    out, dc, (got, ids, n_target, _types) = c.config_checks(top, WHO, _dflash_keys, _layer_modes)
     p, d2 = _dflash2(top, dc, got)
     out += p
     if exp.tensors is not None and got and ids and d2 is not False:

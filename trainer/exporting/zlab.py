@@ -17,6 +17,8 @@ transformers' ``Qwen3Config``. Table: docs/model.md.
 
 from __future__ import annotations
 
+import functools
+
 from trainer.exporting import common as c
 from trainer.exporting import weights as w
 from trainer.exporting.problems import Problem, error, warning
@@ -89,14 +91,8 @@ def _dflash2(top: dict, dc: dict, got: dict | None) -> tuple[list[Problem], dict
 def check(exp: Export, target: Target | None = None) -> list[Problem]:
     top = exp.config
     dflash2 = c.arch_of(top) == "DFlash2DraftModel"
-    dc, out = c.dflash_of(top)
-    out += c.structure(top, WHO) + c.numerics(top)
-    p, got = c.sizes(top)
-    out += p
-    p, ids, n_target = _dflash_keys(top, dc, got, dflash2)
-    out += p
-    p, types = c.layer_types(top, got and got["num_hidden_layers"])
-    out += p + c.sliding(top, types) + _attention(top, dc, types)
+    keys = functools.partial(_dflash_keys, dflash2=dflash2)
+    out, dc, (got, ids, n_target, types) = c.config_checks(top, WHO, keys, _attention)
     d2 = None
     if dflash2:
         p, d2 = _dflash2(top, dc, got)
