@@ -154,6 +154,7 @@ def _forward(la, layer, x: torch.Tensor) -> tuple[torch.Tensor, _Record]:
     beta = b.sigmoid()
     g = -la.A_log.float().exp() * F.softplus(a.float() + la.dt_bias)
     core, states = gated_delta_states(q, k, v, g, beta, s0)
+    core = core.to(x.dtype)  # computed in fp32: the norm and out_proj run in the model's dtype (bf16 on GPU)
     conv_state.copy_(conv_in[..., -conv_state.shape[-1] :])
     s0.copy_(states[:, :, -1])
     core = la.norm(core.reshape(-1, la.head_v_dim), z.reshape(-1, la.head_v_dim)).reshape(B, T, -1)

@@ -91,7 +91,7 @@ class ThreadedSource(HiddenStateSource):
         from trainer.runtime.hidden_queue import HiddenStateQueue, check_queue_memory, hidden_batch_bytes
         from trainer.runtime.roles import TargetRole, launch_lock
         from trainer.runtime.shared_head import head_from_target
-        from trainer.runtime.startup_steps import load_target_events
+        from trainer.runtime.startup_steps import begin_target_events, finish_target_events
 
         a, devices = self.args, self.devices
         check_devices(devices)
@@ -101,13 +101,13 @@ class ThreadedSource(HiddenStateSource):
         share = next((d for d in devices.target if d == build.device), None)
         loads = []
 
-        def load_targets(cfg) -> Background:  # in a thread beside the drafter's build and resume
-            ids = cfg.target_layer_ids
+        def load_targets(cfg) -> Background:  # read in a thread beside the drafter's head, resume and compile
+            # built here, on this thread: a build beside a compile can come out partly fp32 (loading.BuiltModel)
+            pending = [
+                begin_target_events(build.startup, a, d, tdtype, cfg.target_layer_ids) for d in devices.target
+            ]
             loads.append(
-                Background(
-                    lambda: [load_target_events(build.startup, a, d, tdtype, ids) for d in devices.target],
-                    "load-target",
-                )
+                Background(lambda: [finish_target_events(build.startup, p) for p in pending], "load-target")
             )
             return loads[-1]
 

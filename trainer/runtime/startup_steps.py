@@ -14,24 +14,35 @@ def startup_phase(startup, phase: str, **fields) -> None:
 def load_target_events(startup, args, device: str, dtype, layer_ids: list[int]):
     """``load_target`` between ``loading_target`` (with byte progress) and ``target_loaded`` events; a
     ``compiling`` event follows when the target's layer step is compiled (it compiles on its first batch)."""
-    from trainer.target.capture import capture_of, load_target
+    return finish_target_events(startup, begin_target_events(startup, args, device, dtype, layer_ids))
+
+
+def begin_target_events(startup, args, device: str, dtype, layer_ids: list[int]):
+    """The ``loading_target`` event and the target's build (``capture.begin_target``): on the thread that
+    compiles, before anything compiles beside it. ``finish_target_events`` reads the weights, in any thread."""
+    from trainer.target.capture import begin_target
     from trainer.target.loading import weight_files_bytes
 
     if startup is not None:
         startup.loading(weight_files_bytes(args.target_model))
-    model = load_target(
+    return begin_target(
         args.target_model,
         device,
         dtype,
         layer_ids,
         need_final_hidden=args.use_soft_labels,
-        progress=startup.progress if startup is not None else None,
         target_dtype=getattr(args, "target_dtype", None),
     )
+
+
+def finish_target_events(startup, pending):
+    from trainer.target.capture import capture_of
+
+    model = pending.finish(progress=startup.progress if startup is not None else None)
     if startup is not None:
         startup.target_loaded(sum(p.numel() * p.element_size() for p in model.parameters()))
         if capture_of(model).compiled:
-            startup.phase("compiling", part="target layer step", device=device)
+            startup.phase("compiling", part="target layer step", device=str(pending.device))
     return model
 
 

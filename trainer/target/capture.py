@@ -7,6 +7,9 @@
   does not use them, but in one process the drafter's frozen head shares them: runtime/shared_head.py).
   ``target_dtype`` (``--target-dtype``): FP8 projections from an FP8 checkpoint (its default) or a bf16 one
   quantised on load, or an FP8 checkpoint dequantised (``loading.py``, ``fp8.py``).
+- ``begin_target(...)`` then ``PendingTarget.finish(progress)``: ``load_target`` in two halves, the build on
+  the calling thread and the reading of the weights in any (the trainer reads beside the drafter's compile;
+  ``loading.BuiltModel`` says why the build must not run beside a compile).
 - ``capture(model, input_ids, doc_ids, target_layer_ids, need_final_hidden=False)
   -> (hidden_cat (B, T, n*H), final_hidden (B, T, H) or None)``: runs the base decoder (``model.model``,
   never the LM head) under ``torch.no_grad``, takes the output of decoder layer ``i`` for each ``i`` in
@@ -66,6 +69,8 @@ __all__ = [
     "capture",
     "capture_of",
     "decoder_of",
+    "PendingTarget",
+    "begin_target",
     "load_target",
     "prepare_capture",
     "prepare_hybrid",
@@ -95,10 +100,85 @@ def load_target(
     """``progress(bytes_done, bytes_total)`` (optional) is called as the weights are read: per tensor on the
     text-only path, once at the end (the weight files' size) on the ``from_pretrained`` path.
     ``target_dtype``: ``--target-dtype`` (bf16 / fp8; None: fp8 for an FP8 checkpoint), ``loading.py``."""
+    pending = begin_target(
+        path, device, dtype, target_layer_ids, need_final_hidden, attn_implementation, target_dtype
+    )
+    return pending.finish(progress)
+
+
+@dataclass
+class PendingTarget:
+    """A target built by ``begin_target`` (on the calling thread) whose weights ``finish`` reads (in any
+    thread: ``loading.BuiltModel`` says why the two are apart)."""
+
+    path: str
+    device: str | torch.device
+    model_type: str | None
+    built: object = None  # loading.BuiltModel (safetensors, text-only) or None
+    model: nn.Module | None = None  # from_pretrained's model, read already
+
+    def finish(self, progress=None) -> nn.Module:
+        if self.built is not None:
+            model = self.built.fill(progress)
+        else:
+            model = self.model
+            if progress is not None:
+                from trainer.target.loading import weight_files_bytes
+
+                total = weight_files_bytes(self.path)
+                progress(total, total)
+        model.eval()
+        model.requires_grad_(False)
+        if self.model_type in HYBRID_MODEL_TYPES:
+            if prepare_hybrid(model) is None:
+                raise ValueError(
+                    f"{self.path}: a {self.model_type} target whose layers this trainer does not recognise "
+                    "(transformers version?): its packed rows cannot be captured per document"
+                )
+        elif str(self.device).startswith("cuda"):
+            prepare_capture(model)
+        return model
+
+
+def begin_target(
+    path: str,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    target_layer_ids: list[int],
+    need_final_hidden: bool = False,
+    attn_implementation: str | None = None,
+    target_dtype: str | None = None,
+) -> PendingTarget:
+    """``load_target``'s first half: the config checked and cut to the layers captured, the model built
+    (safetensors: allocated on ``device``, nothing read; other formats: transformers' own loader, whole)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(path)
     tc = text_config_of(config)
+    _cut_layers(tc, target_layer_ids, need_final_hidden)
+    model_type = getattr(tc, "model_type", None)
+    if model_type in HYBRID_MODEL_TYPES or (attn_implementation is None and _has_safetensors(path)):
+        # built on the device without initialising, every tensor then read straight from the memory-mapped
+        # files (with byte progress): no copy of the whole model staged in host memory first, as
+        # from_pretrained then .to(device) does (issue 22: 36 s of a 69 s start at the 8B shape)
+        from trainer.target.loading import build_text_model
+
+        return PendingTarget(
+            path, device, model_type, built=build_text_model(path, tc, device, dtype, target_dtype)
+        )
+    # other weight formats, or an attention implementation asked for: transformers' own loader
+    if target_dtype == "fp8" or read_dir(path) is not None:
+        raise ValueError(f"{path}: an FP8 target is read by this trainer's loader (safetensors weights)")
+    kwargs = {"config": config, "dtype": dtype}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.to(device)
+    return PendingTarget(path, device, model_type, model=model)
+
+
+def _cut_layers(tc, target_layer_ids: list[int], need_final_hidden: bool) -> None:
+    """Check the layer ids; without the final hidden state, build no layer past the last one captured."""
     n_layers = int(tc.num_hidden_layers)
     bad = [i for i in target_layer_ids if not 0 <= i < n_layers]
     if bad:
@@ -111,43 +191,6 @@ def load_target(
                 tc.layer_types = tc.layer_types[:keep]
             if isinstance(getattr(tc, "mlp_only_layers", None), list):
                 tc.mlp_only_layers = [i for i in tc.mlp_only_layers if i < keep]
-    if getattr(tc, "model_type", None) in HYBRID_MODEL_TYPES:
-        from trainer.target.loading import load_text_model
-
-        model = load_text_model(path, tc, device, dtype, progress=progress, target_dtype=target_dtype)
-        model.eval()
-        model.requires_grad_(False)
-        if prepare_hybrid(model) is None:
-            raise ValueError(
-                f"{path}: a {tc.model_type} target whose layers this trainer does not recognise "
-                "(transformers version?): its packed rows cannot be captured per document"
-            )
-        return model
-    if attn_implementation is None and _has_safetensors(path):
-        # built on the device without initialising, every tensor read straight from the memory-mapped files
-        # (with byte progress): no copy of the whole model staged in host memory first, as from_pretrained
-        # then .to(device) does (issue 22: 36 s of a 69 s start at the 8B shape)
-        from trainer.target.loading import load_text_model
-
-        model = load_text_model(path, tc, device, dtype, progress=progress, target_dtype=target_dtype)
-    else:  # other weight formats, or an attention implementation asked for: transformers' own loader
-        if target_dtype == "fp8" or read_dir(path) is not None:
-            raise ValueError(f"{path}: an FP8 target is read by this trainer's loader (safetensors weights)")
-        kwargs = {"config": config, "dtype": dtype}
-        if attn_implementation is not None:
-            kwargs["attn_implementation"] = attn_implementation
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        model.to(device)
-        if progress is not None:
-            from trainer.target.loading import weight_files_bytes
-
-            total = weight_files_bytes(path)
-            progress(total, total)
-    model.eval()
-    model.requires_grad_(False)
-    if str(device).startswith("cuda"):
-        prepare_capture(model)
-    return model
 
 
 def has_linear_attention(config) -> bool:

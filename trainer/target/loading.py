@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 
 import torch
 from safetensors import safe_open
@@ -206,6 +207,43 @@ def load_text_model(
     ``target_dtype`` (``--target-dtype``; ``fp8.wants_fp8``, None: fp8 for an FP8 checkpoint): with fp8 the
     checkpoint's FP8 linear layers become ``fp8.Fp8Linear`` filled as stored (a bf16 checkpoint's are
     quantised on load); with bf16 an FP8 checkpoint's weights are dequantised into the model's dtype."""
+    return build_text_model(path, text_config, device, dtype, target_dtype).fill(progress)
+
+
+@dataclass
+class BuiltModel:
+    """A text model built (its tensors allocated, not read yet) by ``build_text_model``; ``fill`` reads them.
+
+    Split because building touches process-wide state: transformers sets torch's default dtype and swaps its
+    init functions while it builds, and torch.compile saves and restores that default dtype around every frame
+    it compiles, in whichever thread. A build in a thread beside a compile can come out with some layers in
+    fp32 (seen on an H200: a dense target's compiled layer step fed an fp32 norm into a bf16 projection). So
+    the trainer builds on its own thread and reads the weights (which touches no such state) beside the
+    drafter's compile."""
+
+    model: nn.Module
+    path: str
+    text_config: object
+    device: str | torch.device
+    keys: dict
+    heads: dict
+    quantise_after: bool
+
+    def fill(self, progress=None) -> nn.Module:
+        model, tied = self.model, bool(getattr(self.text_config, "tie_word_embeddings", False))
+        _fill(model, self.path, self.keys, self.heads, torch.device(self.device), tied, progress)
+        if tied:
+            model.tie_weights()
+        if self.quantise_after:
+            fp8.quantise_model(model)
+        return model
+
+
+def build_text_model(
+    path: str, text_config, device: str | torch.device, dtype: torch.dtype, target_dtype: str | None = None
+) -> BuiltModel:
+    """The model of ``load_text_model`` built on ``device`` without initialising (FP8 layers swapped in where
+    the checkpoint has them); call on the thread that compiles, or with nothing compiling beside it."""
     from transformers import AutoModelForCausalLM
 
     keys = weight_map(path)
@@ -216,13 +254,7 @@ def load_text_model(
     heads: dict[str, dict[str, Entry]] = {}
     if use_fp8 and cfg is not None:
         fp8.swap(model, _fp8_linears(model, path, keys, heads, cfg))
-    tied = bool(getattr(text_config, "tie_word_embeddings", False))
-    _fill(model, path, keys, heads, torch.device(device), tied, progress)
-    if tied:
-        model.tie_weights()
-    if use_fp8 and cfg is None:
-        fp8.quantise_model(model)
-    return model
+    return BuiltModel(model, path, text_config, device, keys, heads, use_fp8 and cfg is None)
 
 
 def _fill(

@@ -277,3 +277,32 @@ def test_a_sliding_window_target_is_refused_with_a_clear_error():
     target = CachedTarget(Qwen3ForCausalLM(cfg).eval(), [0])
     with pytest.raises(EvalError, match="layer 0 is sliding-window attention"):
         speculative_generate(target, None, [1, 2, 3], 4)
+
+
+def test_a_bf16_target_rolls_back_by_states_as_by_replay(tiny_hybrid):
+    """The GPU runs the target in bf16: the recorded Gated DeltaNet forward (fp32 inside) hands the norm and
+    out_proj the model's dtype, and the verify logits and the states after a crop agree with replay's."""
+    from tests.support.model_util import tiny_prompts
+    from trainer.evaluation.load import load_target_model
+
+    model = load_target_model(str(tiny_hybrid / "target"), "cpu", torch.bfloat16)
+    p = tiny_prompts(tiny_hybrid, 1)[0]
+    block = [(t * 7 + 3) % model.config.vocab_size for t in range(BS)]
+    runs = {}
+    for mode in MODES:
+        t = CachedTarget(model, [1, 3], mode)
+        t.prefill(p)
+        verify, feats = t.forward_block(block, rewindable=True)
+        t.crop(len(p) + 3)
+        nxt, _ = t.forward_block(block[3:6], rewindable=True)
+        runs[mode] = (t, verify, feats, nxt)
+    (s, v_s, f_s, n_s), (r, v_r, f_r, n_r) = runs["states"], runs["replay"]
+    assert (
+        v_s.dtype == f_s.dtype == f_r.dtype == torch.bfloat16
+        and s.rewind_forwards == 0
+        and r.rewind_forwards == 1
+    )
+    torch.testing.assert_close(v_s, v_r, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(n_s, n_r, rtol=5e-2, atol=5e-2)
+    for x, y in zip(_states(s), _states(r), strict=True):
+        torch.testing.assert_close(x.float(), y.float(), rtol=5e-2, atol=5e-2)
