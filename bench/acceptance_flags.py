@@ -68,7 +68,16 @@ def _drafter_flags(ap) -> None:
         help="block:layers[:arch[:pattern[:window]]],... (arch dflash, dflash2, or dflash2ug: dflash2 with "
         "--selector-unary-grad; pattern: one S (sliding) or F (full) a draft layer, e.g. 16:5:dflash:SSSSF, "
         f"window default {DEFAULT_WINDOW}; e.g. 8:2:dflash,8:2:dflash2 compares DFlash 1 and 2 with the same "
-        "data, steps, learning rate and block size)",
+        "data, steps, learning rate and block size; arch@fp8, e.g. 8:2:dflash@fp8: trained on the FP8 target's "
+        "hidden states, beside its bf16-captured twin 8:2:dflash, both also evaluated against the FP8 target: "
+        "bench/acceptance_fp8.py)",
+    )
+    ap.add_argument(
+        "--fp8-serve",
+        choices=("pairs", "all"),
+        default="pairs",
+        help="which drafters are also evaluated against the FP8 target (trainer.evaluate --target-dtype fp8): "
+        "those of an @fp8 capture pair (default), or all",
     )
     ap.add_argument(
         "--drafter-steps", type=int, default=None, help="optimizer steps per drafter (default: 400; tiny 20)"

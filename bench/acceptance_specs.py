@@ -1,7 +1,12 @@
 """bench_acceptance.py's ``--blocks`` drafter specs: ``block:layers[:arch[:pattern[:window]]]``, comma-separated.
 
 - ``arch``: a trainer ``--arch`` (``dflash``, ``dflash2``) or a bench variant (``VARIANTS``); empty or absent:
-  the trainer's default (DFlash 1);
+  the trainer's default (DFlash 1). A suffix ``@fp8`` (``8:2:dflash@fp8``, ``8:2:@fp8``) trains the drafter on
+  hidden states captured from the FP8 version of the target (bench/acceptance_fp8.py: the target written as an
+  FP8 checkpoint in Qwen's block-128 layout, the trainer's ``--target-dtype fp8``) instead of the bf16 one
+  (``@bf16``, the default); everything else is the same (data, seed, steps). Its bf16-captured twin (the spec
+  without ``@fp8``) is trained too, once, listed or not: ``capture_pairs`` pairs the two, evaluated against the
+  bf16 target and against the FP8 one;
 - ``pattern``: the draft layers' attention, one letter a layer: ``S`` sliding window, ``F`` full (the trainer's
   ``--layer-types``), e.g. SpecForge's Qwen3.6-27B recipe ``16:5:dflash:SSSSF``; absent: all full;
 - ``window``: the sliding layers' window (``--sliding-window``), default ``DEFAULT_WINDOW`` (the recipe's 2048;
@@ -17,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 DEFAULT_WINDOW = 2048
+CAPTURE_DTYPES = ("bf16", "fp8")
 LAYER_LETTERS = {"S": "sliding_attention", "F": "full_attention"}
 # --blocks arch names that are a trainer architecture plus flags (the result key keeps the name);
 # dflash2ug: the selector's loss also through the unary logits (speculators' objective)
@@ -30,6 +36,7 @@ class Spec(NamedTuple):
     text: str | None = None  # the training text's name (``--train-text compare``), None: the data
     pattern: str | None = None  # "SSSSF": one letter a draft layer
     window: int | None = None  # the sliding layers' window (a pattern with an S only)
+    capture: str | None = None  # "fp8": trained on the FP8 target's hidden states; None: the bf16 target's
 
 
 def _int(part: str, what: str, spec: str, low: int) -> int:
@@ -48,7 +55,7 @@ def parse_spec(spec: str) -> Spec:
     if not 2 <= len(parts) <= 5:
         raise ValueError(f"--blocks {spec!r}: expected block:layers[:arch[:pattern[:window]]]")
     block, layers = _int(parts[0], "block", spec, 2), _int(parts[1], "layers", spec, 1)
-    arch = parts[2] if len(parts) > 2 and parts[2] else None
+    arch, capture = _arch(parts[2] if len(parts) > 2 else "", spec)
     pattern = parts[3].upper() if len(parts) > 3 and parts[3] else None
     if pattern is not None and (set(pattern) - set(LAYER_LETTERS) or len(pattern) != layers):
         raise ValueError(f"--blocks {spec!r}: pattern {parts[3]!r} must be {layers} letters of S and F")
@@ -56,20 +63,39 @@ def parse_spec(spec: str) -> Spec:
     sliding = pattern is not None and "S" in pattern
     if window is not None and not sliding:
         raise ValueError(f"--blocks {spec!r}: a window needs a pattern with sliding (S) layers")
-    return Spec(block, layers, arch, None, pattern, window or (DEFAULT_WINDOW if sliding else None))
+    return Spec(block, layers, arch, None, pattern, window or (DEFAULT_WINDOW if sliding else None), capture)
+
+
+def _arch(part: str, spec: str) -> tuple[str | None, str | None]:
+    """``arch[@dtype]`` -> (arch or None, capture: "fp8" or None for bf16)."""
+    arch, _, dtype = part.partition("@")
+    if dtype not in ("", *CAPTURE_DTYPES):
+        raise ValueError(
+            f"--blocks {spec!r}: capture dtype {dtype!r} is not one of {', '.join(CAPTURE_DTYPES)}"
+        )
+    return arch or None, ("fp8" if dtype == "fp8" else None)
 
 
 def parse_specs(blocks: str, train_text: str) -> list[Spec]:
     """``--blocks`` as specs; ``--train-text compare`` trains each on both texts (text ``original`` and
-    ``regenerated``), else text is None (the ``data`` directory)."""
+    ``regenerated``), else text is None (the ``data`` directory). An ``@fp8`` spec brings its bf16-captured
+    twin, just before it, unless it is already listed."""
     texts = ("original", "regenerated") if train_text == "compare" else (None,)
-    return [parse_spec(s)._replace(text=t) for s in blocks.split(",") if s.strip() for t in texts]
+    listed = [parse_spec(x)._replace(text=t) for x in blocks.split(",") if x.strip() for t in texts]
+    specs: list[Spec] = []
+    for s in listed:
+        twin = s._replace(capture=None)
+        if s.capture and twin not in listed and twin not in specs:
+            specs.append(twin)
+        specs.append(s)
+    return specs
 
 
 def _name(spec: Spec) -> str:
     out = (f"_{spec.arch}" if spec.arch else "") + (f"_{spec.pattern}" if spec.pattern else "")
     if spec.window is not None and spec.window != DEFAULT_WINDOW:
         out += f"w{spec.window}"
+    out += f"_{spec.capture}cap" if spec.capture else ""
     return out + (f"_{spec.text}" if spec.text else "")
 
 
@@ -79,7 +105,8 @@ def tag_of(spec: Spec) -> str:
 
 
 def key_of(spec: Spec, target: str) -> str:
-    """A drafter's key in results.json: the target's tag, then the spec (``qwen3_5_h384_block16_dflash_SSSSF``)."""
+    """A drafter's key in results.json: the target's tag, then the spec (``qwen3_5_h384_block16_dflash_SSSSF``;
+    an FP8-captured one ``qwen3_5_h384_block8_dflash_fp8cap``)."""
     return f"{target}_block{spec.block}{_name(spec)}"
 
 
@@ -119,3 +146,16 @@ def comparisons(group: list[Spec], target: str) -> list[tuple[str, str, str]]:
                 (key_of(s._replace(text="original"), target), key_of(s, target), "regenerated_over_original")
             )
     return pairs
+
+
+def capture_pairs(specs: list[Spec], target: str) -> list[tuple[str, str]]:
+    """(bf16-captured key, FP8-captured key) for every ``@fp8`` spec (its twin: the same spec, bf16 capture)."""
+    return [
+        (key_of(s._replace(capture=None), target), key_of(s, target)) for s in specs if s.capture == "fp8"
+    ]
+
+
+def served_fp8(specs: list[Spec], every: bool) -> list[Spec]:
+    """The drafters also evaluated against the FP8 target: both of every capture pair, or (``every``) all."""
+    pairs = {s._replace(capture=None) for s in specs if s.capture == "fp8"}
+    return [s for s in specs if every or s.capture == "fp8" or s in pairs]

@@ -52,6 +52,13 @@ in-process (batch ``--regen-batch``; its tok/s lands in results.json) and ``pyth
 ``--train-text compare``: every ``--blocks`` drafter twice, on the same prompts with the data's own next bytes
 (``original``) and with the target's response (``regenerated``), then the two paired on the evaluation's
 prompts (``report.paired_ratio``: regenerated over original, with its 95% interval).
+``--blocks 8:2:dflash@fp8`` (issue 36, bench/acceptance_fp8.py): a drafter trained on the hidden states of the
+target's FP8 version (written beside it as an FP8 checkpoint in Qwen's block-128 layout) beside its twin
+``8:2:dflash`` on the bf16 one (same data, seed, steps), both evaluated against the bf16 target (``eval``) and
+the FP8 one (``eval_fp8serve``: ``trainer.evaluate --target-dtype fp8 --no-baseline``: acceptance only), paired on the same prompts
+(``..._fp8cap_vs_8_dflash_bf16serve`` / ``_fp8serve``, and each drafter's ``_fp8serve_vs_bf16serve``);
+``--fp8-serve all`` serves every drafter by both. A GPU without block-scaled FP8 is refused at the start; the
+CPU runs the FP8 checkpoint dequantised (FP8 weights, activations not quantised).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
 
@@ -68,9 +75,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench import acceptance_target, regen_text, target_transfer  # noqa: E402
+from bench import acceptance_fp8, acceptance_target, regen_text, target_transfer  # noqa: E402
 from bench.acceptance_flags import build_parser  # noqa: E402
-from bench.acceptance_specs import Spec, comparisons, drafter_flags, key_of, parse_specs, tag_of  # noqa: E402
+from bench.acceptance_specs import (  # noqa: E402
+    Spec,
+    capture_pairs,
+    comparisons,
+    drafter_flags,
+    key_of,
+    parse_specs,
+    served_fp8,
+    tag_of,
+)
 from bench.acceptance_target import EOS, MASK, SEQ, VOCAB  # noqa: E402, F401  (the bench's vocabulary)
 from trainer.evaluation.report import paired_ratio, pool  # noqa: E402
 
@@ -149,13 +165,13 @@ def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anc
     """``trainer.pipeline`` for one drafter of this bench on ``data`` into ``run``: the bench's shared flags plus
     ``schedule`` (steps, epochs, learning rate, seed, ...); ``finish_drafter`` waits for it and reads it."""
     dev = "0" if cfg["device"].startswith("cuda") else "cpu"
-    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
+    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", acceptance_fp8.target_dir(work, spec.capture),
             "--data-dir", os.path.join(work, data), "--output-dir", run, "--target-gpus", dev,
             "--drafter-gpus", dev, "--block-size", str(spec.block), "--num-draft-layers", str(spec.layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
             "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule,
-            *drafter_flags(spec)]  # fmt: skip
+            *drafter_flags(spec), *acceptance_fp8.dtype_flags(spec.capture)]  # fmt: skip
     if soft:
         argv += ["--use-soft-labels"]
     log = open(os.path.join(out, log_name), "w")  # noqa: SIM115 (closed by finish_drafter)
@@ -225,29 +241,45 @@ def shard_prompts(work: str, prompts: str, n: int, shards: int) -> list[tuple[st
     for i in range(shards):
         d = os.path.join(work, prompts, f"shard{i}")
         os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "prompts.jsonl"), "w") as f:
-            f.writelines(lines[cut[i] : cut[i + 1]])
+        path, text = os.path.join(d, "prompts.jsonl"), "".join(lines[cut[i] : cut[i + 1]])
+        write_once(path, text)
         dirs.append((os.path.join(prompts, f"shard{i}"), cut[i + 1] - cut[i]))
     return dirs
 
 
-def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT):
+def write_once(path: str, text: str) -> None:
+    """Write ``text`` unless the file holds it already: each evaluation cuts the same shards, and one started
+    before must not find its prompt file truncated."""
+    if os.path.isfile(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT, serve=None):
     """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
     ``train``: chunks of the training files) cut to ``prompt_len`` bytes, as ``cfg["eval_shards"]`` processes
-    side by side on consecutive slices of the prompts; ``finish_eval`` waits and pools them."""
+    side by side on consecutive slices of the prompts, against the bf16 target or (``serve="fp8"``) its FP8
+    version (bench/acceptance_fp8.py; acceptance only, ``--no-baseline``); ``finish_eval`` waits and pools them."""
     tag = tag_of(spec)
     name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
+    name += "_fp8serve" if serve == "fp8" else ""
     shards = cfg.get("eval_shards", 1)
     sets = (
         [(prompts, cfg["prompts"])] if shards == 1 else shard_prompts(work, prompts, cfg["prompts"], shards)
     )
     procs = []
     for i, (pset, n) in enumerate(sets):
-        argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
+        argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", acceptance_fp8.target_dir(work, serve),
                 "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, pset),
                 "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
-                str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json"]  # fmt: skip
-        if not name:
+                str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json",
+                *acceptance_fp8.dtype_flags(serve)]  # fmt: skip
+        if serve == "fp8":  # acceptance only (half the time): the bf16 evaluations time the loop and check it
+            argv += ["--no-baseline"]
+        elif not name:
             # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
             argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", f"out{i}.jsonl")]
         procs.append(
@@ -364,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     cfg, prompt_sets, specs = settle(ap, a)
+    a.fp8_served = served_fp8(specs, a.fp8_serve == "all")  # the drafters also served by the FP8 target
+    if a.fp8_served:
+        cfg["fp8"] = acceptance_fp8.check_device(cfg["device"])  # refused here, before the target trains
     work = a.work or ("/tmp/dflash_accept" if a.tiny or a.small else "/dev/shm/dflash_accept")
     fresh_work(work)
     os.makedirs(a.out, exist_ok=True)
@@ -382,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         res["total_seconds"] = time.monotonic() - t0
         save()
         return 0
+    if a.fp8_served:
+        res["fp8_target"] = acceptance_fp8.write_fp8_target(
+            os.path.join(work, "target"), acceptance_fp8.target_dir(work, "fp8")
+        )
+        print(f"FP8 target: {json.dumps(res['fp8_target'])}", flush=True)
     cfg["train_text"] = a.train_text
     training_text(a, cfg, work, train, held, n_frozen, res)
     res["phase_seconds"]["training_text"] = time.monotonic() - t0
@@ -434,7 +474,8 @@ def record_eval(res: dict, cfg: dict, spec: Spec, d: dict, e: dict) -> None:
     est_uniform = d.get("accept_len_est_uniform")
     res[key_of(spec, cfg["target_tag"])] = {
         "target": cfg["target_tag"], "layers": spec.layers, "arch": spec.arch or "dflash",
-        "pattern": spec.pattern, "sliding_window": spec.window, "text": spec.text or "data", "train": d, "eval": e,
+        "pattern": spec.pattern, "sliding_window": spec.window, "text": spec.text or "data",
+        "capture": spec.capture or "bf16", "train": d, "eval": e,
         "estimate_over_real": est / real if real and est else None,
         "estimate_uniform_over_real": est_uniform / real if real and est_uniform else None}  # fmt: skip
     print(json.dumps({"drafter": key_of(spec, cfg["target_tag"]), "real": real,
@@ -455,6 +496,18 @@ def paired_comparisons(res: dict, cfg: dict, group: list[Spec], save) -> None:
             print(json.dumps({"drafters": [one_key, two_key], what: cmp}), flush=True)
 
 
+def fp8_comparisons(a, res: dict, cfg: dict, save) -> None:
+    """FP8-captured over bf16-captured drafters under each serving dtype, and FP8 serving over bf16 serving
+    (bench/acceptance_fp8.py), once both sides are evaluated (after the group that evaluates the last)."""
+    tag = cfg["target_tag"]
+    pairs, keys = capture_pairs(a.fp8_served, tag), [key_of(x, tag) for x in a.fp8_served]
+    for k, cmp in acceptance_fp8.capture_comparisons(res, tag, pairs, keys).items():
+        if k not in res:
+            res[k] = cmp
+            save()
+            print(json.dumps({k: cmp}), flush=True)
+
+
 def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> None:
     """Train the group's drafters side by side, then evaluate them side by side (and the extra prompt sets,
     the frozen passes)."""
@@ -462,11 +515,19 @@ def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> 
     trained = {x: finish_drafter(st) for x, st in started}
     save()
     evals = [(x, start_eval(cfg, work, a.out, x)) for x in group]
+    fp8 = [(x, start_eval(cfg, work, a.out, x, serve="fp8")) for x in group if x in a.fp8_served]
     extra = [((x, ps), start_eval(cfg, work, a.out, x, *ps)) for x in group for ps in prompt_sets]
     for x, st in evals:
         record_eval(res, cfg, x, trained[x], finish_eval(st))
         save()
+    for x, st in fp8:  # the same prompts against the FP8 target
+        e, key = finish_eval(st), key_of(x, cfg["target_tag"])
+        res[key]["eval_fp8serve"] = e
+        save()
+        print(json.dumps({"drafter": key, "served": "fp8", "real": e.get("mean_accept_len"),
+                          "real_se": e.get("mean_accept_len_se"), "eval_s": e.get("seconds")}), flush=True)  # fmt: skip
     paired_comparisons(res, cfg, group, save)
+    fp8_comparisons(a, res, cfg, save)
     for (x, (ps, plen)), st in extra:  # the same drafters on other prompt sets
         e, key = finish_eval(st), key_of(x, cfg["target_tag"])
         res[key][f"eval_{ps}{plen}"] = e

@@ -9,13 +9,21 @@ hidden 5120, 16 key / 48 value heads of 128, 24 q / 4 kv heads of 256, vocab 248
 ``packed`` = one row of documents of 1,024-8,192 tokens, ``single`` = 6 rows of 8,192 (one document each).
 Steps (in this order, each written to OUT/bench_hybrid.json as it ends; a step is skipped when the time
 budget ``--budget-s`` would be passed):
+- ``conv``: the per-document conv of one Gated DeltaNet layer at this token count, the reference (shifted
+  taps, compiled) against ``doc_conv``'s Triton kernel, with its byte floor (``bench/hybrid_conv.py``);
 - ``direct_packed``, ``direct_single``: the fast hybrid path (``prepare_hybrid(fast=True)``: compiled regions,
   fla's varlen kernels); ``direct_packed_soft``: the same with ``need_final_hidden`` (64 layers);
 - ``hooks_single``: transformers' forward with hooks (the reference; it refuses packed rows), and the
   relative error of ``direct_single`` against it per captured layer;
 - ``packed_vs_alone``: each document of the packed row captured alone by the hook path against its slice
   of ``direct_packed`` (relative L2 error per document, per captured layer);
-- ``profile``: GPU time by kernel class over one ``direct_packed`` call.
+- ``profile``: GPU time by kernel class over one ``direct_packed`` call;
+- then the same model quantised to FP8 in place (``bench/hybrid_fp8.py``: block-128 e4m3 weights, the
+  ``dflash::fp8_block_mm`` op, compiled with the activation quantisation fused; on the CPU the dequantised
+  weights), when an FP8 step is asked for: ``fp8_packed`` (as ``direct_packed``, with its error per captured
+  layer against ``direct_packed``'s bf16 output), ``fp8_packed_vs_alone`` (as ``packed_vs_alone_direct``),
+  ``fp8_profile`` (as ``profile``); the summary's ``fp8_vs_bf16``: both rates and their ratio;
+- ``accuracy_fp32``: the first 4 layers against an fp32 reference, bf16 and FP8 (``accuracy_fp32``).
 FLOPs: the projections and MLP of each layer (2 x params x tokens) plus full attention's QK/PV under the
 document-causal mask; the Gated DeltaNet recurrence and the conv are not counted (they are not matmuls of the
 weights). ``mfu_measured`` is against the bf16 8192^3 matmul rate measured in the same run.
@@ -34,8 +42,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import hybrid_fp8  # noqa: E402
 from bench.bench_target import packed_docs, raise_compile_limits  # noqa: E402
 from bench.flops import causal_pairs, measure_matmul_tflops, rates  # noqa: E402
+from bench.hybrid_conv import conv_step  # noqa: E402
+from bench.hybrid_report import print_summary  # noqa: E402
 from bench.prof import profile, timed  # noqa: E402
 from trainer.target.base import attach  # noqa: E402
 from trainer.target.capture import capture  # noqa: E402
@@ -43,6 +54,7 @@ from trainer.target.hybrid import prepare_hybrid  # noqa: E402
 
 LAYERS = [1, 16, 31, 46, 61]
 STEPS = (
+    "conv",
     "direct_packed",
     "direct_single",
     "hooks_single",
@@ -50,8 +62,12 @@ STEPS = (
     "packed_vs_alone_direct",
     "direct_packed_soft",
     "profile",
+    "fp8_packed",
+    "fp8_packed_vs_alone",
+    "fp8_profile",
     "accuracy_fp32",
 )
+FP8_STEPS = ("fp8_packed", "fp8_packed_vs_alone", "fp8_profile")
 ACC_LENS = (3000, 1, 3, 64, 1900, 3224)  # accuracy_fp32's packed row: 1 token, < conv width, one chunk, long
 
 
@@ -129,8 +145,7 @@ def flops_per_call(cfg, n_layers: int, tokens: int, pairs: int) -> int:
     return total
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
+rel = hybrid_fp8.rel
 
 
 def vs_alone(entry: dict, model, ids, got, lens, layers, H: int, left, doc_device="cpu") -> None:
@@ -155,11 +170,13 @@ def vs_alone(entry: dict, model, ids, got, lens, layers, H: int, left, doc_devic
     entry["max_rel_err"] = max(errs) if errs else None
 
 
-def accuracy_fp32(tiny: bool, device: str) -> dict:
+def accuracy_fp32(tiny: bool, device: str, with_fp8: bool = True) -> dict:
     """The first 4 layers (3 Gated DeltaNet, 1 attention) at the exact layer shape in fp32: the issue-14 path in
     plain PyTorch (fp32, dense document mask) is the reference; then in bf16: transformers (hooks, one-document
-    row), the fast path (eager) and the issue-14 path, one-document and packed (ACC_LENS) rows. Relative L2
-    error per layer (packed: over the whole row; every document starts from zero state in the reference)."""
+    row), the fast path (eager) and the issue-14 path, one-document and packed (ACC_LENS) rows; then
+    (``with_fp8``) the bf16 model quantised to FP8, the fast path (eager), against the reference and against
+    the bf16 fast path (``hybrid_fp8.fp8_columns``). Relative L2 error per layer (packed: over the whole row;
+    every document starts from zero state in the reference)."""
     cfg = text_config(tiny)
     cfg.num_hidden_layers = 4
     cfg.layer_types = cfg.layer_types[:4]
@@ -197,13 +214,19 @@ def accuracy_fp32(tiny: bool, device: str) -> dict:
 
     attach(model, None)
     out["hooks_bf16_single"] = errs(capture(model, ids, rows["single"].to(device), layers)[0], "single")
+    fast_bf16 = {}
     for label, kw in (
         ("fast_eager_bf16", {"fast": True, "compile": False}),
         ("issue14_bf16", {"fast": False}),
     ):
         prepare_hybrid(model, **kw)
         for k, d in rows.items():
-            out[f"{label}_{k}"] = errs(capture(model, ids, d, layers)[0], k)
+            got = capture(model, ids, d, layers)[0]
+            out[f"{label}_{k}"] = errs(got, k)
+            if label == "fast_eager_bf16":
+                fast_bf16[k] = got
+    if with_fp8:
+        out.update(hybrid_fp8.fp8_columns(model, ids, rows, layers, errs, fast_bf16, device))
     return out
 
 
@@ -215,6 +238,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip steps that would end past this")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench_hybrid"))
+    ap.add_argument(
+        "--conv",
+        choices=("auto", "torch"),
+        default="auto",
+        help="the fast path's conv: auto = doc_conv's Triton kernel on CUDA where it checks; torch = shifted taps",
+    )
+    ap.add_argument(
+        "--no-fp8-accuracy",
+        dest="fp8_accuracy",
+        action="store_false",
+        help="accuracy_fp32 without FP8 columns",
+    )
     a = ap.parse_args()
     a.step_set = set(a.steps.split(","))
     if a.step_set - set(STEPS):
@@ -280,6 +315,8 @@ class Run:
         return self.a.budget_s - (time.perf_counter() - self.t_start)
 
     def ended(self, name: str, entry: dict) -> None:
+        now = time.perf_counter() - self.t_start
+        entry["ended_at_s"] = now  # seconds since the bench started (each step's cost, for the next budget)
         self.res["steps"][name] = entry
         print(name, json.dumps(entry), flush=True)
         self.save()
@@ -296,7 +333,7 @@ class Run:
         model, cfg, layers, entry = self.model, self.cfg, self.layers, {}
         try:
             if self.fast is None:
-                self.fast = prepare_hybrid(model, fast=True, compile=self.device == "cuda")
+                self.fast = prepare_hybrid(model, fast=True, compile=self.device == "cuda", conv=self.a.conv)
             attach(model, self.fast)
             entry["mode"] = self.fast.record()
 
@@ -389,9 +426,11 @@ class Run:
             traceback.print_exc()
         self.ended(name, entry)
 
-    def packed_vs_alone_direct(self) -> None:
-        """Packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation."""
-        name = "packed_vs_alone_direct"
+    def packed_vs_alone_direct(
+        self, name: str = "packed_vs_alone_direct", compiled: str = "direct_packed"
+    ) -> None:
+        """Packed vs alone within the direct path (eager, the same kernels): isolates packing from implementation.
+        ``compiled``: the step whose output the eager packed row is also compared with."""
         if name not in self.steps:
             return
         if self.left() <= 45:
@@ -399,10 +438,10 @@ class Run:
             return
         model, entry = self.model, {"docs": []}
         try:
-            attach(model, prepare_hybrid(model, fast=True, compile=False))
+            attach(model, prepare_hybrid(model, fast=True, compile=False, conv=self.a.conv))
             got = capture(model, self.ids_packed, self.doc_packed, self.layers)[0]
-            if "direct_packed" in self.outs:
-                entry["compiled_vs_eager_packed"] = rel(self.outs["direct_packed"], got)
+            if compiled in self.outs:
+                entry["compiled_vs_eager_packed"] = rel(self.outs[compiled], got)
             vs_alone(
                 entry, model, self.ids_packed, got, self.lens, self.layers, self.cfg.hidden_size, self.left
             )
@@ -412,20 +451,68 @@ class Run:
             traceback.print_exc()
         self.ended(name, entry)
 
-    def profile(self) -> None:
-        if "profile" not in self.steps or self.fast is None or self.left() <= 40:
+    def profile(self, name: str = "profile", of: str = "direct_packed") -> None:
+        """torch.profiler over one call of the fast path as ``of`` ran it (table: OUT/profile_hybrid_{of}.txt)."""
+        if name not in self.steps or self.fast is None or self.left() <= 40:
             return
         model = self.model
         attach(model, self.fast)
         try:
-            self.res["steps"]["profile"] = profile(
+            self.res["steps"][name] = profile(
                 lambda: capture(model, self.ids_packed, self.doc_packed, self.layers),
                 1,
-                os.path.join(self.a.out, "profile_hybrid_direct_packed.txt"),
+                os.path.join(self.a.out, f"profile_hybrid_{of}.txt"),
             )
         except Exception as e:  # noqa: BLE001
-            self.res["steps"]["profile"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            self.res["steps"][name] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
             traceback.print_exc()
+        self.save()
+
+    def conv(self) -> None:
+        """The per-document conv, reference vs Triton kernel, with its byte floor (``hybrid_conv``)."""
+        if "conv" not in self.steps:
+            return
+        n_linear = sum(t == "linear_attention" for t in self.cfg.layer_types[: max(self.layers) + 1])
+        try:
+            entry = conv_step(self.cfg, self.doc_packed, self.device, n_linear)
+        except Exception as e:  # noqa: BLE001
+            entry = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            traceback.print_exc()
+        self.ended("conv", entry)
+
+    def fp8(self) -> None:
+        """The model quantised to FP8 in place, then the FP8 steps (module docstring)."""
+        if not self.steps & set(FP8_STEPS):
+            return
+        if self.left() < 100:
+            for name in FP8_STEPS:
+                if name in self.steps:
+                    self.skipped(name)
+            return
+        self.outs.pop("direct_single", None)
+        try:
+            self.res["fp8_quantise"] = hybrid_fp8.quantise(self.model, self.device)
+        except Exception as e:  # noqa: BLE001 - a GPU without block-scaled FP8: the reason, no FP8 steps
+            self.res["fp8_quantise"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            traceback.print_exc()
+            self.save()
+            return
+        print("fp8_quantise", json.dumps(self.res["fp8_quantise"]), flush=True)
+        self.fast = None  # the FP8 model's own regions, compiled by the first FP8 step
+        self.direct("fp8_packed", self.ids_packed, self.doc_packed, False, 0)
+        self.fp8_vs_bf16()
+        self.packed_vs_alone_direct("fp8_packed_vs_alone", "fp8_packed")
+        self.profile("fp8_profile", "fp8_packed")
+
+    def fp8_vs_bf16(self) -> None:
+        """fp8_packed's error per captured layer against direct_packed's bf16 output (the same inputs)."""
+        e = self.res["steps"].get("fp8_packed")
+        if e is None or "fp8_packed" not in self.outs or "direct_packed" not in self.outs:
+            return
+        got, want = self.outs["fp8_packed"], self.outs["direct_packed"]
+        e["vs_bf16_by_layer"] = hybrid_fp8.by_layer(got, want, len(self.layers))
+        e["vs_bf16"] = rel(got, want)
+        self.res["fp8_vs_bf16"] = hybrid_fp8.versus(self.res)
         self.save()
 
     def accuracy(self) -> None:
@@ -436,33 +523,14 @@ class Run:
             torch.cuda.empty_cache()
         if "accuracy_fp32" in self.steps and self.left() > 40:
             try:
-                self.res["steps"]["accuracy_fp32"] = accuracy_fp32(self.a.tiny, self.device)
+                self.res["steps"]["accuracy_fp32"] = accuracy_fp32(
+                    self.a.tiny, self.device, self.a.fp8_accuracy
+                )
             except Exception as e:  # noqa: BLE001
                 self.res["steps"]["accuracy_fp32"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
                 traceback.print_exc()
             print("accuracy_fp32", json.dumps(self.res["steps"]["accuracy_fp32"]), flush=True)
         self.save()
-
-
-def print_summary(res: dict) -> None:
-    print(f"\n{'step':22s} {'tok/s':>8s} {'TFLOP/s':>8s} {'%meas':>6s} {'1st s':>6s} {'peak GiB':>8s}")
-    for name, e in res["steps"].items():
-        if "tok_s" in e:
-            print(
-                f"{name:22s} {e['tok_s']:8.0f} {e['tflops']:8.1f} {100 * e.get('mfu_measured', 0):6.1f} "
-                f"{e['first_call_s']:6.1f} {e.get('peak_mem_gib', 0):8.1f}"
-            )
-        elif name == "packed_vs_alone" and "docs" in e:
-            print(f"{name:22s} {len(e['docs'])} docs, max rel err {e.get('max_rel_err')}")
-        else:
-            print(f"{name:22s} {str(e)[:100]}")
-    h = res["steps"].get("hooks_single", {})
-    if "direct_rel_err_by_layer" in h:
-        print(
-            "direct_single vs hooks_single, rel err by layer:",
-            [f"{x:.1e}" for x in h["direct_rel_err_by_layer"]],
-        )
-    print(f"total {res['total_s']:.0f} s", flush=True)
 
 
 def main() -> None:
@@ -471,6 +539,7 @@ def main() -> None:
     os.makedirs(a.out, exist_ok=True)
     raise_compile_limits()
     run = Run(a, t_start)
+    run.conv()
     run.direct("direct_packed", run.ids_packed, run.doc_packed, False, 0)
     run.direct("direct_single", run.ids_single, run.doc_single, False, 60)
     run.hooks_single()
@@ -478,6 +547,7 @@ def main() -> None:
     run.packed_vs_alone_direct()
     run.direct("direct_packed_soft", run.ids_packed, run.doc_packed, True, 90)
     run.profile()
+    run.fp8()
     run.accuracy()
     run.res["total_s"] = time.perf_counter() - t_start
     run.save()

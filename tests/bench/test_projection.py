@@ -35,3 +35,29 @@ def test_markdown_marks_the_best_split_and_the_goal(tmp_path, capsys):
     assert "| **4 + 4** |" in capsys.readouterr().out
     results.write_text(json.dumps({}))
     assert projection.main([str(results)]) == 1
+
+
+def test_fp8_projection_from_a_bench_hybrid_run(tmp_path, capsys):
+    hybrid = tmp_path / "bench_hybrid.json"
+    hybrid.write_text(
+        json.dumps({"steps": {"direct_packed": {"tok_s": 12_000.0}, "fp8_packed": {"tok_s": 18_000.0}}})
+    )
+    assert projection.main(["--fp8", "--hybrid", str(hybrid), "--drafter", "30000"]) == 0
+    out = capsys.readouterr().out
+    assert f"bf16 capture: measured, {hybrid}" in out and f"fp8 capture: measured, {hybrid}" in out
+    # bf16: 6 x 12,000 = 72,000 > 2 x 30,000, so 5 + 3 (60,000); FP8: 5 x 18,000 = 3 x 30,000 = 90,000
+    assert "| **5 + 3** | 60,000 | 90,000 | target | **60,000** |" in out
+    assert "| **5 + 3** | 90,000 | 90,000 | target | **90,000** |" in out
+    assert "capture 1.500x per target GPU; best split 5 + 3 -> 5 + 3, projected 60,000 -> 90,000 tok/s" in out
+
+
+def test_fp8_projection_without_a_measurement_says_it_is_an_estimate(tmp_path, capsys):
+    assert projection.main(["--fp8"]) == 0
+    out = capsys.readouterr().out
+    assert "fp8 capture: FP8 ESTIMATE, not measured" in out and "efficiency 1.0 (assumed" in out
+    assert f"capture **{projection.FP8_ESTIMATE:,.0f}** tok/s" in out
+    seeds = tmp_path / "results.json"  # a seeds run's drafter rate and efficiency are taken over
+    seeds.write_text(json.dumps({"projection8": projection.project(11_000.0, 40_000.0, 0.9)}))
+    assert projection.main(["--fp8", "--capture-fp8", "20000", str(seeds)]) == 0
+    out = capsys.readouterr().out
+    assert "fp8 capture: given" in out and "drafter **40,000**" in out and "efficiency **0.900**" in out

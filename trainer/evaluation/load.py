@@ -99,6 +99,34 @@ def load_target_model(target_dir: str, device, dtype: torch.dtype, target_dtype:
     return model
 
 
+def resolve_target_dtype(target_dir: str, requested: str | None, device) -> tuple[str, bool]:
+    """``--target-dtype`` for this target and device, and whether its checkpoint is FP8: (``"bf16"`` /
+    ``"fp8"``, fp8 checkpoint). None is fp8 for an FP8 checkpoint, else bf16 (``fp8.wants_fp8``); a device
+    that cannot run the choice (the CPU with a bf16 checkpoint, a GPU without block-scaled FP8) is refused with
+    the reason, as EvalError, before anything is loaded."""
+    from trainer.target import fp8
+
+    try:
+        ckpt_fp8 = read_dir(target_dir) is not None
+    except ValueError as e:
+        raise EvalError(f"--target-model: {e}") from None
+    try:
+        use = fp8.wants_fp8(requested, ckpt_fp8, device)
+    except (ValueError, RuntimeError) as e:
+        raise EvalError(f"--target-dtype: {e}") from None
+    return ("fp8" if use else "bf16"), ckpt_fp8
+
+
+def fp8_linears(model, device) -> dict:
+    """How many of the target's linear layers hold FP8 weights, and how many of those run the FP8 matmul
+    on ``device`` (the rest: ``F.linear`` on their dequantised weights, ``fp8.Fp8Linear``)."""
+    from trainer.target.fp8 import Fp8Linear
+
+    lin = [m for m in model.modules() if isinstance(m, Fp8Linear)]
+    on_gpu = torch.device(device).type == "cuda"
+    return {"target_fp8_linears": len(lin), "target_fp8_matmul_linears": sum(on_gpu and m.fast for m in lin)}
+
+
 def _load_text_model(target_dir: str, device, dtype: torch.dtype, target_dtype: str | None):
     from transformers import AutoConfig, GenerationConfig
 

@@ -1,6 +1,7 @@
 """``python -m trainer.evaluate``: measured acceptance of a drafter by block speculative decoding (docs/evaluate.md).
 
-``main(argv)`` parses the flags, loads the target (bf16 on CUDA, fp32 on CPU) and the drafter (the target's
+``main(argv)`` parses the flags, loads the target (bf16 on CUDA, fp32 on CPU; ``--target-dtype fp8``: FP8
+projections, refused before anything loads where the device cannot run them) and the drafter (the target's
 dtype), reads the prompts, and for each prompt decodes with the target alone and then speculatively (the
 same seed for both at temperature > 0), after one untimed warm-up prompt. Prints a text report, or with
 ``--json`` one JSON object (``report.summarize`` fields plus speed, greedy match and run facts). A progress
@@ -62,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="how a hybrid target's linear-attention state goes back to the accepted length: the state the "
         "verify forward reached at each position, kept (states, as servers do), or a second forward over the "
         "kept tokens (replay) (docs/evaluate.md)",
+    )
+    p.add_argument(
+        "--target-dtype",
+        choices=("bf16", "fp8"),
+        default=None,
+        help="the target's projections: fp8 (block-128 e4m3 on a Hopper GPU; an FP8 checkpoint read as stored, a "
+        "bf16 one quantised on load) or bf16 (an FP8 checkpoint dequantised); default fp8 for an FP8 checkpoint, "
+        "else bf16 (the trainer's --target-dtype; docs/evaluate.md)",
     )
     p.add_argument(
         "--progress-every",
@@ -182,6 +191,8 @@ class _Setup:
     """What the prompts are decoded with."""
 
     drafter_dir: str
+    target_dtype: str  # "bf16" / "fp8", as resolved (load.resolve_target_dtype)
+    fp8: dict  # load.fp8_linears
     prompts: list
     cfg: Any  # the drafter's config
     target: Any  # spec_decode.CachedTarget
@@ -189,11 +200,13 @@ class _Setup:
     eos: set
 
 
-def _load(a, device: str, dtype) -> _Setup:
-    """The prompts (the tokenizer read only when a prompt is text), the drafter, then the target."""
+def _load(a, device: str, dtype, target_dtype: tuple[str, bool]) -> _Setup:
+    """The prompts (the tokenizer read only when a prompt is text), the drafter, then the target (as
+    ``target_dtype``: ``load.resolve_target_dtype``'s)."""
     from trainer.evaluation.drafter_cache import DrafterProposer
     from trainer.evaluation.load import (
         eos_ids_of,
+        fp8_linears,
         load_drafter_any,
         load_target_model,
         resolve_drafter_dir,
@@ -220,11 +233,15 @@ def _load(a, device: str, dtype) -> _Setup:
         a.prompts, load_tok, a.num_prompts, a.prompt_len, a.max_prompt_len, int(tcfg["vocab_size"])
     )
     drafter, cfg = load_drafter_any(drafter_dir, a.target_model, device, dtype)
-    model = load_target_model(a.target_model, device, dtype)
+    choice, ckpt_fp8 = target_dtype
+    # a bf16 checkpoint served in bf16 loads as it always has (transformers' from_pretrained)
+    model = load_target_model(
+        a.target_model, device, dtype, None if choice == "bf16" and not ckpt_fp8 else choice
+    )
     target = CachedTarget(model, cfg.target_layer_ids, rewind=a.rewind)
     proposer = DrafterProposer(drafter, model.get_input_embeddings(), model.get_output_embeddings())
     eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
-    return _Setup(drafter_dir, prompts, cfg, target, proposer, eos)
+    return _Setup(drafter_dir, choice, fp8_linears(model, device), prompts, cfg, target, proposer, eos)
 
 
 @dataclass
@@ -305,6 +322,8 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         "temperature": a.temperature,
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
+        "target_dtype": st.target_dtype,
+        **st.fp8,
         "spec_tok_s": spec_tok_s,
         "target_tok_s": target_tok_s,
         "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
@@ -322,9 +341,11 @@ def evaluate(a, show_progress: str | None = None) -> dict:
     """Load, decode every prompt both ways, save the outputs if asked; the report's fields."""
     import torch  # noqa: F401 - before the clock starts: the report's "seconds" leave torch's import out
 
+    from trainer.evaluation.load import resolve_target_dtype
+
     t_start = time.monotonic()
     device, dtype = _device(a)
-    st = _load(a, device, dtype)
+    st = _load(a, device, dtype, resolve_target_dtype(a.target_model, a.target_dtype, device))
     tally = _decode_prompts(a, st, device, show_progress)
     if a.save_outputs:
         save_outputs(a.save_outputs, tally.outputs)

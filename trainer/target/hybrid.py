@@ -30,8 +30,10 @@ per-batch metadata (``_Batch``) and its own way of running a Gated DeltaNet or a
   serves every layer and every batch of that many tokens:
 
   - ``linear_in`` (compiled): input norm, the input projections (q, k and v each by its row slice of
-    ``in_proj_qkv``; an FP8 target's ``fp8.Fp8Linear`` by its ``forward_rows``), the per-document conv as ``K`` shifted taps masked by "same document" (fp32 inside
-    one fused kernel per tensor, contiguous bf16 out), SiLU, ``beta`` and the decay ``g``;
+    ``in_proj_qkv``; an FP8 target's ``fp8.Fp8Linear`` by its ``forward_rows``), the per-document conv +
+    SiLU (fp32 inside, contiguous bf16 out: on CUDA ``doc_conv``'s Triton kernel, one read of each input,
+    selected where it checks against the reference; else ``_conv_silu``, the reference, ``K`` shifted taps
+    masked by "same document"), ``beta`` and the decay ``g``;
   - the gated delta rule: flash-linear-attention's varlen ``chunk_gated_delta_rule`` with ``cu_seqlens``
     (and its host copy: no device sync) on the 16 key heads as they are (the kernel's grouped-value form:
     each key head serves ``Hv / Hk`` consecutive value heads, as ``repeat_interleave`` does; nothing is
@@ -54,6 +56,7 @@ from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.config import text_config_of
 from trainer.drafting.masks import doc_positions
 from trainer.run.families import FLA_PACKAGE, HYBRID_MODEL_TYPES
+from trainer.target import doc_conv
 from trainer.target.attention import attend, dense_mask, doc_starts, flex_mask, varlen_meta, varlen_works
 from trainer.target.base import Capture, attach, check_layer_ids, decoder_of, store_layer
 from trainer.target.fp8 import Fp8Linear
@@ -267,12 +270,13 @@ def _rows(proj: nn.Module, x: torch.Tensor, spans) -> list[torch.Tensor]:
     return [F.linear(x, W[s : s + n], None if b is None else b[s : s + n]) for s, n in spans]
 
 
-def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor):
+def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor, fused_conv: bool = False):
     """h (1, N, H) -> q, k (1, N, Hk, Dk), v (1, N, Hv, Dv) after conv + SiLU; z (1, N, Hv*Dv); g, beta.
 
     q, k and v are projected by three row slices of ``in_proj_qkv`` (no copy) and convolved separately:
     each comes out contiguous from one fused kernel, where one projection then a split would need the
-    convolved whole materialised and copied again (measured: 2.9 ms per layer on the H200 at 49,152 tokens)."""
+    convolved whole materialised and copied again (measured: 2.9 ms per layer on the H200 at 49,152 tokens).
+    ``fused_conv``: the conv by ``doc_conv``'s Triton kernel (one read of each input), else ``_conv_silu``."""
     la = layer.linear_attn
     N = h.shape[1]
     x = layer.input_layernorm(h)
@@ -283,7 +287,8 @@ def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor):
     out = []
     dims = (la.head_k_dim, la.head_k_dim, la.head_v_dim)
     for (s, n), d, y in zip(spans, dims, _rows(la.in_proj_qkv, x, spans), strict=True):
-        y = _conv_silu(y, cw[s : s + n], None if cb is None else cb[s : s + n], taps).to(h.dtype)
+        conv = doc_conv.conv_silu if fused_conv and doc_conv.usable(y, taps) else _conv_silu
+        y = conv(y, cw[s : s + n], None if cb is None else cb[s : s + n], taps).to(h.dtype)
         out.append(y.reshape(1, N, -1, d))
     q, k, v = out
     z = la.in_proj_z(x)
@@ -376,11 +381,13 @@ class _Flat:
     """The rows flattened to one sequence of B*T tokens (every row start a document start), each layer as
     regions (compiled or not: one graph per region serves every layer and batch of that many tokens):
     ``lin_in`` (``linear_in``), the rule (fla on the key heads as they are, or plain PyTorch), ``lin_out``
-    (``linear_out``); ``attn_step``. The fast path; the CUDA default."""
+    (``linear_out``); ``attn_step``. The fast path; the CUDA default. ``conv``: ``lin_in``'s conv by
+    ``doc_conv``'s Triton kernel (else ``_conv_silu``)."""
 
     lin_in: Callable
     lin_out: Callable
     attn_step: Callable
+    conv: bool = False
 
     def batch(self, layers, input_ids, doc_ids, attn: str, linear: str) -> _Batch:
         dev = input_ids.device
@@ -402,7 +409,7 @@ class _Flat:
         return _Batch(input_ids.reshape(1, N), seg_dev, amask, cu, cu_cpu, segments, taps)
 
     def linear_layer(self, layer: nn.Module, h, batch: _Batch, linear: str) -> torch.Tensor:
-        q, k, v, z, g, beta = self.lin_in(layer, h, batch.taps)
+        q, k, v, z, g, beta = self.lin_in(layer, h, batch.taps, self.conv)
         if linear == "fla":  # the kernels index [1, N, heads, dim] as contiguous (no-op copies)
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             o = _rule_fla(q, k, v, g.contiguous(), beta.contiguous(), batch.cu, batch.cu_cpu)
@@ -426,6 +433,7 @@ class HybridCapture(Capture):
     fast: bool
     compiled: bool
     layout: _Rows | _Flat = field(repr=False)
+    conv: str = "shifted taps"  # the fast path's conv: "triton" (doc_conv) or "shifted taps" (_conv_silu)
 
     def __call__(self, model, input_ids, doc_ids, target_layer_ids, need_final_hidden):
         base = decoder_of(model)
@@ -480,12 +488,24 @@ def qualifies(model: nn.Module) -> bool:
     return True
 
 
+def _fused_conv(conv: str, model: nn.Module, device: torch.device) -> bool:
+    """Whether the fast path's conv is ``doc_conv``'s kernel: asked for (or ``"auto"``), on CUDA, and checked
+    against ``_conv_silu`` on this device at the model's conv width."""
+    if conv not in ("auto", "triton", "torch"):
+        raise ValueError(f"conv must be 'auto', 'triton' or 'torch', got {conv!r}")
+    if conv == "torch" or device.type != "cuda":
+        return False
+    lin = next((la for la in (getattr(x, "linear_attn", None) for x in decoder_of(model).layers) if la), None)
+    return lin is not None and doc_conv.check(device, _conv_silu, lin.conv1d.weight.shape[-1])
+
+
 def prepare_hybrid(
     model: nn.Module,
     attn: str = "auto",
     linear: str = "auto",
     fast: bool | None = None,
     compile: bool | None = None,
+    conv: str = "auto",
 ) -> HybridCapture | None:
     """Switch ``capture`` to the per-document hybrid path and return it; None when the model does not qualify.
 
@@ -493,7 +513,9 @@ def prepare_hybrid(
     installed: RuntimeError naming the package otherwise), torch on CPU. ``attn`` as in ``attention.attend``
     (``"auto"``: varlen when it works on this CUDA device, else flex; sdpa on CPU). ``fast`` (default: on
     CUDA): the flattened layout with compiled dense regions (module docstring); ``compile`` (default: on CUDA
-    unless ``DFLASH_COMPILE=0``) compiles its three regions."""
+    unless ``DFLASH_COMPILE=0``) compiles its three regions. ``conv`` (the fast path's per-document conv):
+    ``"triton"`` (``doc_conv``'s kernel, where ``doc_conv.check`` passes on this device), ``"torch"`` (the
+    shifted taps, ``_conv_silu``); ``"auto"`` = triton on CUDA where it checks."""
     if not qualifies(model):
         return None
     device = next(model.parameters()).device
@@ -510,11 +532,19 @@ def prepare_hybrid(
         compile = cuda and compile_enabled()
     compile = bool(compile and fast)
     layout: _Rows | _Flat = _Rows()
+    fused = bool(fast) and _fused_conv(conv, model, device)
     if fast:
         steps = (linear_in, linear_out, attn_step)
         if compile:
             steps = tuple(torch.compile(f, dynamic=None) for f in steps)
-        layout = _Flat(*steps)
-    cap = HybridCapture(attn=attn, linear=linear, fast=bool(fast), compiled=compile, layout=layout)
+        layout = _Flat(*steps, conv=fused)
+    cap = HybridCapture(
+        attn=attn,
+        linear=linear,
+        fast=bool(fast),
+        compiled=compile,
+        layout=layout,
+        conv="triton" if fused else "shifted taps",
+    )
     attach(model, cap)
     return cap

@@ -1,0 +1,131 @@
+"""bench_hybrid.py's ``conv`` step: the per-document causal conv + SiLU of a Gated DeltaNet layer, the
+reference (``hybrid._conv_silu``, the shifted taps, compiled as the fast path's region has it) against
+``doc_conv``'s Triton kernel, at the bench's token count and the target's q / k / v widths, with the byte floor.
+
+Per layer: three tensors (q and k of ``key_dim`` channels, v of ``value_dim``), each (1, N, C) bf16 as the
+projections leave them, weight (C, K) bf16, taps (K - 1, N) bool from the packed row's documents. Bytes = one
+read of each input and one write of each output (+ the taps and weights); bandwidth = a big device copy in
+the same step (2 x bytes / time); floor = bytes / bandwidth. Per call = per layer x the Gated DeltaNet layers
+a call runs. The kernel is also timed at a few tile sizes (``sweep``: the default is ``doc_conv.BLOCK_T`` x
+``BLOCK_C``, ``WARPS``). On the CPU (``--tiny``) only the reference runs (eager).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bench.prof import sync, timed
+from trainer.target import doc_conv
+from trainer.target.hybrid import _conv_silu, _flat_meta
+
+SWEEP = ((64, 128, 4), (32, 128, 4), (128, 64, 4), (64, 256, 8), (16, 256, 4))
+COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
+
+
+def copy_bandwidth(device: str, nbytes: int = COPY_BYTES, reps: int = 10) -> float:
+    """Bytes per second of a device copy (read + write counted)."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).uniform_()
+    dst = torch.empty_like(src)
+    t = timed(lambda: dst.copy_(src), reps, 2)["s_per_iter"]
+    return 2 * nbytes / t
+
+
+def layer_inputs(cfg, doc: torch.Tensor, device: str, dtype):
+    """One layer's q, k, v inputs (1, N, C), their conv weights (C, K) and the row's taps."""
+    K = cfg.linear_conv_kernel_dim
+    kd = cfg.linear_num_key_heads * cfg.linear_key_head_dim
+    vd = cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    N = doc.numel()
+    g = torch.Generator(device=device).manual_seed(0)
+    xs = [torch.randn(1, N, c, device=device, dtype=dtype, generator=g) for c in (kd, kd, vd)]
+    ws = [torch.randn(c, K, device=device, dtype=dtype, generator=g) * 0.5 for c in (kd, kd, vd)]
+    taps = _flat_meta(doc, K)[2].to(device)
+    return xs, ws, taps
+
+
+def layer_bytes(xs, ws, taps) -> int:
+    """One read of each input and one write of each output, the weights and the taps."""
+    io = sum(2 * x.numel() * x.element_size() for x in xs)
+    return io + sum(w.numel() * w.element_size() for w in ws) + taps.numel() * taps.element_size()
+
+
+def _time_layer(fn, xs, ws, taps, iters: int) -> float:
+    def one():
+        for x, w in zip(xs, ws, strict=True):
+            fn(x, w, None, taps)
+
+    return timed(one, iters, 3)["s_per_iter"]
+
+
+def _reference(compiled: bool):
+    def ref(x, w, b, taps):
+        return _conv_silu(x, w, b, taps).to(x.dtype)
+
+    return torch.compile(ref, dynamic=False) if compiled else ref
+
+
+def equality(xs, ws, taps, ref) -> dict:
+    """The kernel's outputs against the reference's: max relative error, share of elements that differ."""
+    errs, diff, total = [], 0, 0
+    for x, w in zip(xs, ws, strict=True):
+        got, want = doc_conv.conv_silu(x, w, None, taps), ref(x, w, None, taps)
+        errs.append(float((got.float() - want.float()).abs().max() / want.float().abs().max()))
+        diff += int((got != want).sum())
+        total += got.numel()
+    return {"max_rel_err": max(errs), "share_differing": diff / total}
+
+
+def sweep(xs, ws, taps, iters: int) -> list[dict]:
+    rows = []
+    for bt, bc, nw in SWEEP:
+        try:
+            s = _time_layer(
+                lambda x, w, b, t, c=(bt, bc, nw): doc_conv.launch(x, w, b, t, *c), xs, ws, taps, iters
+            )
+            rows.append({"block_t": bt, "block_c": bc, "warps": nw, "s_per_layer": s})
+        except Exception as e:  # noqa: BLE001 - a tile that does not build: noted, the others go on
+            rows.append(
+                {"block_t": bt, "block_c": bc, "warps": nw, "error": f"{type(e).__name__}: {e}"[:200]}
+            )
+    return rows
+
+
+def conv_step(cfg, doc: torch.Tensor, device: str, n_linear: int, iters: int = 20) -> dict:
+    """The step's entry (module docstring); ``n_linear``: Gated DeltaNet layers per call."""
+    cuda = device == "cuda"
+    xs, ws, taps = layer_inputs(cfg, doc, device, torch.bfloat16 if cuda else torch.float32)
+    nbytes = layer_bytes(xs, ws, taps)
+    bw = copy_bandwidth(device, COPY_BYTES if cuda else 64 << 20)
+    floor = nbytes / bw
+    ref = _reference(cuda)
+    old = _time_layer(ref, xs, ws, taps, iters)
+    e = {
+        "tokens": doc.numel(),
+        "channels": [x.shape[-1] for x in xs],
+        "width": cfg.linear_conv_kernel_dim,
+        "linear_layers_per_call": n_linear,
+        "bytes_per_layer": nbytes,
+        "copy_bandwidth_gb_s": bw / 1e9,
+        "floor_s_per_layer": floor,
+        "reference_s_per_layer": old,
+        "reference_s_per_call": old * n_linear,
+        "reference_vs_floor": old / floor,
+        "reference": "compiled _conv_silu (shifted taps)" if cuda else "eager _conv_silu (CPU)",
+    }
+    checked = cuda and doc_conv.check(device, _conv_silu, cfg.linear_conv_kernel_dim)
+    if not checked:
+        e["kernel"] = "not run: " + ("the self-check failed (warning above)" if cuda else "CPU (no Triton)")
+        return e
+    e.update(equality(xs, ws, taps, ref))
+    new = _time_layer(doc_conv.conv_silu, xs, ws, taps, iters)
+    e.update(
+        kernel_s_per_layer=new,
+        kernel_s_per_call=new * n_linear,
+        kernel_vs_floor=new / floor,
+        speedup=old / new,
+        goal_vs_floor=1.5,
+        goal_met=new / floor <= 1.5,
+        sweep=sweep(xs, ws, taps, iters),
+    )
+    sync()
+    return e

@@ -1,0 +1,178 @@
+"""The per-document causal conv + SiLU of the hybrid fast path as one Triton kernel (CUDA).
+
+``conv_silu(x, weight, bias, taps)`` computes what ``hybrid._conv_silu`` (the reference, plain PyTorch) does,
+``silu(sum_j w[:, K-1-j] * x[t-j] * taps[j-1, t] + bias)`` in fp32, and writes it in ``x``'s dtype: x (..., N, C)
+flattened to (N, C) tokens, weight (C, K), taps (K-1, N) bool ("token t-j is in t's document"). Each program
+loads one tile of BLOCK_T tokens x BLOCK_C channels and its K - 1 shifted copies (the shifted rows are the
+tile's own, or K - 1 rows above it: read from cache), so memory traffic is one read of x and one write of the
+output, where the reference's fused kernel (rolls masked by a bool per tap) ran at about a third of memory
+speed on the H200 (issue 36).
+
+It is a ``torch.library.triton_op`` (compiled regions keep it whole and see the kernel). ``usable(x, taps)``
+says whether a call's tensors fit it (CUDA; float16 / bfloat16 / float32); ``check(device, reference)`` runs it
+once against the reference on a small packed input (every tap, documents of 1 token and shorter than K, a
+partial tile) and remembers the answer, so a device where the kernel is wrong or fails to build (or has no
+Triton) keeps the reference: ``hybrid.prepare_hybrid`` selects the kernel only where it passed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import torch
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # a tuple: compiled regions read it
+BLOCK_T, BLOCK_C, WARPS = 64, 128, 4  # tokens and channels per program
+_checked: dict[tuple[str, int], bool] = {}  # (device, width K) -> whether the kernel equals the reference
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def usable(x: torch.Tensor, taps: torch.Tensor | None) -> bool:
+    """Whether the kernel takes this call's tensors (a conv of width > 1 on CUDA in a supported dtype); that it
+    is correct on the device is ``check``'s (called once before, outside any compiled region)."""
+    return taps is not None and x.is_cuda and x.dtype in DTYPES and x.shape[-1] > 0
+
+
+if triton_available():
+    import triton
+    import triton.language as tl
+    from torch.library import triton_op, wrap_triton
+
+    @triton.jit
+    def doc_conv_silu_kernel(
+        x_ptr,
+        w_ptr,
+        b_ptr,
+        taps_ptr,
+        out_ptr,
+        N,
+        C,
+        stride_x,
+        stride_w,
+        stride_taps,
+        K: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+        BT: tl.constexpr,
+        BC: tl.constexpr,
+    ):
+        t = tl.program_id(0) * BT + tl.arange(0, BT)
+        c = tl.program_id(1) * BC + tl.arange(0, BC)
+        tm, cm = t < N, c < C
+        rows = t.to(tl.int64) * stride_x
+        wc = c.to(tl.int64) * stride_w
+        x = tl.load(x_ptr + rows[:, None] + c[None, :], mask=tm[:, None] & cm[None, :], other=0.0)
+        w_last = tl.load(w_ptr + wc + (K - 1), mask=cm, other=0.0).to(tl.float32)
+        acc = x.to(tl.float32) * w_last[None, :]
+        for j in tl.static_range(1, K):
+            tap = tl.load(taps_ptr + (j - 1) * stride_taps + t, mask=tm, other=0) != 0
+            src = (t - j).to(tl.int64) * stride_x
+            xj = tl.load(x_ptr + src[:, None] + c[None, :], mask=tap[:, None] & cm[None, :], other=0.0)
+            wj = tl.load(w_ptr + wc + (K - 1 - j), mask=cm, other=0.0).to(tl.float32)
+            acc = acc + xj.to(tl.float32) * wj[None, :]
+        if HAS_BIAS:
+            acc = acc + tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)[None, :]
+        y = acc * tl.sigmoid(acc)
+        out_rows = t.to(tl.int64) * C
+        tl.store(
+            out_ptr + out_rows[:, None] + c[None, :],
+            y.to(out_ptr.dtype.element_ty),
+            mask=tm[:, None] & cm[None, :],
+        )
+
+    def launch(x, weight, bias, taps, block_t: int = BLOCK_T, block_c: int = BLOCK_C, warps: int = WARPS):
+        """The kernel on x (..., N, C) -> (..., N, C) in x's dtype; the tile sizes as given (the bench sweeps)."""
+        C = x.shape[-1]
+        x2 = x.reshape(-1, C)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        N = x2.shape[0]
+        K = weight.shape[-1]
+        taps = taps.contiguous().view(torch.uint8) if K > 1 else x2.new_zeros(1, 1, dtype=torch.uint8)
+        if weight.stride(-1) != 1:
+            weight = weight.contiguous()
+        out = torch.empty((N, C), dtype=x.dtype, device=x.device)
+        bc = min(block_c, max(16, triton.next_power_of_2(C)))
+        grid = (triton.cdiv(N, block_t), triton.cdiv(C, bc))
+        wrap_triton(doc_conv_silu_kernel)[grid](
+            x2,
+            weight,
+            weight if bias is None else bias,
+            taps,
+            out,
+            N,
+            C,
+            x2.stride(0),
+            weight.stride(0),
+            taps.stride(0),
+            K=K,
+            HAS_BIAS=bias is not None,
+            BT=block_t,
+            BC=bc,
+            num_warps=warps,
+        )
+        return out.view(x.shape)
+
+    @triton_op("dflash::doc_conv_silu", mutates_args=())
+    def _doc_conv_silu(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, taps: torch.Tensor
+    ) -> torch.Tensor:
+        return launch(x, weight, bias, taps)
+
+
+def conv_silu(x: torch.Tensor, weight: torch.Tensor, bias, taps: torch.Tensor) -> torch.Tensor:
+    """The Triton kernel (``usable`` must hold): silu(per-document conv) in x's dtype."""
+    return torch.ops.dflash.doc_conv_silu(x, weight, bias, taps)
+
+
+def check_inputs(device, K: int, C: int = 200):
+    """A small packed row (documents of 70, 1, 2, 3, 140 tokens: 1 token, shorter than K, partial tiles) and
+    its taps, on ``device``."""
+    lens = (70, 1, 2, 3, 140)
+    N = sum(lens)
+    g = torch.Generator().manual_seed(0)
+    seg = torch.cat([torch.full((n,), i) for i, n in enumerate(lens)])
+    idx = torch.arange(N)
+    taps = torch.stack([(idx >= j) & (seg == seg.roll(j)) for j in range(1, K)])
+    x = torch.randn(1, N, C, generator=g)
+    w, b = torch.randn(C, K, generator=g), torch.randn(C, generator=g)
+    return tuple(t.to(device) for t in (x, w, b, taps))
+
+
+def check(device, reference, K: int = 4) -> bool:
+    """Whether the kernel equals ``reference`` (``hybrid._conv_silu``: fp32 out) on ``device``, at width
+    ``K``, with and without bias, in bf16 and fp32; remembered per device and width. A failure is warned
+    about once and leaves the reference in use."""
+    key = (str(torch.device(device)), K)
+    if key in _checked:
+        return _checked[key]
+    ok, why = False, "Triton is not installed"
+    if torch.device(device).type == "cuda" and triton_available() and K > 1:
+        try:
+            ok, why = compare(device, reference, launch, K)
+        except Exception as e:  # noqa: BLE001 - a kernel that does not build: the reference
+            why = f"{type(e).__name__}: {str(e)[:300]}"
+    elif torch.device(device).type != "cuda":
+        why = "not a CUDA device"
+    if not ok and torch.device(device).type == "cuda":
+        warnings.warn(f"per-document conv: the Triton kernel is not used on {key[0]} ({why})", stacklevel=2)
+    _checked[key] = ok
+    return ok
+
+
+def compare(device, reference, kernel, K: int) -> tuple[bool, str]:
+    """(whether ``kernel`` equals ``reference`` on ``check``'s inputs, why not)."""
+    x, w, b, taps = check_inputs(device, K)
+    for dt in (torch.float32, torch.bfloat16):
+        for bias in (b, None):
+            xd, wd = x.to(dt), w.to(dt)
+            got = kernel(xd, wd, None if bias is None else bias.to(dt), taps).float()
+            want = reference(xd, wd, None if bias is None else bias.to(dt), taps).to(dt).float()
+            tol = 1e-5 if dt == torch.float32 else 1e-2
+            err = float((got - want).abs().max() / want.abs().max().clamp(min=1e-12))
+            if not err <= tol:
+                return False, f"{dt}, bias {bias is not None}: max error {err:.2e} > {tol}"
+    return True, ""
