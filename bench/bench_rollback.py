@@ -19,6 +19,13 @@ loop). Per shape: target-only tok/s (one token per forward), then per ``right`` 
 its speedup over target-only, extra forwards per verify step, and whether the output equals the target's
 greedy output. Best of ``--repeats`` timed passes after one warm-up prompt. ``--profile``: also a profiler
 table of target-only decode steps per shape (on CUDA with device times: where a decode step goes).
+
+``--engines cache,static``: ``cache`` is ``CachedTarget`` (transformers' cache, both roll-back modes);
+``static`` is ``static_target.StaticTarget`` (fixed buffers, per-position states, CUDA graphs on CUDA: the
+evaluation's default on CUDA), target-only and speculative. ``--drafter-layers N`` (default 2; 0: none) makes
+the oracle pay for a real drafter: every proposal also runs a random DFlash drafter of N layers of the
+target's width on the accepted features (``DrafterProposer`` beside the cache engine, ``StaticProposer``
+beside the static one) and waits for its tokens, so the speed-ups include the drafter's side of the loop.
 """
 
 from __future__ import annotations
@@ -33,13 +40,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer.evaluation.drafter_cache import Proposal  # noqa: E402
+from trainer.evaluation.drafter_cache import DrafterProposer, Proposal  # noqa: E402
 from trainer.evaluation.spec_decode import (  # noqa: E402
     REWIND_MODES,
     CachedTarget,
     speculative_generate,
     target_generate,
 )
+from trainer.evaluation.static_drafter import StaticProposer  # noqa: E402
+from trainer.evaluation.static_target import StaticTarget  # noqa: E402
 
 SHAPES = {
     "tiny": {},
@@ -59,13 +68,17 @@ SHAPES = {
 class Oracle:
     """Drafts ``ref`` (prompt + the target's greedy continuation): right on the first ``right`` positions."""
 
-    def __init__(self, ref: list[int], right: int, block_size: int, vocab: int):
+    def __init__(self, ref: list[int], right: int, block_size: int, vocab: int, drafter=None):
         self.ref, self.right, self.block_size, self.vocab = ref, right, block_size, vocab
+        self.drafter = drafter  # a real proposer whose work (not its tokens) each proposal pays for
 
     def reset(self) -> None:
-        pass
+        if self.drafter is not None:
+            self.drafter.reset()
 
     def propose(self, tokens, new_features, temperature, generator):
+        if self.drafter is not None:
+            self.drafter.propose(tokens, new_features, 0.0, None).tokens.tolist()
         at = len(tokens)
         out = [
             self.ref[at + k] if k < self.right else (self.ref[at + k] + 1) % self.vocab
@@ -83,6 +96,36 @@ def build_model(shape: str, device, dtype, seed: int = 0):
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(cfg).to(device=device, dtype=dtype).eval().requires_grad_(False)
     return model
+
+
+def random_drafter(model, block: int, layers: int):
+    """A random DFlash drafter of ``layers`` layers on the target's width (its features: layers 1 and 3)."""
+    from trainer.drafting.config import DraftConfig
+    from trainer.model import DFlashDrafter
+
+    cfg = DraftConfig.from_target_config(
+        model.config, num_draft_layers=layers, block_size=block, target_layer_ids=[1, 3]
+    )
+    torch.manual_seed(2)
+    p = next(model.parameters())
+    return DFlashDrafter(cfg).to(device=p.device, dtype=p.dtype).eval().requires_grad_(False)
+
+
+def _target(engine: str, model, a):
+    if engine == "static":
+        max_len = a.prompt_len + a.new + 2 * a.block + 1
+        return StaticTarget(model, [1, 3], max_len, graph_sizes=(1, a.block))
+    return CachedTarget(model, [1, 3], rewind=engine)
+
+
+def _proposer(engine: str, model, a):
+    if not a.drafter_layers:
+        return None
+    d = random_drafter(model, a.block, a.drafter_layers)
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if engine == "static":
+        return StaticProposer(d, emb, head, a.prompt_len + a.new + 2 * a.block + 1)
+    return DrafterProposer(d, emb, head)
 
 
 def _timed(fn, prompts: list[list[int]], repeats: int) -> tuple[float, list]:
@@ -125,34 +168,52 @@ def bench_shape(shape: str, a, device, dtype) -> dict:
     base_rate, base_gens = _timed(lambda p: target_generate(base, p, a.new + a.block), prompts, a.repeats)
     refs = [p + gen.tokens for p, gen in zip(prompts, base_gens, strict=True)]
     row = {"shape": shape, "params": sum(p.numel() for p in model.parameters()), "target_tok_s": base_rate}
+    modes = [m for e in a.engines for m in (REWIND_MODES if e == "cache" else (e,))]
+    if "static" in a.engines:
+        st = _target("static", model, a)
+        target_generate(st, prompts[0], 8)
+        row["target_tok_s_static"], gens = _timed(
+            lambda p: target_generate(st, p, a.new + a.block), prompts, a.repeats
+        )
+        row["static_target_only_match"] = all(
+            x.tokens == r[len(p) :] for x, p, r in zip(gens, prompts, refs, strict=True)
+        )
     for right in a.right:
-        for mode in REWIND_MODES:
-            t = CachedTarget(model, [1, 3], rewind=mode)
-            by_prompt = {
-                tuple(p): Oracle(r, right, a.block, vocab) for p, r in zip(prompts, refs, strict=True)
-            }
-            speculative_generate(t, by_prompt[tuple(prompts[0])], prompts[0], 8)  # warm-up
-            rate, gens = _timed(
-                lambda p, t=t, o=by_prompt: speculative_generate(t, o[tuple(p)], p, a.new), prompts, a.repeats
-            )
-            steps = sum(len(x.accept_lens) for x in gens)
-            row[f"right{right}_{mode}"] = {
-                "spec_tok_s": rate,
-                "speedup": rate / base_rate,
-                "accept_len": sum(sum(x.accept_lens) for x in gens) / steps,
-                "rewind_forwards_per_step": sum(x.rewind_forwards for x in gens) / steps,
-                "greedy_match": all(
-                    x.tokens == r[len(p) : len(p) + a.new]
-                    for x, p, r in zip(gens, prompts, refs, strict=True)
-                ),
-            }
+        for mode in modes:
+            row[f"right{right}_{mode}"] = _spec_row(model, a, mode, right, prompts, refs, row)
     return row
 
 
-def print_row(row: dict, rights: list[int]) -> None:
-    print(f"{row['shape']} ({row['params'] / 1e6:.2f}M params): target-only {row['target_tok_s']:.1f} tok/s")
+def _spec_row(model, a, mode: str, right: int, prompts, refs, row) -> dict:
+    vocab = model.config.vocab_size
+    t, drafter = _target(mode, model, a), _proposer(mode, model, a)
+    by_prompt = {
+        tuple(p): Oracle(r, right, a.block, vocab, drafter) for p, r in zip(prompts, refs, strict=True)
+    }
+    speculative_generate(t, by_prompt[tuple(prompts[0])], prompts[0], 8)  # warm-up
+    rate, gens = _timed(
+        lambda p, t=t, o=by_prompt: speculative_generate(t, o[tuple(p)], p, a.new), prompts, a.repeats
+    )
+    steps = sum(len(x.accept_lens) for x in gens)
+    base = row["target_tok_s_static" if mode == "static" else "target_tok_s"]
+    return {
+        "spec_tok_s": rate,
+        "speedup": rate / base,
+        "accept_len": sum(sum(x.accept_lens) for x in gens) / steps,
+        "rewind_forwards_per_step": sum(x.rewind_forwards for x in gens) / steps,
+        "greedy_match": all(
+            x.tokens == r[len(p) : len(p) + a.new] for x, p, r in zip(gens, prompts, refs, strict=True)
+        ),
+    }
+
+
+def print_row(row: dict, rights: list[int], modes: list[str]) -> None:
+    static = f", static {row['target_tok_s_static']:.1f} tok/s" if "target_tok_s_static" in row else ""
+    print(
+        f"{row['shape']} ({row['params'] / 1e6:.2f}M params): target-only {row['target_tok_s']:.1f} tok/s{static}"
+    )
     for right in rights:
-        for mode in REWIND_MODES:
+        for mode in modes:
             r = row[f"right{right}_{mode}"]
             print(
                 f"  accept {r['accept_len']:.2f}  {mode:6s}  spec {r['spec_tok_s']:7.1f} tok/s  "
@@ -177,7 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", default=None, help="also write the results as JSON here")
     p.add_argument("--profile", action="store_true", help="also profile target-only decode steps per shape")
+    p.add_argument("--engines", default="cache,static", help="comma-separated, of cache and static")
+    p.add_argument("--drafter-layers", type=int, default=2, help="random drafter run per proposal (0: none)")
     a = p.parse_args(argv)
+    a.engines = a.engines.split(",")
+    if not a.engines or any(e not in ("cache", "static") for e in a.engines):
+        p.error("--engines: comma-separated, of cache and static")
     a.right = [int(x) for x in a.right.split(",")]
     if any(not 0 <= r < a.block for r in a.right) or a.block < 2:
         p.error("--right: each in 0 .. block - 1, and --block >= 2")
@@ -191,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for shape in shapes:
         rows.append(bench_shape(shape, a, device, dtype))
-        print_row(rows[-1], a.right)
+        print_row(rows[-1], a.right, [m for e in a.engines for m in (REWIND_MODES if e == "cache" else (e,))])
         if a.profile:
             profile_decode(build_model(shape, device, dtype), device)
     meta = {"device": str(device), "dtype": str(dtype), "torch": torch.__version__, "args": vars(a)}

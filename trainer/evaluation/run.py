@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         "else bf16 (the trainer's --target-dtype; docs/evaluate.md)",
     )
     p.add_argument(
+        "--engine",
+        choices=("auto", "static", "cache"),
+        default="auto",
+        help="how target and drafter decode: static buffers and one forward per block size, as CUDA graphs on "
+        "CUDA (static, as servers do), or transformers' cache and the drafter's growing cache (cache); auto: "
+        "static on CUDA where the target is one it knows and --rewind is states, else cache (docs/evaluate.md)",
+    )
+    p.add_argument(
         "--progress-every",
         type=float,
         default=10.0,
@@ -195,15 +203,56 @@ class _Setup:
     fp8: dict  # load.fp8_linears
     prompts: list
     cfg: Any  # the drafter's config
-    target: Any  # spec_decode.CachedTarget
-    proposer: Any  # drafter_cache.DrafterProposer
+    target: Any  # spec_decode.CachedTarget or static_target.StaticTarget
+    proposer: Any  # drafter_cache.DrafterProposer or static_drafter.StaticProposer
     eos: set
+    engine: str = "cache"  # "static" / "cache", as resolved (_engine)
+
+
+def _engine(a, model, device: str) -> str:
+    """``--engine`` resolved for this target: "static" or "cache" (an explicit "static" that cannot be is
+    refused with the reason)."""
+    from trainer.evaluation.static_target import static_target_problem
+
+    problem = static_target_problem(model)
+    if problem is None and a.rewind != "states":
+        problem = "--rewind replay needs the cache engine"
+    if a.engine == "static" and problem is not None:
+        raise EvalError(f"--engine static: {problem}")
+    if a.engine == "cache" or problem is not None:
+        return "cache"
+    return "static" if a.engine == "static" or device.startswith("cuda") else "cache"
+
+
+def _graphed(st: _Setup) -> bool | None:
+    """Whether the static engine's target and drafter steps all ran as CUDA graphs (None: the cache engine)."""
+    if st.engine != "static":
+        return None
+    steps = [*st.target.steps.values(), *st.proposer.steps.values()]
+    return bool(steps) and all(s is not None for s in steps)
+
+
+def _decoders(a, st_engine: str, model, drafter, cfg, prompts):
+    """(target, proposer) for the engine: static buffers sized for the longest prompt and its new tokens."""
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if st_engine == "cache":
+        from trainer.evaluation.drafter_cache import DrafterProposer
+        from trainer.evaluation.spec_decode import CachedTarget
+
+        return CachedTarget(model, cfg.target_layer_ids, rewind=a.rewind), DrafterProposer(
+            drafter, embed, head
+        )
+    from trainer.evaluation.static_drafter import StaticProposer
+    from trainer.evaluation.static_target import StaticTarget
+
+    max_len = max(len(p) for p in prompts) + a.max_new_tokens + 2 * cfg.block_size + 1
+    target = StaticTarget(model, cfg.target_layer_ids, max_len, graph_sizes=(1, cfg.block_size))
+    return target, StaticProposer(drafter, embed, head, max_len)
 
 
 def _load(a, device: str, dtype, target_dtype: tuple[str, bool]) -> _Setup:
     """The prompts (the tokenizer read only when a prompt is text), the drafter, then the target (as
     ``target_dtype``: ``load.resolve_target_dtype``'s)."""
-    from trainer.evaluation.drafter_cache import DrafterProposer
     from trainer.evaluation.load import (
         eos_ids_of,
         fp8_linears,
@@ -213,7 +262,6 @@ def _load(a, device: str, dtype, target_dtype: tuple[str, bool]) -> _Setup:
         target_text_config,
     )
     from trainer.evaluation.prompts import read_prompts
-    from trainer.evaluation.spec_decode import CachedTarget
 
     drafter_dir = resolve_drafter_dir(a.drafter)
     tcfg = target_text_config(a.target_model)
@@ -238,10 +286,11 @@ def _load(a, device: str, dtype, target_dtype: tuple[str, bool]) -> _Setup:
     model = load_target_model(
         a.target_model, device, dtype, None if choice == "bf16" and not ckpt_fp8 else choice
     )
-    target = CachedTarget(model, cfg.target_layer_ids, rewind=a.rewind)
-    proposer = DrafterProposer(drafter, model.get_input_embeddings(), model.get_output_embeddings())
+    engine = _engine(a, model, device)
+    target, proposer = _decoders(a, engine, model, drafter, cfg, prompts)
     eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
-    return _Setup(drafter_dir, choice, fp8_linears(model, device), prompts, cfg, target, proposer, eos)
+    fp8 = fp8_linears(model, device)
+    return _Setup(drafter_dir, choice, fp8, prompts, cfg, target, proposer, eos, engine)
 
 
 @dataclass
@@ -269,7 +318,10 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _T
 
     gen = torch.Generator(device=device)
     progress = Progress(len(st.prompts), show_progress, a.progress_every)
-    progress.say(f"{len(st.prompts)} prompt(s) x {a.max_new_tokens} new tokens on {device}; warming up")
+    warm = "capturing CUDA graphs, warming up" if st.engine == "static" and device != "cpu" else "warming up"
+    progress.say(
+        f"{len(st.prompts)} prompt(s) x {a.max_new_tokens} new tokens on {device} ({st.engine}); {warm}"
+    )
     # warm-up (untimed): kernels, allocator, caches
     w_new = min(8, a.max_new_tokens)
     target_generate(st.target, st.prompts[0], w_new, 0.0, None, st.eos)
@@ -328,6 +380,8 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         "target_tok_s": target_tok_s,
         "speedup": spec_tok_s / target_tok_s if spec_tok_s and target_tok_s else None,
         "rewind": a.rewind,
+        "engine": st.engine,
+        "cuda_graphs": _graphed(st),
         "rewind_forwards": t.rewinds,
         "greedy_match": (t.mismatches == 0) if greedy else None,
         "greedy_mismatches": t.mismatches if greedy else None,
