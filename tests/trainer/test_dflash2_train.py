@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import signal
 
 import pytest
@@ -58,15 +59,19 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
         assert 1.0 <= s["accept_len_est"] <= 8.0 and 1.0 <= s["accept_len_est_uniform"] <= 8.0, s
     first, last = ref_steps[1], ref_steps[N]
     assert last["loss"] < first["loss"]  # it learns
+    # an explicit --arch dflash: a DFlash 1 drafter cannot resume a DFlash 2 checkpoint (on a copy of the
+    # run's checkpoints, so that it runs beside the next run: two independent startups at once)
+    arch_dir = tmp_path / "arch"
+    shutil.copytree(cut_dir / "checkpoints", arch_dir / "checkpoints")
+    dflash1 = Trainer(tiny_flags(tiny_assets, arch_dir, "--max-steps", str(N + 2), "--arch", "dflash"))
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)
     rc, out = run(tiny_flags(tiny_assets, cut_dir, "--max-steps", str(N + 1)))
     assert rc == 0, out
+    assert dflash1.wait() != 0 and "different drafter config" in dflash1.output, dflash1.output
+    assert "arch" in dflash1.output
     assert [s["step"] for s in steps(cut_dir)][-1] == N + 1
     ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
     c = json.loads((ckpt / "drafter" / "config.json").read_text())
     assert c["architectures"] == ["DFlash2DraftModel"] and c["dflash_config"]["selector_rank"] == 8
     resolved = json.loads((cut_dir / "run.json").read_text())["drafter"]  # what the console shows
     assert (resolved["arch"], resolved["block_size"]) == ("dflash2", 8)
-    # an explicit --arch dflash: a DFlash 1 drafter cannot resume a DFlash 2 checkpoint
-    rc, out = run(tiny_flags(tiny_assets, cut_dir, "--max-steps", str(N + 2), "--arch", "dflash"))
-    assert rc != 0 and "different drafter config" in out and "arch" in out, out
