@@ -18,12 +18,16 @@ budget ``--budget-s`` would be passed):
 - ``packed_vs_alone``: each document of the packed row captured alone by the hook path against its slice
   of ``direct_packed`` (relative L2 error per document, per captured layer);
 - ``profile``: GPU time by kernel class over one ``direct_packed`` call;
-- then the same model quantised to FP8 in place (``bench/hybrid_fp8.py``: block-128 e4m3 weights, the
-  ``dflash::fp8_block_mm`` op, compiled with the activation quantisation fused; on the CPU the dequantised
-  weights), when an FP8 step is asked for: ``fp8_packed`` (as ``direct_packed``, with its error per captured
-  layer against ``direct_packed``'s bf16 output), ``fp8_packed_vs_alone`` (as ``packed_vs_alone_direct``),
-  ``fp8_profile`` (as ``profile``); the summary's ``fp8_vs_bf16``: both rates and their ratio;
-- ``accuracy_fp32``: the first 4 layers against an fp32 reference, bf16 and FP8 (``accuracy_fp32``).
+- then the same model quantised to FP8 in place (``bench/hybrid_fp8.py``), when an FP8 step is asked for, in
+  both scalings from the same bf16 weights: block-128 e4m3 weights with 1 x 128 activation groups (the
+  ``dflash::fp8_block_mm`` op) and one scale per weight row and per token (``dflash::fp8_row_mm``), each
+  compiled with the activation quantisation fused (on the CPU the dequantised weights). Block first:
+  ``fp8_packed`` (as ``direct_packed``, with its error per captured layer against ``direct_packed``'s bf16
+  output), ``fp8_packed_vs_alone`` (as ``packed_vs_alone_direct``), ``fp8_profile`` (as ``profile``); then
+  the rowwise set swapped in: ``fp8row_packed``, ``fp8row_packed_vs_alone``, ``fp8row_profile`` the same;
+  the summary's ``fp8_vs_bf16`` / ``fp8row_vs_bf16``: each rate against bf16's, the ratio, the goal;
+- ``accuracy_fp32``: the first 4 layers against an fp32 reference, bf16 and FP8 block, row and row converted
+  from block (``accuracy_fp32``).
 FLOPs: the projections and MLP of each layer (2 x params x tokens) plus full attention's QK/PV under the
 document-causal mask; the Gated DeltaNet recurrence and the conv are not counted (they are not matmuls of the
 weights). ``mfu_measured`` is against the bf16 8192^3 matmul rate measured in the same run.
@@ -65,9 +69,13 @@ STEPS = (
     "fp8_packed",
     "fp8_packed_vs_alone",
     "fp8_profile",
+    "fp8row_packed",
+    "fp8row_packed_vs_alone",
+    "fp8row_profile",
     "accuracy_fp32",
 )
-FP8_STEPS = ("fp8_packed", "fp8_packed_vs_alone", "fp8_profile")
+FP8_TAGS = {"fp8": "block", "fp8row": "row"}  # the FP8 steps' prefixes and their scales
+FP8_STEPS = tuple(f"{t}_{s}" for t in FP8_TAGS for s in ("packed", "packed_vs_alone", "profile"))
 ACC_LENS = (3000, 1, 3, 64, 1900, 3224)  # accuracy_fp32's packed row: 1 token, < conv width, one chunk, long
 
 
@@ -174,8 +182,8 @@ def accuracy_fp32(tiny: bool, device: str, with_fp8: bool = True) -> dict:
     """The first 4 layers (3 Gated DeltaNet, 1 attention) at the exact layer shape in fp32: the issue-14 path in
     plain PyTorch (fp32, dense document mask) is the reference; then in bf16: transformers (hooks, one-document
     row), the fast path (eager) and the issue-14 path, one-document and packed (ACC_LENS) rows; then
-    (``with_fp8``) the bf16 model quantised to FP8, the fast path (eager), against the reference and against
-    the bf16 fast path (``hybrid_fp8.fp8_columns``). Relative L2 error per layer (packed: over the whole row;
+    (``with_fp8``) the bf16 model quantised to FP8 (block, row, row converted from block), the fast path
+    (eager), against the reference and against the bf16 fast path (``hybrid_fp8.fp8_columns``). Relative L2 error per layer (packed: over the whole row;
     every document starts from zero state in the reference)."""
     cfg = text_config(tiny)
     cfg.num_hidden_layers = 4
@@ -481,7 +489,7 @@ class Run:
         self.ended("conv", entry)
 
     def fp8(self) -> None:
-        """The model quantised to FP8 in place, then the FP8 steps (module docstring)."""
+        """The model quantised to FP8 in place, then the FP8 steps of each scaling (module docstring)."""
         if not self.steps & set(FP8_STEPS):
             return
         if self.left() < 100:
@@ -491,28 +499,40 @@ class Run:
             return
         self.outs.pop("direct_single", None)
         try:
-            self.res["fp8_quantise"] = hybrid_fp8.quantise(self.model, self.device)
+            self.res["fp8_quantise"], variants = hybrid_fp8.quantise(self.model, self.device)
         except Exception as e:  # noqa: BLE001 - a GPU without block-scaled FP8: the reason, no FP8 steps
             self.res["fp8_quantise"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
             traceback.print_exc()
             self.save()
             return
         print("fp8_quantise", json.dumps(self.res["fp8_quantise"]), flush=True)
-        self.fast = None  # the FP8 model's own regions, compiled by the first FP8 step
-        self.direct("fp8_packed", self.ids_packed, self.doc_packed, False, 0)
-        self.fp8_vs_bf16()
-        self.packed_vs_alone_direct("fp8_packed_vs_alone", "fp8_packed")
-        self.profile("fp8_profile", "fp8_packed")
+        for tag, scales in FP8_TAGS.items():
+            variants.use(scales)
+            self.fp8_steps(tag)
 
-    def fp8_vs_bf16(self) -> None:
-        """fp8_packed's error per captured layer against direct_packed's bf16 output (the same inputs)."""
-        e = self.res["steps"].get("fp8_packed")
-        if e is None or "fp8_packed" not in self.outs or "direct_packed" not in self.outs:
+    def fp8_steps(self, tag: str) -> None:
+        """One scaling's steps: ``{tag}_packed``, its error against bf16, ``_packed_vs_alone``, ``_profile``."""
+        if not self.steps & {f"{tag}_{s}" for s in ("packed", "packed_vs_alone", "profile")}:
             return
-        got, want = self.outs["fp8_packed"], self.outs["direct_packed"]
+        if self.device == "cuda":
+            torch._dynamo.reset()  # the other scaling's graphs go: this one's regions compile afresh
+        self.fast = None  # this scaling's own regions, compiled by its first step
+        self.direct(f"{tag}_packed", self.ids_packed, self.doc_packed, False, 0 if tag == "fp8" else 60)
+        self.fp8_vs_bf16(tag)
+        self.packed_vs_alone_direct(f"{tag}_packed_vs_alone", f"{tag}_packed")
+        self.profile(f"{tag}_profile", f"{tag}_packed")
+        self.outs.pop(f"{tag}_packed", None)
+
+    def fp8_vs_bf16(self, tag: str = "fp8") -> None:
+        """``{tag}_packed``'s error per captured layer against direct_packed's bf16 output (the same inputs)."""
+        step = f"{tag}_packed"
+        e = self.res["steps"].get(step)
+        if e is None or step not in self.outs or "direct_packed" not in self.outs:
+            return
+        got, want = self.outs[step], self.outs["direct_packed"]
         e["vs_bf16_by_layer"] = hybrid_fp8.by_layer(got, want, len(self.layers))
         e["vs_bf16"] = rel(got, want)
-        self.res["fp8_vs_bf16"] = hybrid_fp8.versus(self.res)
+        self.res[f"{tag}_vs_bf16"] = hybrid_fp8.versus(self.res, fp8_step=step)
         self.save()
 
     def accuracy(self) -> None:

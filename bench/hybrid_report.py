@@ -1,5 +1,5 @@
 """bench_hybrid.py's summary print: a line per step (rates, packed-vs-alone, the conv against its byte floor,
-the per-layer accuracy table), then FP8 against bf16."""
+the per-layer accuracy table), then FP8 (block and row scales) against bf16."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def print_summary(res: dict) -> None:
             )
             for k, v in e.items():
                 if isinstance(v, list) and k != "lens":
-                    print(f"  {k:34s} {' '.join(f'{x:.2e}' for x in v)}")
+                    print(f"  {k:46s} {' '.join(f'{x:.2e}' for x in v)}")
         else:
             print(f"{name:22s} {str(e)[:100]}")
     h = res["steps"].get("hooks_single", {})
@@ -34,14 +34,30 @@ def print_summary(res: dict) -> None:
             "direct_single vs hooks_single, rel err by layer:",
             [f"{x:.1e}" for x in h["direct_rel_err_by_layer"]],
         )
-    v = res.get("fp8_vs_bf16")
-    if v:
-        print(
-            f"FP8 / bf16 packed: {v['fp8_tok_s']:,.0f} / {v['bf16_tok_s']:,.0f} tok/s = {v['fp8_over_bf16']:.3f}x "
-            f"(goal >= {v['goal_tok_s']:,} tok/s and >= {v['goal_ratio']}x: {'met' if v['goal_met'] else 'missed'}); "
-            f"FP8 vs bf16 rel err by layer {[f'{x:.1e}' for x in v['fp8_vs_bf16_rel_err_by_layer'] or []]}"
-        )
+    print_fp8(res.get("fp8_vs_bf16"), res.get("fp8row_vs_bf16"))
     print(f"total {res['total_s']:.0f} s", flush=True)
+
+
+def print_fp8(block: dict | None, row: dict | None) -> None:
+    """bf16, FP8 block and FP8 row tok/s in one line, each FP8 rate against bf16 and the goal; then each
+    one's error per captured layer against bf16."""
+    base = block or row
+    if base is None:
+        return
+    rates = " / ".join(f"{v['fp8_tok_s']:,.0f}" if v else "-" for v in (block, row))
+    ratios = ", ".join(
+        f"{label} {v['fp8_over_bf16']:.3f}x ({'met' if v['goal_met'] else 'missed'})"
+        for label, v in (("block", block), ("row", row))
+        if v
+    )
+    print(
+        f"bf16 / FP8 block / FP8 row packed: {base['bf16_tok_s']:,.0f} / {rates} tok/s; FP8 / bf16: {ratios} "
+        f"(goal >= {base['goal_tok_s']:,} tok/s and >= {base['goal_ratio']}x)"
+    )
+    for label, v in (("block", block), ("row", row)):
+        if v:
+            errs = [f"{x:.1e}" for x in v["fp8_vs_bf16_rel_err_by_layer"] or []]
+            print(f"FP8 {label} vs bf16 rel err by layer {errs}")
 
 
 def print_conv(e: dict) -> None:

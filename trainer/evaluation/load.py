@@ -80,17 +80,24 @@ def load_drafter_any(drafter_dir: str, target_dir: str, device, dtype: torch.dty
     return drafter.to(device=device, dtype=dtype).eval(), cfg
 
 
-def load_target_model(target_dir: str, device, dtype: torch.dtype, target_dtype: str | None = None):
+def load_target_model(
+    target_dir: str,
+    device,
+    dtype: torch.dtype,
+    target_dtype: str | None = None,
+    fp8_scales: str | None = None,
+):
     """The whole target (lm_head included). An FP8 checkpoint, or ``target_dtype`` given (bf16 / fp8, as
     ``--target-dtype``), is read by the trainer's own loader (``loading.load_text_model``: FP8 projections, or
-    an FP8 checkpoint dequantised); any other through transformers' ``from_pretrained``."""
+    an FP8 checkpoint dequantised; ``fp8_scales``: ``--fp8-scales``); any other through transformers'
+    ``from_pretrained``."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     if target_dtype is not None or read_dir(target_dir) is not None:
-        model = _load_text_model(target_dir, device, dtype, target_dtype)
+        model = _load_text_model(target_dir, device, dtype, target_dtype, fp8_scales)
     else:
         model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype)
     model.to(device)
@@ -99,11 +106,13 @@ def load_target_model(target_dir: str, device, dtype: torch.dtype, target_dtype:
     return model
 
 
-def resolve_target_dtype(target_dir: str, requested: str | None, device) -> tuple[str, bool]:
+def resolve_target_dtype(
+    target_dir: str, requested: str | None, device, fp8_scales: str | None = None
+) -> tuple[str, bool]:
     """``--target-dtype`` for this target and device, and whether its checkpoint is FP8: (``"bf16"`` /
     ``"fp8"``, fp8 checkpoint). None is fp8 for an FP8 checkpoint, else bf16 (``fp8.wants_fp8``); a device
     that cannot run the choice (the CPU with a bf16 checkpoint, a GPU without block-scaled FP8) is refused with
-    the reason, as EvalError, before anything is loaded."""
+    the reason, as EvalError, before anything is loaded; so is ``--fp8-scales`` for a target that runs bf16."""
     from trainer.target import fp8
 
     try:
@@ -114,6 +123,10 @@ def resolve_target_dtype(target_dir: str, requested: str | None, device) -> tupl
         use = fp8.wants_fp8(requested, ckpt_fp8, device)
     except (ValueError, RuntimeError) as e:
         raise EvalError(f"--target-dtype: {e}") from None
+    try:
+        fp8.scales_for(fp8_scales, use)
+    except ValueError as e:
+        raise EvalError(str(e)) from None
     return ("fp8" if use else "bf16"), ckpt_fp8
 
 
@@ -127,14 +140,16 @@ def fp8_linears(model, device) -> dict:
     return {"target_fp8_linears": len(lin), "target_fp8_matmul_linears": sum(on_gpu and m.fast for m in lin)}
 
 
-def _load_text_model(target_dir: str, device, dtype: torch.dtype, target_dtype: str | None):
+def _load_text_model(
+    target_dir: str, device, dtype: torch.dtype, target_dtype: str | None, fp8_scales: str | None = None
+):
     from transformers import AutoConfig, GenerationConfig
 
     from trainer.drafting.config import text_config_of
     from trainer.target.loading import load_text_model
 
     tc = text_config_of(AutoConfig.from_pretrained(target_dir))
-    model = load_text_model(target_dir, tc, device, dtype, target_dtype=target_dtype)
+    model = load_text_model(target_dir, tc, device, dtype, target_dtype=target_dtype, fp8_scales=fp8_scales)
     if os.path.isfile(os.path.join(target_dir, "generation_config.json")):
         model.generation_config = GenerationConfig.from_pretrained(target_dir)
     return model

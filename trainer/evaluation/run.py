@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         "else bf16 (the trainer's --target-dtype; docs/evaluate.md)",
     )
     p.add_argument(
+        "--fp8-scales",
+        choices=("block", "row"),
+        default=None,
+        help="an FP8 target's scales: block (128 x 128, the checkpoint's and the servers' layout; default) or row "
+        "(one per weight row and per token); FP8 targets only (the trainer's --fp8-scales; docs/evaluate.md)",
+    )
+    p.add_argument(
         "--engine",
         choices=("auto", "static", "cache"),
         default="auto",
@@ -200,6 +207,7 @@ class _Setup:
 
     drafter_dir: str
     target_dtype: str  # "bf16" / "fp8", as resolved (load.resolve_target_dtype)
+    fp8_scales: str | None  # "block" / "row" for an FP8 target, None for a bf16 one
     fp8: dict  # load.fp8_linears
     prompts: list
     cfg: Any  # the drafter's config
@@ -284,13 +292,14 @@ def _load(a, device: str, dtype, target_dtype: tuple[str, bool]) -> _Setup:
     choice, ckpt_fp8 = target_dtype
     # a bf16 checkpoint served in bf16 loads as it always has (transformers' from_pretrained)
     model = load_target_model(
-        a.target_model, device, dtype, None if choice == "bf16" and not ckpt_fp8 else choice
+        a.target_model, device, dtype, None if choice == "bf16" and not ckpt_fp8 else choice, a.fp8_scales
     )
     engine = _engine(a, model, device)
     target, proposer = _decoders(a, engine, model, drafter, cfg, prompts)
     eos = set() if a.ignore_eos else eos_ids_of(model, tokenizer)
     fp8 = fp8_linears(model, device)
-    return _Setup(drafter_dir, choice, fp8, prompts, cfg, target, proposer, eos, engine)
+    scales = (a.fp8_scales or "block") if choice == "fp8" else None
+    return _Setup(drafter_dir, choice, scales, fp8, prompts, cfg, target, proposer, eos, engine)
 
 
 @dataclass
@@ -375,6 +384,7 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         "device": device,
         "dtype": str(dtype).removeprefix("torch."),
         "target_dtype": st.target_dtype,
+        "fp8_scales": st.fp8_scales,
         **st.fp8,
         "spec_tok_s": spec_tok_s,
         "target_tok_s": target_tok_s,
@@ -399,7 +409,8 @@ def evaluate(a, show_progress: str | None = None) -> dict:
 
     t_start = time.monotonic()
     device, dtype = _device(a)
-    st = _load(a, device, dtype, resolve_target_dtype(a.target_model, a.target_dtype, device))
+    resolved = resolve_target_dtype(a.target_model, a.target_dtype, device, a.fp8_scales)
+    st = _load(a, device, dtype, resolved)
     tally = _decode_prompts(a, st, device, show_progress)
     if a.save_outputs:
         save_outputs(a.save_outputs, tally.outputs)

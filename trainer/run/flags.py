@@ -194,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         "one quantised on load) or bf16 (an FP8 checkpoint dequantised); default fp8 for an FP8 checkpoint, "
         "else bf16 (docs/trainer.md)",
     )
+    g.add_argument(
+        "--fp8-scales",
+        choices=("block", "row"),
+        default=None,
+        help="an FP8 target's scales: block (128 x 128 weight blocks, 1 x 128 activation groups: the FP8 "
+        "checkpoint's and the servers' layout; default) or row (one scale per weight row and per token: a faster "
+        "matmul; a block checkpoint requantised per row on load); FP8 targets only (docs/trainer.md)",
+    )
     g.add_argument("--data-dir", required=True, help="directory of tokenized *.jsonl files (docs/trainer.md)")
     g.add_argument("--output-dir", required=True, help="the run directory (docs/run-directory.md)")
     g = p.add_argument_group("devices")
@@ -484,12 +492,27 @@ def check_target(args, info: dict, cuda: bool) -> None:
             "fp8 on the CPU: the CPU has no FP8 matmul (it runs an FP8 checkpoint dequantised, for tests, but "
             "does not quantise a bf16 one): use --target-dtype bf16 or a Hopper GPU",
         )
+    check_fp8_scales(args, info)
     if is_hybrid(info) and cuda and importlib.util.find_spec("fla") is None:
         raise FlagError(
             "--target-gpus",
             f"a {info['model_type']} target on CUDA needs the {FLA_PACKAGE} package (import name 'fla'; "
             "pip install '.[gpu]') for its per-document Gated DeltaNet kernels; it is not installed",
         )
+
+
+def check_fp8_scales(args, info: dict) -> None:
+    """``--fp8-scales`` applies to FP8 targets only: refused where the target dtype resolves to bf16 (as
+    ``trainer.target.fp8.wants_fp8`` resolves it: fp8 for an FP8 checkpoint, else bf16)."""
+    scales, dtype = getattr(args, "fp8_scales", None), getattr(args, "target_dtype", None)
+    if scales is None or (dtype or ("fp8" if info.get("fp8") else "bf16")) == "fp8":
+        return
+    why = "--target-dtype bf16" if dtype else "a bf16 checkpoint without --target-dtype fp8"
+    raise FlagError(
+        "--fp8-scales",
+        f"{scales} applies to FP8 targets only, and this target runs in bf16 ({why}): give --target-dtype fp8 "
+        "or leave --fp8-scales out",
+    )
 
 
 def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:

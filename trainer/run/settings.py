@@ -43,6 +43,7 @@ class Settings:
     # paths
     target_model: str
     target_dtype: str | None  # None: fp8 for an FP8 checkpoint, else bf16
+    fp8_scales: str | None  # an FP8 target's scales, "block" / "row"; None: block
     data_dir: str
     output_dir: str
     # devices

@@ -32,6 +32,7 @@ def begin_target_events(startup, args, device: str, dtype, layer_ids: list[int])
         layer_ids,
         need_final_hidden=args.use_soft_labels,
         target_dtype=getattr(args, "target_dtype", None),
+        fp8_scales=getattr(args, "fp8_scales", None),
     )
 
 

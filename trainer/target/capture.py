@@ -6,7 +6,8 @@
   loading, so the later layers are neither loaded nor run (the final norm and lm_head still load: the capture
   does not use them, but in one process the drafter's frozen head shares them: runtime/shared_head.py).
   ``target_dtype`` (``--target-dtype``): FP8 projections from an FP8 checkpoint (its default) or a bf16 one
-  quantised on load, or an FP8 checkpoint dequantised (``loading.py``, ``fp8.py``).
+  quantised on load, or an FP8 checkpoint dequantised (``loading.py``, ``fp8.py``); ``fp8_scales``
+  (``--fp8-scales``): their scales, "block" (None: 128 x 128, as the checkpoint) or "row" (``fp8_rows.py``).
 - ``begin_target(...)`` then ``PendingTarget.finish(progress)``: ``load_target`` in two halves, the build on
   the calling thread and the reading of the weights in any (the trainer reads beside the drafter's compile;
   ``loading.BuiltModel`` says why the build must not run beside a compile).
@@ -96,12 +97,21 @@ def load_target(
     attn_implementation: str | None = None,
     progress=None,
     target_dtype: str | None = None,
+    fp8_scales: str | None = None,
 ) -> nn.Module:
     """``progress(bytes_done, bytes_total)`` (optional) is called as the weights are read: per tensor on the
     text-only path, once at the end (the weight files' size) on the ``from_pretrained`` path.
-    ``target_dtype``: ``--target-dtype`` (bf16 / fp8; None: fp8 for an FP8 checkpoint), ``loading.py``."""
+    ``target_dtype``: ``--target-dtype`` (bf16 / fp8; None: fp8 for an FP8 checkpoint), ``loading.py``;
+    ``fp8_scales``: ``--fp8-scales`` (block / row; None: block)."""
     pending = begin_target(
-        path, device, dtype, target_layer_ids, need_final_hidden, attn_implementation, target_dtype
+        path,
+        device,
+        dtype,
+        target_layer_ids,
+        need_final_hidden,
+        attn_implementation,
+        target_dtype,
+        fp8_scales,
     )
     return pending.finish(progress)
 
@@ -148,6 +158,7 @@ def begin_target(
     need_final_hidden: bool = False,
     attn_implementation: str | None = None,
     target_dtype: str | None = None,
+    fp8_scales: str | None = None,
 ) -> PendingTarget:
     """``load_target``'s first half: the config checked and cut to the layers captured, the model built
     (safetensors: allocated on ``device``, nothing read; other formats: transformers' own loader, whole)."""
@@ -164,10 +175,13 @@ def begin_target(
         from trainer.target.loading import build_text_model
 
         return PendingTarget(
-            path, device, model_type, built=build_text_model(path, tc, device, dtype, target_dtype)
+            path,
+            device,
+            model_type,
+            built=build_text_model(path, tc, device, dtype, target_dtype, fp8_scales),
         )
     # other weight formats, or an attention implementation asked for: transformers' own loader
-    if target_dtype == "fp8" or read_dir(path) is not None:
+    if target_dtype == "fp8" or fp8_scales is not None or read_dir(path) is not None:
         raise ValueError(f"{path}: an FP8 target is read by this trainer's loader (safetensors weights)")
     kwargs = {"config": config, "dtype": dtype}
     if attn_implementation is not None:

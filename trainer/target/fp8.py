@@ -15,12 +15,24 @@ loader fills them from the files directly. Its forward:
   128 x 128 scales as they are (cuBLAS block scaling, sm_90, CUDA 12.9+), inside the custom op
   ``dflash::fp8_block_mm`` (compiled regions keep it whole and fuse the activation quantisation into the
   norm before it; the op's CPU kernel emulates it, for tests);
-- elsewhere (the CPU, shapes that do not fit): the reference, ``F.linear`` on the dequantised weight.
+- elsewhere (the CPU, shapes that do not fit): the reference, ``F.linear`` on the dequantised weight; on
+  CUDA a block layer's activations are first rounded as the FP8 matmul would round them (``round_input``:
+  W8A8, what a server's block-scaled kernel computes at a shape cuBLAS refuses, e.g. the h384 targets'
+  K = 384), on the CPU they are not (W8A16, for tests).
 
 ``forward_rows(x, spans)`` projects row slices of the weight (the hybrid path's q / k / v of ``in_proj_qkv``)
 with one activation quantisation. ``wants_fp8(target_dtype, checkpoint_fp8, device)`` resolves
 ``--target-dtype`` and refuses a device that cannot run it, with the reason; ``swap`` / ``quantise_model``
 put ``Fp8Linear`` modules into a model.
+
+Rowwise scales (``--fp8-scales row``, ``fp8_rows.py``): ``Fp8Linear(scales="row")`` holds ``weight`` (e4m3)
+and ``weight_scale`` (float32 (out, 1), one scale per output row; named apart from the checkpoint's
+``weight_scale_inv`` so that a block checkpoint is never read as rows) and runs ``dflash::fp8_row_mm`` (the
+activations quantised per token) where ``fp8_rows.fits_row_mm`` takes the shape. ``from_linear(linear,
+"row")`` quantises a bf16 weight per row; ``to_rows()`` turns a block-scaled layer into a rowwise one (that
+layer dequantised to fp32 for the moment, requantised per row), and ``to_row_scales(model)`` does it for a
+loaded model, layer by layer (never the whole model in bf16): an FP8 checkpoint in Qwen's block layout can
+run rowwise too.
 """
 
 from __future__ import annotations
@@ -30,11 +42,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainer.run.fp8_config import BLOCK
+from trainer.target.fp8_rows import (
+    E4M3,
+    E4M3_MAX,
+    dequantise_rows,
+    fits_row_mm,
+    quantise_rows,
+    row_linear_many,
+)
 
-E4M3 = torch.float8_e4m3fn
-E4M3_MAX = 448.0
+SCALES = ("block", "row")  # --fp8-scales
 FP8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e5m2})
 SCALE = "weight_scale_inv"
+ROW_SCALE = "weight_scale"  # the rowwise layout's (out, 1) scales: never a checkpoint's block scales
 # linear layers a bf16 checkpoint keeps unquantised on load: Qwen's own FP8 releases keep the Gated
 # DeltaNet's tiny a / b projections and the MoE routers in bf16
 KEEP = ("linear_attn.in_proj_a", "linear_attn.in_proj_b", "mlp.gate", "shared_expert_gate")
@@ -91,71 +111,122 @@ def fits_scaled_mm(out_features: int, in_features: int) -> bool:
 
 
 # -- the module ----------------------------------------------------------------------------------------------
-class Fp8Linear(nn.Module):
-    """A frozen linear layer of e4m3 weights with 128 x 128 block scales (module docstring)."""
+def check_scales(scales: str) -> str:
+    if scales not in SCALES:
+        raise ValueError(f"FP8 scales must be 'block' or 'row', got {scales!r}")
+    return scales
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, device=None, dtype=None):
+
+def fits(scales: str, out_features: int, in_features: int) -> bool:
+    """Whether the FP8 matmul of this scaling takes the shape."""
+    return (fits_scaled_mm if scales == "block" else fits_row_mm)(out_features, in_features)
+
+
+class Fp8Linear(nn.Module):
+    """A frozen linear layer of e4m3 weights with 128 x 128 block scales, or one scale per row (module
+    docstring)."""
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = False, device=None, dtype=None, scales="block"
+    ):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
+        self.scales = check_scales(scales)
         w = torch.empty(out_features, in_features, dtype=E4M3, device=device)
-        s = torch.empty(*scale_shape(out_features, in_features), dtype=torch.float32, device=device)
         self.weight = nn.Parameter(w, requires_grad=False)
-        self.weight_scale_inv = nn.Parameter(s, requires_grad=False)
+        shape = scale_shape(out_features, in_features) if scales == "block" else (out_features, 1)
+        s = nn.Parameter(torch.empty(*shape, dtype=torch.float32, device=device), requires_grad=False)
+        setattr(self, SCALE if scales == "block" else ROW_SCALE, s)
         b = torch.empty(out_features, dtype=dtype, device=device) if bias else None
         self.bias = None if b is None else nn.Parameter(b, requires_grad=False)
-        self.fast = fits_scaled_mm(out_features, in_features)
+        self.fast = fits(scales, out_features, in_features)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The weight's scales: ``weight_scale_inv`` (block) or ``weight_scale`` (row)."""
+        return getattr(self, SCALE if self.scales == "block" else ROW_SCALE)
 
     @classmethod
-    def like(cls, linear: nn.Linear) -> Fp8Linear:
+    def like(cls, linear: nn.Linear, scales: str = "block") -> Fp8Linear:
         """An empty one of ``linear``'s shape, device and bias dtype (for the loader to fill)."""
         w, b = linear.weight, linear.bias
-        return cls(linear.in_features, linear.out_features, b is not None, w.device, w.dtype)
+        return cls(linear.in_features, linear.out_features, b is not None, w.device, w.dtype, scales)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> Fp8Linear:
-        """``linear``'s weight quantised (quantise-on-load)."""
-        m = cls.like(linear)
+    def from_linear(cls, linear: nn.Linear, scales: str = "block") -> Fp8Linear:
+        """``linear``'s weight quantised (quantise-on-load), per block or per row."""
+        return cls.like(linear, scales)._set(linear.weight.detach(), linear.bias)
+
+    def to_rows(self) -> Fp8Linear:
+        """This layer with one scale per row: a block-scaled weight dequantised to fp32 (this layer only, for
+        the moment) and requantised per row; a rowwise one as it is."""
+        if self.scales == "row":
+            return self
+        b = self.bias
+        dtype = None if b is None else b.dtype
+        m = Fp8Linear(self.in_features, self.out_features, b is not None, self.weight.device, dtype, "row")
+        return m._set(self.dequantised(), b)
+
+    def _set(self, w: torch.Tensor, bias) -> Fp8Linear:
         with torch.no_grad():
-            q, s = quantise(linear.weight.detach())
-            m.weight.copy_(q)
-            m.weight_scale_inv.copy_(s)
-            if linear.bias is not None:
-                m.bias.copy_(linear.bias)
-        return m
+            q, s = (quantise if self.scales == "block" else quantise_rows)(w)
+            self.weight.copy_(q)
+            self.scale.copy_(s)
+            if bias is not None:
+                self.bias.copy_(bias)
+        return self
 
     def dequantised(self, dtype=torch.float32) -> torch.Tensor:
+        if self.scales == "row":
+            return dequantise_rows(self.weight, self.weight_scale, dtype)
         return dequantise(self.weight, self.weight_scale_inv, dtype)
 
     def _on_fp8(self, x: torch.Tensor) -> bool:
         """Whether ``x`` goes through the FP8 matmul (else the dequantised reference)."""
         return x.is_cuda and self.fast
 
+    def _matmul_many(self, x: torch.Tensor, rows, bias) -> list[torch.Tensor]:
+        return (block_linear_many if self.scales == "block" else row_linear_many)(x, rows, bias)
+
+    def _reference_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The activations the dequantised reference multiplies (module docstring): rounded to e4m3 with
+        1 x 128 scales on CUDA (block layout, K a multiple of 128), as they are elsewhere."""
+        if x.is_cuda and self.scales == "block" and self.in_features % BLOCK == 0:
+            return round_input(x)
+        return x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._on_fp8(x):
-            return block_linear(x, self.weight, self.weight_scale_inv, self.bias)
-        return F.linear(x, self.dequantised(x.dtype), self.bias)
+            return self._matmul_many(x, [(self.weight, self.scale)], [self.bias])[0]
+        return F.linear(self._reference_input(x), self.dequantised(x.dtype), self.bias)
 
-    def _aligned(self, start: int, n: int) -> bool:
+    def _rows_fit(self, start: int, n: int) -> bool:
+        """Whether rows ``[start, start + n)`` make a matmul of their own: block-aligned (block), a multiple
+        of 16 rows (row)."""
+        if self.scales == "row":
+            return fits_row_mm(n, self.in_features)
         return start % BLOCK == 0 and (n % BLOCK == 0 or start + n == self.out_features)
+
+    def _row_slice(self, s: int, n: int):
+        if self.scales == "row":
+            return self.weight[s : s + n], self.weight_scale[s : s + n]
+        return self.weight[s : s + n], self.weight_scale_inv[s // BLOCK : -(-(s + n) // BLOCK)]
 
     def forward_rows(self, x: torch.Tensor, spans) -> list[torch.Tensor]:
         """The projections by the weight's rows ``[s, s + n)`` for each ``(s, n)`` in ``spans``."""
-        if not all(self._aligned(s, n) for s, n in spans):
+        if not all(self._rows_fit(s, n) for s, n in spans):
             y = self(x)
             return [y[..., s : s + n] for s, n in spans]
         b = self.bias
         bias = [None if b is None else b[s : s + n] for s, n in spans]
         if self._on_fp8(x):
-            w, ws = self.weight, self.weight_scale_inv
-            rows = [(w[s : s + n], ws[s // BLOCK : -(-(s + n) // BLOCK)]) for s, n in spans]
-            return block_linear_many(x, rows, bias)
-        wd = self.dequantised(x.dtype)
-        return [F.linear(x, wd[s : s + n], bb) for (s, n), bb in zip(spans, bias, strict=True)]
+            return self._matmul_many(x, [self._row_slice(s, n) for s, n in spans], bias)
+        wd, xr = self.dequantised(x.dtype), self._reference_input(x)
+        return [F.linear(xr, wd[s : s + n], bb) for (s, n), bb in zip(spans, bias, strict=True)]
 
     def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features}, e4m3 blocks {BLOCK}x{BLOCK}"
-        )
+        how = f"e4m3 blocks {BLOCK}x{BLOCK}" if self.scales == "block" else "e4m3 rows"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {how}"
 
 
 # -- the FP8 matmul (CUDA; its CPU kernel emulates it) ---------------------------------------------------
@@ -167,6 +238,14 @@ def quantise_input(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     s = g.abs().amax(dim=-1).clamp(min=1e-12) / E4M3_MAX
     q = (g / s.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return q.view(M, K), s
+
+
+def round_input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (..., K) as ``quantise_input`` rounds it (e4m3, per token and 128-column group), dequantised to
+    ``x``'s dtype: the activations a block-scaled FP8 matmul multiplies."""
+    K = x.shape[-1]
+    q, s = quantise_input(x.reshape(-1, K))
+    return (q.float().view(-1, K // BLOCK, BLOCK) * s.unsqueeze(-1)).view(x.shape).to(x.dtype)
 
 
 @torch.library.custom_op("dflash::fp8_block_mm", mutates_args=())
@@ -259,23 +338,46 @@ def wants_fp8(target_dtype: str | None, checkpoint_fp8: bool, device) -> bool:
     return True
 
 
+def scales_for(fp8_scales: str | None, use_fp8: bool) -> str:
+    """``--fp8-scales`` resolved (None: "block", the checkpoints' and servers' layout); given for a target that
+    runs bf16 it is refused (it would change nothing)."""
+    if fp8_scales is not None and not use_fp8:
+        raise ValueError(
+            f"--fp8-scales {fp8_scales}: the target runs in bf16, and FP8 scales apply to FP8 projections only "
+            "(give --target-dtype fp8, or leave --fp8-scales out)"
+        )
+    return check_scales(fp8_scales or "block")
+
+
 def swap(model: nn.Module, names) -> None:
     """Replace each named ``nn.Linear`` by an empty ``Fp8Linear`` of its shape (the loader fills it)."""
     for name in names:
         model.set_submodule(name, Fp8Linear.like(model.get_submodule(name)))
 
 
-def quantise_model(model: nn.Module) -> int:
-    """Quantise-on-load: every ``nn.Linear`` of the decoder layers whose shape fits the FP8 matmul, except
-    ``KEEP``, becomes an ``Fp8Linear`` (its bf16 weight freed as it goes). Returns how many."""
+def quantise_model(model: nn.Module, scales: str = "block") -> int:
+    """Quantise-on-load: every ``nn.Linear`` of the decoder layers whose shape fits the FP8 matmul of
+    ``scales`` ("block": 128 x 128 block scales; "row": one per output row), except ``KEEP``, becomes an
+    ``Fp8Linear`` (its bf16 weight freed as it goes). Returns how many."""
+    check_scales(scales)
     names = [
         n
         for n, m in model.named_modules()
         if type(m) is nn.Linear
         and ".layers." in f".{n}"
         and not n.endswith(KEEP)
-        and fits_scaled_mm(m.out_features, m.in_features)
+        and fits(scales, m.out_features, m.in_features)
     ]
     for n in names:
-        model.set_submodule(n, Fp8Linear.from_linear(model.get_submodule(n)))
+        model.set_submodule(n, Fp8Linear.from_linear(model.get_submodule(n), scales))
+    return len(names)
+
+
+def to_row_scales(model: nn.Module) -> int:
+    """Every block-scaled ``Fp8Linear`` of a loaded model made rowwise (``Fp8Linear.to_rows``), one layer at a
+    time: each layer's block weight is freed as its rowwise copy is made. Returns how many."""
+    names = [n for n, m in model.named_modules() if isinstance(m, Fp8Linear) and m.scales == "block"]
+    with torch.no_grad():
+        for n in names:
+            model.set_submodule(n, model.get_submodule(n).to_rows())
     return len(names)

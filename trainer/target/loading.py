@@ -20,7 +20,9 @@ FP8 checkpoints (Qwen's block-128 layout, ``fp8_config``; ``target_dtype`` = ``-
 missing one, or one of another shape or dtype, is a ValueError naming it); the layers listed in
 ``modules_to_not_convert`` and every other tensor stay in the model's dtype (an FP8 one among them, e.g.
 stacked MoE experts, dequantised on read). With bf16 every FP8 weight is dequantised on read. A bf16
-checkpoint with fp8 is quantised on load (``fp8.quantise_model``).
+checkpoint with fp8 is quantised on load (``fp8.quantise_model``). ``fp8_scales`` (``--fp8-scales``; None:
+block): with "row" the FP8 layers run rowwise, a bf16 checkpoint quantised per row and an FP8 one read as
+stored, then requantised per row layer by layer (``fp8.to_row_scales``); refused with a bf16 target dtype.
 """
 
 from __future__ import annotations
@@ -202,12 +204,14 @@ def load_text_model(
     dtype: torch.dtype,
     progress=None,
     target_dtype: str | None = None,
+    fp8_scales: str | None = None,
 ) -> nn.Module:
     """``progress(done, total)``: bytes filled into the model's tensors so far, of all of them.
     ``target_dtype`` (``--target-dtype``; ``fp8.wants_fp8``, None: fp8 for an FP8 checkpoint): with fp8 the
     checkpoint's FP8 linear layers become ``fp8.Fp8Linear`` filled as stored (a bf16 checkpoint's are
-    quantised on load); with bf16 an FP8 checkpoint's weights are dequantised into the model's dtype."""
-    return build_text_model(path, text_config, device, dtype, target_dtype).fill(progress)
+    quantised on load); with bf16 an FP8 checkpoint's weights are dequantised into the model's dtype.
+    ``fp8_scales`` (``--fp8-scales``): "block" (None) or "row" (module docstring)."""
+    return build_text_model(path, text_config, device, dtype, target_dtype, fp8_scales).fill(progress)
 
 
 @dataclass
@@ -228,6 +232,7 @@ class BuiltModel:
     keys: dict
     heads: dict
     quantise_after: bool
+    fp8_scales: str = "block"  # "row": the FP8 layers made rowwise once read (fp8.to_row_scales)
 
     def fill(self, progress=None) -> nn.Module:
         model, tied = self.model, bool(getattr(self.text_config, "tie_word_embeddings", False))
@@ -235,12 +240,19 @@ class BuiltModel:
         if tied:
             model.tie_weights()
         if self.quantise_after:
-            fp8.quantise_model(model)
+            fp8.quantise_model(model, self.fp8_scales)
+        elif self.fp8_scales == "row":
+            fp8.to_row_scales(model)
         return model
 
 
 def build_text_model(
-    path: str, text_config, device: str | torch.device, dtype: torch.dtype, target_dtype: str | None = None
+    path: str,
+    text_config,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    target_dtype: str | None = None,
+    fp8_scales: str | None = None,
 ) -> BuiltModel:
     """The model of ``load_text_model`` built on ``device`` without initialising (FP8 layers swapped in where
     the checkpoint has them); call on the thread that compiles, or with nothing compiling beside it."""
@@ -249,12 +261,13 @@ def build_text_model(
     keys = weight_map(path)
     cfg = read_dir(path)
     use_fp8 = fp8.wants_fp8(target_dtype, cfg is not None, device)
+    scales = fp8.scales_for(fp8_scales, use_fp8)
     with torch.device(device), _no_init():  # every tensor is read below: no random init first
         model = AutoModelForCausalLM.from_config(text_config, dtype=dtype)
     heads: dict[str, dict[str, Entry]] = {}
     if use_fp8 and cfg is not None:
         fp8.swap(model, _fp8_linears(model, path, keys, heads, cfg))
-    return BuiltModel(model, path, text_config, device, keys, heads, use_fp8 and cfg is None)
+    return BuiltModel(model, path, text_config, device, keys, heads, use_fp8 and cfg is None, scales)
 
 
 def _fill(

@@ -1,5 +1,6 @@
-"""``python -m trainer.evaluate --target-dtype``: resolved per target and device, refused with the reason
-where the device cannot run FP8, and recorded in the JSON report (the tiny target, in process)."""
+"""``python -m trainer.evaluate --target-dtype`` and ``--fp8-scales``: resolved per target and device, refused
+with the reason where the device cannot run FP8 (or the target runs bf16), and recorded in the JSON report (the
+tiny target, in process)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,19 @@ def test_a_gpu_without_block_scaled_fp8_is_refused_before_loading(tiny_assets, m
     with pytest.raises(EvalError, match=r"--target-dtype: target dtype fp8: cuda:0 \(NVIDIA A100\) is sm_80"):
         resolve_target_dtype(str(tiny_assets / "target"), "fp8", "cuda:0")
     assert resolve_target_dtype(str(tiny_assets / "target"), None, "cuda:0") == ("bf16", False)
+
+
+def test_fp8_scales_row_runs_an_fp8_checkpoint_and_is_refused_for_bf16(
+    tiny_assets, drafter, tmp_path, capsys
+):
+    rc, _, err = _evaluate(
+        capsys, tiny_assets / "target", drafter, tiny_assets / "data", "--fp8-scales", "row"
+    )
+    assert rc == 2 and "error: --fp8-scales row: the target runs in bf16" in err
+    target = tmp_path / "target_fp8"
+    write_fp8(str(tiny_assets / "target"), str(target))
+    rc, rep, _ = _evaluate(capsys, target, drafter, tiny_assets / "data", "--fp8-scales", "row")
+    assert rc == 0 and rep["target_dtype"] == "fp8" and rep["fp8_scales"] == "row"
+    assert rep["target_fp8_linears"] > 0
+    rc, rep, _ = _evaluate(capsys, target, drafter, tiny_assets / "data")
+    assert rc == 0 and rep["fp8_scales"] == "block"

@@ -117,6 +117,27 @@ def test_the_gpu_branch_of_the_module_on_the_ops_cpu_kernel(monkeypatch):
         torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
 
 
+def test_a_block_layer_cublas_refuses_rounds_its_activations_on_cuda_only(monkeypatch):
+    """K = 384 (3 blocks: cuBLAS's block-scaled matmul refuses it): on CUDA the reference multiplies the
+    activations as the FP8 matmul rounds them (W8A8, ``round_input``: the op's emulation exactly), on the CPU
+    as they are (W8A16)."""
+    lin = nn.Linear(384, 256, bias=False).requires_grad_(False)
+    m = fp8.Fp8Linear.from_linear(lin)
+    assert not m.fast
+    x = torch.randn(3, 5, 384, generator=torch.Generator().manual_seed(4))
+    w8a16 = x @ m.dequantised().t()
+    torch.testing.assert_close(m(x), w8a16, rtol=1e-6, atol=1e-6)
+    xq, xs = fp8.quantise_input(x.reshape(-1, 384))
+    w8a8 = fp8.fp8_block_mm(xq, xs, m.weight, m.weight_scale_inv, torch.float32).view(3, 5, 256)
+    torch.testing.assert_close(fp8.round_input(x) @ m.dequantised().t(), w8a8, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # the CUDA branch, on the CPU
+    torch.testing.assert_close(m(x), w8a8, rtol=1e-5, atol=1e-5)
+    spans = ((0, 128), (128, 128))
+    for (s, n), y in zip(spans, m.forward_rows(x, spans), strict=True):
+        torch.testing.assert_close(y, w8a8[..., s : s + n], rtol=1e-5, atol=1e-5)
+    assert 0 < rel(w8a8, w8a16) < 0.06
+
+
 def test_quantise_model_takes_the_decoder_projections_that_fit():
     model = nn.Module()
     model.layers = nn.ModuleList([nn.Module()])

@@ -2,8 +2,10 @@
 (1 x 128 activation scales, the checkpoint's 128 x 128 weight scales) against its fp32 emulation and against
 bf16, eager and compiled; FP8 capture of small targets whose shapes take the FP8 matmul (dense: the
 compiled direct loop; hybrid: the flattened compiled regions, with fla) against their bf16 capture, from an
-FP8 checkpoint and quantised on load; and a timing print at the Qwen3.6-27B's seven projection shapes
-(bf16, FP8 block-scaled eager / compiled / matmul alone, FP8 rowwise for comparison; not asserted).
+FP8 checkpoint and quantised on load, block and rowwise scales; the rowwise op (``dflash::fp8_row_mm``,
+fp8_rows.py) against its CPU kernel, its module's row slices and compiled forward; and a timing print at the
+Qwen3.6-27B's seven projection shapes (bf16, FP8 block-scaled eager / compiled / matmul alone, FP8 rowwise
+op eager / compiled / matmul alone; not asserted).
 
 Run on an H200: ``PYTHONPATH=. python -m pytest tests/trainer/target/test_gpu_fp8.py -q -s``
 (``DFLASH_GPU_OUT=DIR`` also writes the figures to DIR/fp8_gpu.json). Skipped without CUDA."""
@@ -19,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.trainer.target.fp8_ref import rel, write_fp8
-from trainer.target import fp8
+from trainer.target import fp8, fp8_rows
 from trainer.target.capture import capture, capture_of, decoder_of, load_target
 
 pytestmark = [
@@ -97,6 +99,47 @@ def test_rows_and_compiled_forward_equal_the_eager_one():
     assert rel(compiled(x), m(norm(x))) < 0.05
 
 
+@pytest.mark.parametrize(
+    ("M", "N", "K"),
+    [(4096, 1024, 5120), (1003, 6144, 5120), (512, 5120, 17408), (777, 1152, 384), (64, 384, 1152)],
+)
+def test_rowwise_op_matches_its_cpu_kernel_and_bf16(M, N, K):
+    """The CUDA kernel (``torch._scaled_mm``, rowwise scales, fast accumulation) against the op's CPU kernel
+    on the same e4m3 operands (fp32, dequantised), within FP8 accumulation tolerance; the h384 shapes too."""
+    g = torch.Generator(device=DEV).manual_seed(0)
+    x = torch.randn(M, K, device=DEV, generator=g, dtype=torch.bfloat16)
+    w = torch.randn(N, K, device=DEV, generator=g) * 0.02
+    q, s = fp8_rows.quantise_rows(w)
+    xq, xs = fp8_rows.quantise_input_rows(x)
+    got = fp8_rows.fp8_row_mm(xq, xs, q, s, torch.bfloat16)
+    cpu = fp8_rows.fp8_row_mm(xq.cpu(), xs.cpu(), q.cpu(), s.cpu(), torch.float32)
+    ref = F.linear(x, w.to(torch.bfloat16))
+    errs = {"vs_cpu_kernel": rel(got.cpu(), cpu), "vs_bf16": rel(got, ref)}
+    print(f"\nrowwise (M, N, K) = {(M, N, K)}: {errs}")
+    _record(f"row matmul {M}x{N}x{K}", errs)
+    assert got.dtype == torch.bfloat16 and got.shape == (M, N)
+    assert errs["vs_cpu_kernel"] < 5e-3
+    assert errs["vs_bf16"] < 0.06
+    f32 = fp8_rows.fp8_row_mm(xq, xs, q, s, torch.float32)  # another out dtype: computed in bf16, cast
+    assert f32.dtype == torch.float32 and rel(f32, got) < 1e-6
+
+
+def test_rowwise_module_rows_unaligned_and_compiled_equal_the_eager_forward():
+    lin = torch.nn.Linear(5120, 2048 + 2048 + 6144, bias=True, device=DEV, dtype=torch.bfloat16)
+    block = fp8.Fp8Linear.from_linear(lin)
+    m = block.to_rows()
+    assert m.scales == "row" and m.fast
+    x = torch.randn(3, 700, 5120, device=DEV, dtype=torch.bfloat16)
+    eager = m(x)
+    assert rel(eager, block(x)) < 0.1 and rel(eager, lin(x)) < 0.1  # two roundings each; a wrong layout: ~1
+    for spans in (((0, 2048), (2048, 2048), (4096, 6144)), ((0, 48), (48, 4000), (4048, 6192)), ((1, 16),)):
+        for (s, n), y in zip(spans, m.forward_rows(x, spans), strict=True):
+            assert rel(y, eager[..., s : s + n]) < 1e-3, (s, n)
+    norm = torch.nn.RMSNorm(5120, device=DEV, dtype=torch.bfloat16)
+    compiled = torch.compile(lambda h: m(norm(h)))
+    assert rel(compiled(x), m(norm(x))) < 0.05  # as the block test: the fused quantisation sees fp32
+
+
 def _dense_config():
     from transformers import Qwen3Config
 
@@ -163,13 +206,14 @@ def test_fp8_capture_is_close_to_bf16(kind, tmp_path):
     plain, quant = _targets(tmp_path, _dense_config() if kind == "dense" else _hybrid_config())
     layers = [0, 1, 3]
     ref = load_target(plain, DEV, torch.bfloat16, layers)
-    for source, path, dt in (("fp8 checkpoint", quant, None), ("quantised on load", plain, "fp8")):
-        model = load_target(path, DEV, torch.bfloat16, layers, target_dtype=dt)
-        n = sum(isinstance(m, fp8.Fp8Linear) and m.fast for m in model.modules())
-        assert n >= 5 * len(decoder_of(model).layers), n
-        assert capture_of(model).compiled == capture_of(ref).compiled
-        errs = _capture_errors(f"{kind} capture, {source}", model, ref, layers)
-        assert all(e < 0.3 for e in errs["layers_part"]), errs  # random weights: errors grow with depth
+    for scales in ("block", "row"):
+        for source, path, dt in (("fp8 checkpoint", quant, None), ("quantised on load", plain, "fp8")):
+            model = load_target(path, DEV, torch.bfloat16, layers, target_dtype=dt, fp8_scales=scales)
+            lin = [m for m in model.modules() if isinstance(m, fp8.Fp8Linear) and m.fast]
+            assert len(lin) >= 5 * len(decoder_of(model).layers) and {m.scales for m in lin} == {scales}
+            assert capture_of(model).compiled == capture_of(ref).compiled
+            errs = _capture_errors(f"{kind} capture, {source}, {scales} scales", model, ref, layers)
+            assert all(e < 0.3 for e in errs["layers_part"]), errs  # random weights: errors grow with depth
 
 
 def _time(fn, iters: int = 10) -> float:
@@ -205,12 +249,19 @@ def test_projection_timing_at_the_27b_shapes():
         xq, xs = fp8.quantise_input(x)
         rq, rxs, rwq, rws = _rowwise(x, w)
         compiled = torch.compile(lambda h, q=q, s=s: fp8.block_linear(h, q, s))
+        wq, ws = fp8_rows.quantise_rows(w)
+        row_compiled = torch.compile(lambda h, q=wq, s=ws: fp8_rows.row_linear(h, q, s))
         t = {
             "bf16": _time(lambda x=x, w=w: F.linear(x, w)),
             "fp8_block_eager": _time(lambda x=x, q=q, s=s: fp8.block_linear(x, q, s)),
             "fp8_block_compiled": _time(lambda x=x, c=compiled: c(x)),
             "fp8_block_mm_only": _time(
                 lambda q=q, s=s, xq=xq, xs=xs: fp8.fp8_block_mm(xq, xs, q, s, torch.bfloat16)
+            ),
+            "fp8_row_eager": _time(lambda x=x, q=wq, s=ws: fp8_rows.row_linear(x, q, s)),
+            "fp8_row_compiled": _time(lambda x=x, c=row_compiled: c(x)),
+            "fp8_row_op_only": _time(
+                lambda q=wq, s=ws, xq=rq, xs=rxs: fp8_rows.fp8_row_mm(xq, xs, q, s, torch.bfloat16)
             ),
             "fp8_rowwise_mm_only": _time(
                 lambda a=rq, sa=rxs, b=rwq, sb=rws: torch._scaled_mm(
@@ -226,3 +277,14 @@ def test_projection_timing_at_the_27b_shapes():
         rows[f"{N}x{K}"]["block_vs_bf16_rel"] = rel(fp8.block_linear(x, q, s), F.linear(x, w))
         print(f"\n{N}x{K} at {TOKENS} tokens: {rows[f'{N}x{K}']}")
     _record("timing_27b_shapes", {"tokens": TOKENS, "device": torch.cuda.get_device_name(), "rows": rows})
+
+
+def test_a_shape_cublas_refuses_runs_w8a8_emulated():
+    """K = 384 (the h384 targets): no block-scaled matmul, the activations rounded as it would (W8A8)."""
+    lin = torch.nn.Linear(384, 1152, bias=False, device=DEV, dtype=torch.bfloat16)
+    m = fp8.Fp8Linear.from_linear(lin)
+    assert not m.fast
+    x = torch.randn(64, 384, device=DEV, dtype=torch.bfloat16)
+    xq, xs = fp8.quantise_input(x)
+    want = fp8.fp8_block_mm(xq.cpu(), xs.cpu(), m.weight.cpu(), m.weight_scale_inv.cpu(), torch.float32)
+    assert rel(m(x).float().cpu(), want) < 1e-2

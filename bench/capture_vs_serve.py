@@ -1,0 +1,151 @@
+"""The hidden states a drafter trains on against those it is served with, on one (trained) target.
+
+    PYTHONPATH=. python bench/capture_vs_serve.py TARGET_DIR --prompts FILE_OR_DIR --drafter DRAFTER_DIR \
+        --device cuda:0 --docs 32 --len 512 [--out OUT.json]
+
+The same documents' features at the drafter's target layers (``--layers`` or the drafter's
+``dflash_config.target_layer_ids``), three ways:
+- ``train``: the trainer's capture (``capture.load_target`` + ``capture``: its fast path, several documents
+  packed in one row with per-document positions; bf16 on CUDA, as the trainer runs it);
+- ``serve``: ``trainer.evaluate``'s engine (``StaticTarget`` where it applies, else ``CachedTarget``), each
+  document alone by prefill, in the same dtype;
+- ``ref``: transformers' own forward of each document alone in fp32 (``output_hidden_states``).
+Per captured layer, the relative L2 error (pooled over documents) of train vs ref, serve vs ref and train vs
+serve. A drafter trained on ``train`` and served ``serve`` sees the difference between them: when it is at
+the level of ``serve`` vs ``ref`` (the dtype's rounding), capture is not why a drafter trails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from trainer.evaluation.load import load_target_model  # noqa: E402
+from trainer.evaluation.prompts import read_prompts  # noqa: E402
+from trainer.target.capture import capture, load_target  # noqa: E402
+
+PACK = 8  # documents per packed row, as the trainer's token budget packs them
+
+
+def layer_ids(a) -> list[int]:
+    if a.layers:
+        return [int(x) for x in a.layers.split(",")]
+    from trainer.evaluation.load import resolve_drafter_dir
+
+    with open(os.path.join(resolve_drafter_dir(a.drafter), "config.json")) as f:
+        return list(json.load(f)["dflash_config"]["target_layer_ids"])
+
+
+def train_features(a, docs, layers, dtype) -> list[torch.Tensor]:
+    """Each document's slice of the trainer's packed capture."""
+    model = load_target(a.target, a.device, dtype, layers)
+    out = []
+    for i in range(0, len(docs), PACK):
+        group = docs[i : i + PACK]
+        ids = torch.tensor([t for d in group for t in d], device=a.device).view(1, -1)
+        doc = torch.cat([torch.full((len(d),), j) for j, d in enumerate(group)]).view(1, -1).to(a.device)
+        with torch.no_grad():
+            feats, _ = capture(model, ids, doc, layers)
+        s = 0
+        for d in group:
+            out.append(feats[0, s : s + len(d)].float().cpu())
+            s += len(d)
+    del model
+    return out
+
+
+def serve_features(a, docs, layers, dtype) -> list[torch.Tensor]:
+    """Each document alone through the evaluation's engine (prefill)."""
+    from trainer.evaluation.spec_decode import CachedTarget
+    from trainer.evaluation.static_target import StaticTarget, static_target_problem
+
+    model = load_target_model(a.target, a.device, dtype)
+    longest = max(len(d) for d in docs)
+    if static_target_problem(model) is None:
+        engine = StaticTarget(model, layers, longest + 8, graphs=False)
+    else:
+        engine = CachedTarget(model, layers)
+    out = []
+    with torch.no_grad():
+        for d in docs:
+            _logits, feats = engine.prefill(d)
+            out.append(feats.float().cpu())
+    return out, model
+
+
+def ref_features(a, model, docs, layers) -> list[torch.Tensor]:
+    """transformers' forward in fp32, each document alone: the decoder layers' outputs (forward hooks; the
+    last entry of ``output_hidden_states`` is after the final norm, which the drafter never sees)."""
+    from trainer.target.base import decoder_of
+
+    model.float()
+    base, got, out = decoder_of(model), {}, []
+    hooks = [
+        base.layers[i].register_forward_hook(
+            lambda _m, _a, o, i=i: got.__setitem__(i, o[0] if isinstance(o, tuple) else o)
+        )
+        for i in layers
+    ]
+    with torch.no_grad():
+        for d in docs:
+            model(input_ids=torch.tensor([d], device=a.device), use_cache=False)
+            out.append(torch.cat([got[i][0] for i in layers], -1).float().cpu())
+    for h in hooks:
+        h.remove()
+    return out
+
+
+def rel_by_layer(x: list[torch.Tensor], y: list[torch.Tensor], n_layers: int) -> list[float]:
+    """Relative L2 error of x against y per captured layer, pooled over documents."""
+    num, den = torch.zeros(n_layers), torch.zeros(n_layers)
+    for a, b in zip(x, y, strict=True):
+        da, db = a.view(a.shape[0], n_layers, -1), b.view(b.shape[0], n_layers, -1)
+        num += (da - db).pow(2).sum(dim=(0, 2))
+        den += db.pow(2).sum(dim=(0, 2))
+    return (num / den).sqrt().tolist()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("target")
+    p.add_argument("--prompts", required=True, help="JSONL file or directory (trainer.evaluate's --prompts)")
+    p.add_argument("--drafter", default=None, help="a drafter (or its run) directory: its target_layer_ids")
+    p.add_argument("--layers", default=None, help="comma-separated layer ids (instead of --drafter)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--docs", type=int, default=32)
+    p.add_argument("--len", type=int, default=512, help="tokens per document (the first LEN of each prompt)")
+    p.add_argument("--out", default=None)
+    a = p.parse_args()
+    if not (a.layers or a.drafter):
+        p.error("give --drafter or --layers")
+    layers = layer_ids(a)
+    dtype = torch.float32 if a.device == "cpu" else torch.bfloat16
+    docs = read_prompts(a.prompts, lambda: None, a.docs, prompt_len=a.len, max_prompt_len=a.len)
+    train = train_features(a, docs, layers, dtype)
+    serve, model = serve_features(a, docs, layers, dtype)
+    ref = ref_features(a, model, docs, layers)
+    res = {
+        "target": a.target,
+        "layers": layers,
+        "docs": len(docs),
+        "tokens": sum(len(d) for d in docs),
+        "dtype": str(dtype),
+        "train_vs_ref": rel_by_layer(train, ref, len(layers)),
+        "serve_vs_ref": rel_by_layer(serve, ref, len(layers)),
+        "train_vs_serve": rel_by_layer(train, serve, len(layers)),
+    }
+    for k in ("train_vs_ref", "serve_vs_ref", "train_vs_serve"):
+        print(f"{k:15s} " + " ".join(f"L{i}:{e:.2e}" for i, e in zip(layers, res[k], strict=True)))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
