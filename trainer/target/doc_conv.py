@@ -91,7 +91,8 @@ if triton_available():
             x2 = x2.contiguous()
         N = x2.shape[0]
         K = weight.shape[-1]
-        taps = taps.contiguous().view(torch.uint8) if K > 1 else x2.new_zeros(1, 1, dtype=torch.uint8)
+        # a copy, not a view: inductor cannot lower a bool -> uint8 view inside a compiled region
+        taps = taps.to(torch.uint8).contiguous() if K > 1 else x2.new_zeros(1, 1, dtype=torch.uint8)
         if weight.stride(-1) != 1:
             weight = weight.contiguous()
         out = torch.empty((N, C), dtype=x.dtype, device=x.device)

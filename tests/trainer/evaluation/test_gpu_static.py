@@ -72,7 +72,7 @@ def test_the_graphed_drafter_proposes_as_the_eager_one(model):
         emb, head = model.get_input_embeddings(), model.get_output_embeddings()
         a, b = StaticProposer(drafter, emb, head, 96, graphs=False), StaticProposer(drafter, emb, head, 96)
         feats = torch.randn(50, cfg.num_captured * cfg.hidden_size, device="cuda:0")
-        tokens = torch.randint(0, 200, (51,)).tolist()
+        tokens = torch.randint(0, cfg.vocab_size, (51,)).tolist()  # ids the target's embedding has
         n = 0
         for run in (30, 2, BS, 1, 5):
             ctx = tokens[: n + run + 1]
