@@ -11,8 +11,8 @@ speed on the H200 (issue 36).
 It is a ``torch.library.triton_op`` (compiled regions keep it whole and see the kernel). ``usable(x, taps)``
 says whether a call's tensors fit it (CUDA; float16 / bfloat16 / float32); ``check(device, reference)`` runs it
 once against the reference on a small packed input (every tap, documents of 1 token and shorter than K, a
-partial tile) and remembers the answer, so a device where the kernel is wrong or fails to build (or has no
-Triton) keeps the reference: ``hybrid.prepare_hybrid`` selects the kernel only where it passed.
+partial tile), eagerly and inside a compiled region (as the capture calls it), and remembers the answer, so a
+device where the kernel is wrong or fails to build or to lower (or has no Triton) keeps the reference: ``hybrid.prepare_hybrid`` selects the kernel only where it passed.
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ def check(device, reference, K: int = 4) -> bool:
     if torch.device(device).type == "cuda" and triton_available() and K > 1:
         try:
             ok, why = compare(device, reference, launch, K)
+            if ok:  # the capture calls it inside compiled regions: so does the check (a lowering error there
+                ok, why = compiled_ok(device, reference, K)  # once killed every hybrid capture at step 1)
         except Exception as e:  # noqa: BLE001 - a kernel that does not build: the reference
             why = f"{type(e).__name__}: {str(e)[:300]}"
     elif torch.device(device).type != "cuda":
@@ -162,6 +164,17 @@ def check(device, reference, K: int = 4) -> bool:
         warnings.warn(f"per-document conv: the Triton kernel is not used on {key[0]} ({why})", stacklevel=2)
     _checked[key] = ok
     return ok
+
+
+def compiled_ok(device, reference, K: int) -> tuple[bool, str]:
+    """(whether the op inside a compiled region equals ``reference``, bf16 without bias as the Gated DeltaNet
+    conv runs, on ``check``'s inputs; why not)."""
+    x, w, _b, taps = check_inputs(device, K)
+    xd, wd = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    got = torch.compile(conv_silu, fullgraph=True, dynamic=False)(xd, wd, None, taps).float()
+    want = reference(xd, wd, None, taps).to(torch.bfloat16).float()
+    err = float((got - want).abs().max() / want.abs().max().clamp(min=1e-12))
+    return (True, "") if err <= 1e-2 else (False, f"compiled: max error {err:.2e} > 1e-2")
 
 
 def compare(device, reference, kernel, K: int) -> tuple[bool, str]:
