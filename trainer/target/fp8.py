@@ -48,6 +48,7 @@ from trainer.target.fp8_rows import (
     dequantise_rows,
     fits_row_mm,
     quantise_rows,
+    quantised_linear_many,
     row_linear_many,
 )
 
@@ -282,13 +283,7 @@ def _fp8_block_mm_fake(xq, xs, w, ws, out_dtype):
 
 def block_linear_many(x: torch.Tensor, rows, bias) -> list[torch.Tensor]:
     """x (..., K) quantised once, then one FP8 matmul per ``(w, ws)`` of ``rows`` (+ its bias, or None)."""
-    lead = x.shape[:-1]
-    xq, xs = quantise_input(x.reshape(-1, x.shape[-1]))
-    outs = []
-    for (w, ws), b in zip(rows, bias, strict=True):
-        y = fp8_block_mm(xq, xs, w, ws, x.dtype)
-        outs.append((y if b is None else y + b).view(*lead, w.shape[0]))
-    return outs
+    return quantised_linear_many(x, rows, bias, quantise_input, fp8_block_mm)
 
 
 def block_linear(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, bias=None) -> torch.Tensor:

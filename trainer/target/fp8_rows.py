@@ -81,16 +81,21 @@ def _fp8_row_mm_fake(xq, xs, w, ws, out_dtype):
     return xq.new_empty((xq.shape[0], w.shape[0]), dtype=out_dtype)
 
 
-def row_linear_many(x: torch.Tensor, rows, bias) -> list[torch.Tensor]:
-    """x (..., K) quantised once per token, then one FP8 matmul per ``(w, ws)`` of ``rows`` (+ its bias, or
-    None)."""
+def quantised_linear_many(x: torch.Tensor, rows, bias, quantise, matmul) -> list[torch.Tensor]:
+    """x (..., K) quantised once (``quantise``: (M, K) -> (e4m3, scales)), then one FP8 ``matmul`` per
+    ``(w, ws)`` of ``rows`` (+ its bias, or None): the shared shape of the row and the block layouts."""
     lead = x.shape[:-1]
-    xq, xs = quantise_input_rows(x.reshape(-1, x.shape[-1]))
+    xq, xs = quantise(x.reshape(-1, x.shape[-1]))
     outs = []
     for (w, ws), b in zip(rows, bias, strict=True):
-        y = fp8_row_mm(xq, xs, w, ws, x.dtype)
+        y = matmul(xq, xs, w, ws, x.dtype)
         outs.append((y if b is None else y + b).view(*lead, w.shape[0]))
     return outs
+
+
+def row_linear_many(x: torch.Tensor, rows, bias) -> list[torch.Tensor]:
+    """x (..., K) quantised once per token, then one rowwise FP8 matmul per ``(w, ws)`` of ``rows``."""
+    return quantised_linear_many(x, rows, bias, quantise_input_rows, fp8_row_mm)
 
 
 def row_linear(x: torch.Tensor, w: torch.Tensor, ws: torch.Tensor, bias=None) -> torch.Tensor:
