@@ -502,17 +502,14 @@ def check_target(args, info: dict, cuda: bool) -> None:
 
 
 def check_fp8_scales(args, info: dict) -> None:
-    """``--fp8-scales`` applies to FP8 targets only: refused where the target dtype resolves to bf16 (as
-    ``trainer.target.fp8.wants_fp8`` resolves it: fp8 for an FP8 checkpoint, else bf16)."""
+    """``--fp8-scales`` for a target whose dtype resolves to bf16 (as ``trainer.target.fp8.wants_fp8`` resolves
+    it: fp8 for an FP8 checkpoint, else bf16) is refused (``fp8_config.scales_refusal``)."""
     scales, dtype = getattr(args, "fp8_scales", None), getattr(args, "target_dtype", None)
-    if scales is None or (dtype or ("fp8" if info.get("fp8") else "bf16")) == "fp8":
-        return
+    use_fp8 = (dtype or ("fp8" if info.get("fp8") else "bf16")) == "fp8"
     why = "--target-dtype bf16" if dtype else "a bf16 checkpoint without --target-dtype fp8"
-    raise FlagError(
-        "--fp8-scales",
-        f"{scales} applies to FP8 targets only, and this target runs in bf16 ({why}): give --target-dtype fp8 "
-        "or leave --fp8-scales out",
-    )
+    refusal = fp8_config.scales_refusal(scales, use_fp8, why)
+    if refusal is not None:
+        raise FlagError("--fp8-scales", refusal)
 
 
 def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:

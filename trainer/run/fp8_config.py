@@ -23,6 +23,18 @@ from dataclasses import dataclass
 BLOCK = 128
 
 
+def scales_refusal(scales: str | None, use_fp8: bool, why: str = "") -> str | None:
+    """Why ``--fp8-scales`` (``scales``) cannot be given for this target, or None: it applies to FP8 targets only
+    (``use_fp8``: the target dtype resolved to fp8). ``why`` says how it came to bf16, for the message."""
+    if scales is None or use_fp8:
+        return None
+    how = f" ({why})" if why else ""
+    return (
+        f"{scales}: the target runs in bf16{how}, and --fp8-scales applies to FP8 targets only: give "
+        "--target-dtype fp8, or leave --fp8-scales out"
+    )
+
+
 @dataclass(frozen=True)
 class Fp8Config:
     not_convert: tuple[str, ...] = ()  # modules_to_not_convert: module names / patterns kept unquantised

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.run.fp8_config import BLOCK
+from trainer.run.fp8_config import BLOCK, scales_refusal
 from trainer.target.fp8_rows import (
     E4M3,
     E4M3_MAX,
@@ -335,12 +335,10 @@ def wants_fp8(target_dtype: str | None, checkpoint_fp8: bool, device) -> bool:
 
 def scales_for(fp8_scales: str | None, use_fp8: bool) -> str:
     """``--fp8-scales`` resolved (None: "block", the checkpoints' and servers' layout); given for a target that
-    runs bf16 it is refused (it would change nothing)."""
-    if fp8_scales is not None and not use_fp8:
-        raise ValueError(
-            f"--fp8-scales {fp8_scales}: the target runs in bf16, and FP8 scales apply to FP8 projections only "
-            "(give --target-dtype fp8, or leave --fp8-scales out)"
-        )
+    runs bf16 it is refused (``fp8_config.scales_refusal``: it would change nothing)."""
+    refusal = scales_refusal(fp8_scales, use_fp8)
+    if refusal is not None:
+        raise ValueError(f"--fp8-scales {refusal}")
     return check_scales(fp8_scales or "block")
 
 
