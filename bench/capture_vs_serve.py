@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer.evaluation.load import load_target_model  # noqa: E402
 from trainer.evaluation.prompts import read_prompts  # noqa: E402
-from trainer.target.capture import capture, load_target  # noqa: E402
+from trainer.target.capture import HOOKS, capture, load_target  # noqa: E402
 
 PACK = 8  # documents per packed row, as the trainer's token budget packs them
 
@@ -60,8 +60,8 @@ def train_features(a, docs, layers, dtype) -> list[torch.Tensor]:
     return out
 
 
-def serve_features(a, docs, layers, dtype) -> list[torch.Tensor]:
-    """Each document alone through the evaluation's engine (prefill)."""
+def serve_features(a, docs, layers, dtype) -> tuple[list[torch.Tensor], torch.nn.Module]:
+    """Each document alone through the evaluation's engine (prefill); and the model, for the reference."""
     from trainer.evaluation.spec_decode import CachedTarget
     from trainer.evaluation.static_target import StaticTarget, static_target_problem
 
@@ -80,24 +80,14 @@ def serve_features(a, docs, layers, dtype) -> list[torch.Tensor]:
 
 
 def ref_features(a, model, docs, layers) -> list[torch.Tensor]:
-    """transformers' forward in fp32, each document alone: the decoder layers' outputs (forward hooks; the
-    last entry of ``output_hidden_states`` is after the final norm, which the drafter never sees)."""
-    from trainer.target.base import decoder_of
-
+    """transformers' forward in fp32, each document alone: the decoder layers' outputs through the trainer's
+    hook capture (``capture.HOOKS``: the model's own forward, not the fast path)."""
     model.float()
-    base, got, out = decoder_of(model), {}, []
-    hooks = [
-        base.layers[i].register_forward_hook(
-            lambda _m, _a, o, i=i: got.__setitem__(i, o[0] if isinstance(o, tuple) else o)
-        )
-        for i in layers
-    ]
-    with torch.no_grad():
-        for d in docs:
-            model(input_ids=torch.tensor([d], device=a.device), use_cache=False)
-            out.append(torch.cat([got[i][0] for i in layers], -1).float().cpu())
-    for h in hooks:
-        h.remove()
+    out = []
+    for d in docs:
+        ids = torch.tensor([d], device=a.device)
+        feats, _ = HOOKS(model, ids, torch.zeros_like(ids), layers, False)
+        out.append(feats[0].float().cpu())
     return out
 
 

@@ -39,16 +39,8 @@ def by_layer(got: torch.Tensor, want: torch.Tensor, n: int) -> list[float]:
 
 
 def _names(model: nn.Module, device: str, scales: str) -> list[str]:
-    """The decoder ``nn.Linear`` layers (not ``fp8.KEEP``) quantised for ``scales``: on CUDA those whose shape
-    the FP8 matmul of that scaling takes (``fp8.quantise_model``'s choice), on the CPU every one."""
-    return [
-        n
-        for n, m in model.named_modules()
-        if type(m) is nn.Linear
-        and ".layers." in f".{n}"
-        and not n.endswith(fp8.KEEP)
-        and (device != "cuda" or fp8.fits(scales, m.out_features, m.in_features))
-    ]
+    """The layers quantised for ``scales``: on CUDA ``fp8.quantise_model``'s choice, on the CPU every one."""
+    return fp8.quantisable(model, scales if device == "cuda" else None)
 
 
 class Variants:

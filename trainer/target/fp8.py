@@ -348,19 +348,23 @@ def swap(model: nn.Module, names) -> None:
         model.set_submodule(name, Fp8Linear.like(model.get_submodule(name)))
 
 
-def quantise_model(model: nn.Module, scales: str = "block") -> int:
-    """Quantise-on-load: every ``nn.Linear`` of the decoder layers whose shape fits the FP8 matmul of
-    ``scales`` ("block": 128 x 128 block scales; "row": one per output row), except ``KEEP``, becomes an
-    ``Fp8Linear`` (its bf16 weight freed as it goes). Returns how many."""
-    check_scales(scales)
-    names = [
+def quantisable(model: nn.Module, scales: str | None) -> list[str]:
+    """The decoder's ``nn.Linear`` layers quantise-on-load takes, except ``KEEP``: those whose shape the FP8
+    matmul of ``scales`` takes (None: every one, whatever its shape)."""
+    return [
         n
         for n, m in model.named_modules()
         if type(m) is nn.Linear
         and ".layers." in f".{n}"
         and not n.endswith(KEEP)
-        and fits(scales, m.out_features, m.in_features)
+        and (scales is None or fits(scales, m.out_features, m.in_features))
     ]
+
+
+def quantise_model(model: nn.Module, scales: str = "block") -> int:
+    """Quantise-on-load: every ``quantisable`` layer for ``scales`` ("block": 128 x 128 block scales; "row": one
+    per output row) becomes an ``Fp8Linear`` (its bf16 weight freed as it goes). Returns how many."""
+    names = quantisable(model, check_scales(scales))
     for n in names:
         model.set_submodule(n, Fp8Linear.from_linear(model.get_submodule(n), scales))
     return len(names)
