@@ -42,9 +42,11 @@ def layer_ids(a) -> list[int]:
         return list(json.load(f)["dflash_config"]["target_layer_ids"])
 
 
-def train_features(a, docs, layers, dtype) -> list[torch.Tensor]:
-    """Each document's slice of the trainer's packed capture."""
-    model = load_target(a.target, a.device, dtype, layers)
+def train_features(a, docs, layers, dtype, fp8_scales: str | None = None, path=None) -> list[torch.Tensor]:
+    """Each document's slice of the trainer's packed capture (of ``path``, else the target; ``fp8_scales``:
+    through ``--target-dtype fp8`` with those scales)."""
+    fp8 = {"target_dtype": "fp8", "fp8_scales": fp8_scales} if fp8_scales else {}
+    model = load_target(path or a.target, a.device, dtype, layers, **fp8)
     out = []
     for i in range(0, len(docs), PACK):
         group = docs[i : i + PACK]
@@ -101,6 +103,22 @@ def rel_by_layer(x: list[torch.Tensor], y: list[torch.Tensor], n_layers: int) ->
     return (num / den).sqrt().tolist()
 
 
+def fp8_errors(a, docs, layers, dtype, ref, train, res: dict) -> None:
+    """``--fp8``: the target written as an FP8 checkpoint in Qwen's block-128 layout (what the acceptance bench's
+    ``@fp8`` drafters train on and ``eval_fp8serve`` serves), captured with each scaling; its error per layer
+    against ``ref`` (fp32) and ``train`` (the bf16 capture) into ``res``."""
+    import tempfile
+
+    from bench.acceptance_fp8 import write_fp8_target
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res["fp8_target"] = write_fp8_target(a.target, tmp)
+        for scales in filter(None, a.fp8.split(",")):
+            fp8 = train_features(a, docs, layers, dtype, scales, path=tmp)
+            res[f"fp8{scales}_vs_ref"] = rel_by_layer(fp8, ref, len(layers))
+            res[f"fp8{scales}_vs_train"] = rel_by_layer(fp8, train, len(layers))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("target")
@@ -110,6 +128,8 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--docs", type=int, default=32)
     p.add_argument("--len", type=int, default=512, help="tokens per document (the first LEN of each prompt)")
+    p.add_argument("--fp8", default="", help="also capture the target's FP8 checkpoint (block-128) with these --fp8-scales "
+                   "(comma-separated, of block and row): each one's error against ref and against train (bf16)")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if not (a.layers or a.drafter):
@@ -130,8 +150,9 @@ def main() -> None:
         "serve_vs_ref": rel_by_layer(serve, ref, len(layers)),
         "train_vs_serve": rel_by_layer(train, serve, len(layers)),
     }
-    for k in ("train_vs_ref", "serve_vs_ref", "train_vs_serve"):
-        print(f"{k:15s} " + " ".join(f"L{i}:{e:.2e}" for i, e in zip(layers, res[k], strict=True)))
+    fp8_errors(a, docs, layers, dtype, ref, train, res)
+    for k in [k for k in res if k.endswith(("_ref", "_serve", "_train"))]:
+        print(f"{k:18s} " + " ".join(f"L{i}:{e:.2e}" for i, e in zip(layers, res[k], strict=True)))
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
