@@ -128,8 +128,12 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--docs", type=int, default=32)
     p.add_argument("--len", type=int, default=512, help="tokens per document (the first LEN of each prompt)")
-    p.add_argument("--fp8", default="", help="also capture the target's FP8 checkpoint (block-128) with these --fp8-scales "
-                   "(comma-separated, of block and row): each one's error against ref and against train (bf16)")
+    p.add_argument(
+        "--fp8",
+        default="",
+        help="also capture the target's FP8 checkpoint (block-128) with these --fp8-scales "
+        "(comma-separated, of block and row): each one's error against ref and against train (bf16)",
+    )
     p.add_argument("--out", default=None)
     a = p.parse_args()
     if not (a.layers or a.drafter):

@@ -12,7 +12,7 @@ launcher takes any split). What the arithmetic leaves out: the hand-off fan-in o
 drafters and DDP's gradient all-reduce across D drafters (a run on N GPUs measures those).
 
 ``--fp8`` (issue 36): the same projection twice, with the bf16 and with the FP8 capture rate per target GPU.
-The rates come from ``--hybrid`` (a bench_hybrid.py results JSON: ``direct_packed`` and ``fp8_packed``, one
+The rates come from ``--hybrid`` (a bench_hybrid.py results JSON: ``direct_packed`` and the faster of ``fp8_packed`` / ``fp8row_packed``, one
 call on one H200), else ``--capture-bf16`` / ``--capture-fp8``, else the defaults below, each labelled where it
 comes from: bf16 12,090 tok/s (measured, issue 17 run 2), FP8 ``FP8_ESTIMATE`` (**an estimate, not measured**).
 The drafter rate and the efficiency come from a bench_seeds.py results JSON when one is given (its
@@ -127,9 +127,11 @@ def from_results(res: dict) -> list[tuple[str, dict]]:
 
 
 def hybrid_rates(res: dict) -> tuple[float | None, float | None]:
-    """(bf16, FP8) packed capture tok/s of a bench_hybrid.py results JSON (None where a step did not run)."""
+    """(bf16, FP8) packed capture tok/s of a bench_hybrid.py results JSON (None where a step did not run); FP8:
+    the faster of its two scalings (``fp8_packed``: block, ``fp8row_packed``: row), both run on the same call."""
     steps = res.get("steps", {})
-    return (steps.get("direct_packed") or {}).get("tok_s"), (steps.get("fp8_packed") or {}).get("tok_s")
+    fp8 = [(steps.get(k) or {}).get("tok_s") for k in ("fp8_packed", "fp8row_packed")]
+    return (steps.get("direct_packed") or {}).get("tok_s"), max((r for r in fp8 if r), default=None)
 
 
 def capture_rates(a) -> list[tuple[str, float, str]]:

@@ -61,3 +61,15 @@ def test_fp8_projection_without_a_measurement_says_it_is_an_estimate(tmp_path, c
     assert projection.main(["--fp8", "--capture-fp8", "20000", str(seeds)]) == 0
     out = capsys.readouterr().out
     assert "fp8 capture: given" in out and "drafter **40,000**" in out and "efficiency **0.900**" in out
+
+
+def test_fp8_projection_takes_the_faster_of_the_two_scalings(tmp_path, capsys):
+    steps = {
+        "direct_packed": {"tok_s": 12_000.0},
+        "fp8_packed": {"tok_s": 16_000.0},
+        "fp8row_packed": {"tok_s": 18_000.0},
+    }
+    hybrid = tmp_path / "bench_hybrid.json"
+    hybrid.write_text(json.dumps({"steps": steps}))
+    assert projection.main(["--fp8", "--hybrid", str(hybrid), "--drafter", "30000"]) == 0
+    assert "capture 1.500x per target GPU" in capsys.readouterr().out  # row's 18,000, not block's 16,000

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 import random
 
+from trainer.evaluation import divergence
+
 
 def summarize(accept_lens: list[int], block_size: int) -> dict:
     steps = len(accept_lens)
@@ -89,6 +91,7 @@ def pool(reports: list[dict]) -> dict:
         out[key] = None if None in vals else sum(vals)
     if out["greedy_mismatches"] is not None:
         out["greedy_match"] = out["greedy_mismatches"] == 0
+    _pool_divergences(out, reports)
     for key in ("spec_tok_s", "target_tok_s"):  # decode seconds = tokens / speed, per shard
         rates = [r.get(key) for r in reports]
         secs = sum(r["new_tokens"] / v for r, v in zip(reports, rates, strict=True) if v) if all(rates) else 0
@@ -99,6 +102,17 @@ def pool(reports: list[dict]) -> dict:
     out["seconds"] = max(r["seconds"] for r in reports)
     out["shards"] = len(reports)
     return out
+
+
+def _pool_divergences(out: dict, reports: list[dict]) -> None:
+    """The shards' greedy divergences as one list (prompt indices shifted to the pooled order) and counts."""
+    if any("greedy_divergences" not in r for r in reports):
+        return
+    found, first = [], 0
+    for r in reports:
+        found += [{**d, "prompt": d["prompt"] + first} for d in r["greedy_divergences"]]
+        first += r["prompts"]
+    out.update(divergence.summary(found))
 
 
 def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dict:
@@ -119,6 +133,16 @@ def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dic
     boot = sorted(x for x in draws if not math.isnan(x))  # (a draw of prompts without a step: none to count)
     lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
     return {"ratio": ratio(range(n)), "ci95": [lo, hi], "prompts": n, "resamples": resamples}
+
+
+def _ties(r: dict) -> str:
+    """How many of the differing prompts left the target's output at a near tie (divergence.py)."""
+    if r.get("greedy_mismatches_near_tie") is None:
+        return ""
+    worst = r.get("greedy_mismatch_max_rel_gap")
+    return f"; {r['greedy_mismatches_near_tie']} at a near tie" + (
+        f", largest gap {worst:.1e} of the top logit" if worst is not None else ""
+    )
 
 
 def format_report(r: dict) -> str:
@@ -146,7 +170,7 @@ def format_report(r: dict) -> str:
             + (
                 "yes, every prompt"
                 if r["greedy_match"]
-                else f"NO ({r['greedy_mismatches']} prompt(s) differ)"
+                else f"NO ({r['greedy_mismatches']} prompt(s) differ" + _ties(r) + ")"
             )
         )
     lines.append(f"took {r['seconds']:.1f} s")

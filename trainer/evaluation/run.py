@@ -315,6 +315,8 @@ class _Tally:
     base_tokens: float = 0.0
     base_s: float = 0.0
     mismatches: int = 0
+    # divergence.divergence of each mismatch, with its prompt's index
+    divergences: list = field(default_factory=list)
     rewinds: int = 0
     outputs: list = field(default_factory=list)
 
@@ -323,6 +325,7 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _T
     """Per prompt: the target alone (unless ``--no-baseline``), then speculative decoding, from one seed."""
     import torch
 
+    from trainer.evaluation.divergence import divergence
     from trainer.evaluation.spec_decode import speculative_generate, target_generate
 
     gen = torch.Generator(device=device)
@@ -357,6 +360,7 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _T
         t.rewinds += spec.rewind_forwards
         if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
             t.mismatches += 1
+            t.divergences.append({"prompt": i, **divergence(st.target, prompt, base.tokens, spec.tokens)})
         progress.update(
             i + 1,
             t.accepted / t.verify_steps if t.verify_steps else None,
@@ -368,6 +372,7 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _T
 
 
 def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dict:
+    from trainer.evaluation.divergence import summary
     from trainer.evaluation.report import over_prompts, summarize
 
     spec_tok_s = t.spec_tokens / t.spec_s if t.spec_s > 0 else None
@@ -395,6 +400,7 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         "rewind_forwards": t.rewinds,
         "greedy_match": (t.mismatches == 0) if greedy else None,
         "greedy_mismatches": t.mismatches if greedy else None,
+        **(summary(t.divergences) if greedy else {}),
         "drafter": os.path.abspath(st.drafter_dir),
         "target": os.path.abspath(a.target_model),
         "seconds": time.monotonic() - t_start,
