@@ -6,7 +6,11 @@
   FP8 checkpoint in Qwen's block-128 layout, the trainer's ``--target-dtype fp8``) instead of the bf16 one
   (``@bf16``, the default); everything else is the same (data, seed, steps). Its bf16-captured twin (the spec
   without ``@fp8``) is trained too, once, listed or not: ``capture_pairs`` pairs the two, evaluated against the
-  bf16 target and against the FP8 one;
+  bf16 target and against the FP8 one. A suffix ``@t`` with dash-separated layer ids (``8:2:dflash@t3-7``,
+  ``8:2:dflash@fp8@t3-7``) trains on those target layers (the trainer's ``--target-layer-ids``) instead of the
+  trainer's default spread ([1, 5] for 8 target layers and 2 draft layers: both Gated DeltaNet layers of the
+  hybrid h384 target; 3 and 7 are its attention layers); it is compared with the same spec on the default layers
+  where both are trained;
 - ``pattern``: the draft layers' attention, one letter a layer: ``S`` sliding window, ``F`` full (the trainer's
   ``--layer-types``), e.g. SpecForge's Qwen3.6-27B recipe ``16:5:dflash:SSSSF``; absent: all full;
 - ``window``: the sliding layers' window (``--sliding-window``), default ``DEFAULT_WINDOW`` (the recipe's 2048;
@@ -37,6 +41,7 @@ class Spec(NamedTuple):
     pattern: str | None = None  # "SSSSF": one letter a draft layer
     window: int | None = None  # the sliding layers' window (a pattern with an S only)
     capture: str | None = None  # "fp8": trained on the FP8 target's hidden states; None: the bf16 target's
+    target_layers: tuple[int, ...] | None = None  # --target-layer-ids; None: the trainer's default
 
 
 def _int(part: str, what: str, spec: str, low: int) -> int:
@@ -55,7 +60,7 @@ def parse_spec(spec: str) -> Spec:
     if not 2 <= len(parts) <= 5:
         raise ValueError(f"--blocks {spec!r}: expected block:layers[:arch[:pattern[:window]]]")
     block, layers = _int(parts[0], "block", spec, 2), _int(parts[1], "layers", spec, 1)
-    arch, capture = _arch(parts[2] if len(parts) > 2 else "", spec)
+    arch, capture, target_layers = _arch(parts[2] if len(parts) > 2 else "", spec)
     pattern = parts[3].upper() if len(parts) > 3 and parts[3] else None
     if pattern is not None and (set(pattern) - set(LAYER_LETTERS) or len(pattern) != layers):
         raise ValueError(f"--blocks {spec!r}: pattern {parts[3]!r} must be {layers} letters of S and F")
@@ -63,17 +68,27 @@ def parse_spec(spec: str) -> Spec:
     sliding = pattern is not None and "S" in pattern
     if window is not None and not sliding:
         raise ValueError(f"--blocks {spec!r}: a window needs a pattern with sliding (S) layers")
-    return Spec(block, layers, arch, None, pattern, window or (DEFAULT_WINDOW if sliding else None), capture)
+    window = window or (DEFAULT_WINDOW if sliding else None)
+    return Spec(block, layers, arch, None, pattern, window, capture, target_layers)
 
 
-def _arch(part: str, spec: str) -> tuple[str | None, str | None]:
-    """``arch[@dtype]`` -> (arch or None, capture: "fp8" or None for bf16)."""
-    arch, _, dtype = part.partition("@")
-    if dtype not in ("", *CAPTURE_DTYPES):
-        raise ValueError(
-            f"--blocks {spec!r}: capture dtype {dtype!r} is not one of {', '.join(CAPTURE_DTYPES)}"
-        )
-    return arch or None, ("fp8" if dtype == "fp8" else None)
+def _arch(part: str, spec: str) -> tuple[str | None, str | None, tuple[int, ...] | None]:
+    """``arch[@dtype][@tA-B..]`` -> (arch or None, capture: "fp8" or None for bf16, target layer ids or None)."""
+    arch, *mods = part.split("@")
+    dtype, layers = "", None
+    for m in mods:
+        if m.startswith("t") and layers is None:
+            layers = tuple(_int(x, "target layer", spec, 0) for x in m[1:].split("-"))
+            if len(set(layers)) != len(layers) or not layers:
+                raise ValueError(f"--blocks {spec!r}: target layers {m[1:]!r} must be distinct ids")
+        elif m in CAPTURE_DTYPES and not dtype:
+            dtype = m
+        else:
+            raise ValueError(
+                f"--blocks {spec!r}: capture dtype {m!r} is not one of {', '.join(CAPTURE_DTYPES)} (nor "
+                "target layers such as t3-7), or is given twice"
+            )
+    return arch or None, ("fp8" if dtype == "fp8" else None), layers
 
 
 def parse_specs(blocks: str, train_text: str) -> list[Spec]:
@@ -96,6 +111,7 @@ def _name(spec: Spec) -> str:
     if spec.window is not None and spec.window != DEFAULT_WINDOW:
         out += f"w{spec.window}"
     out += f"_{spec.capture}cap" if spec.capture else ""
+    out += "_t" + "-".join(map(str, spec.target_layers)) if spec.target_layers else ""
     return out + (f"_{spec.text}" if spec.text else "")
 
 
@@ -120,6 +136,8 @@ def drafter_flags(spec: Spec) -> list[str]:
         argv += ["--layer-types", ",".join(LAYER_LETTERS[c] for c in spec.pattern)]
     if spec.window is not None:
         argv += ["--sliding-window", str(spec.window)]
+    if spec.target_layers:
+        argv += ["--target-layer-ids", ",".join(map(str, spec.target_layers))]
     return argv
 
 
@@ -141,6 +159,9 @@ def comparisons(group: list[Spec], target: str) -> list[tuple[str, str, str]]:
             pairs += [
                 (key_of(x, target), key_of(s, target), f"{s.pattern}_over_{x.layers}_full") for x in plain
             ]
+        if s.target_layers and s._replace(target_layers=None) in group:
+            what = "t" + "-".join(map(str, s.target_layers)) + "_over_default_layers"
+            pairs.append((key_of(s._replace(target_layers=None), target), key_of(s, target), what))
         if s.text == "regenerated":
             pairs.append(
                 (key_of(s._replace(text="original"), target), key_of(s, target), "regenerated_over_original")

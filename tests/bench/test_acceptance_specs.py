@@ -55,6 +55,31 @@ def test_comparisons_pair_dflash2_with_dflash1_and_a_pattern_with_full_layers():
     ]
 
 
+def test_target_layers_become_the_trainers_flag_a_name_and_a_comparison_with_the_default_layers():
+    s = parse_spec("8:2:dflash@fp8@t3-7")
+    assert (s.capture, s.target_layers) == ("fp8", (3, 7))
+    assert tag_of(s) == "b8_dflash_fp8cap_t3-7" and key_of(s, "h") == "h_block8_dflash_fp8cap_t3-7"
+    flags = drafter_flags(s)
+    args = build_parser().parse_args(["--target-model", "t", "--data-dir", "d", "--output-dir", "o", *flags])
+    assert args.target_layer_ids == [3, 7]
+    group = parse_specs("8:2:dflash,8:2:dflash@t3-7,8:2:dflash2@t2-6", "data")
+    pairs = {(a, b): what for a, b, what in comparisons(group, "t")}
+    assert pairs[("t_block8_dflash", "t_block8_dflash_t3-7")] == "t3-7_over_default_layers"
+    assert not any(b == "t_block8_dflash2_t2-6" and "layers" in w for (_a, b), w in pairs.items())  # no twin
+    twin = parse_specs("8:2:dflash@fp8@t3-7", "data")  # the FP8 one's bf16 twin keeps its layers
+    assert [(x.capture, x.target_layers) for x in twin] == [(None, (3, 7)), ("fp8", (3, 7))]
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [("8:2:dflash@t3-3", "distinct"), ("8:2:dflash@tx", "target layer"), ("8:2:dflash@fp4", "not one of"),
+     ("8:2:dflash@fp8@fp8", "twice"), ("8:2:dflash@t-1", "target layer")],
+)  # fmt: skip
+def test_bad_modifiers_are_refused(bad, says):
+    with pytest.raises(ValueError, match=says):
+        parse_spec(bad)
+
+
 # -- bench/acceptance_pair.py: one run's drafter against another run's, prompt by prompt -------------------
 def _run(accepts: list[float], steps: list[int], **over) -> dict:
     ev = {"mean_accept_len": sum(a * s for a, s in zip(accepts, steps, strict=True)) / sum(steps), "prompts": len(steps),
