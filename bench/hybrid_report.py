@@ -78,3 +78,11 @@ def print_conv(e: dict) -> None:
     else:
         line += f"; kernel {e.get('kernel')}"
     print(line)
+    timed = [r for r in e.get("sweep", []) if "s_per_layer" in r]
+    if timed:
+        best = min(timed, key=lambda r: r["s_per_layer"])
+        print(
+            f"{'conv sweep best':22s} {best.get('kernel', 'tile')} {best['block_t']} x {best['block_c']}, {best['warps']} warps, "
+            f"{best.get('stages', 0)} stages: {1e3 * best['s_per_layer']:.3f} ms = "
+            f"{best['s_per_layer'] / e['floor_s_per_layer']:.2f}x the floor ({len(timed)} of {len(e['sweep'])} timed)"
+        )

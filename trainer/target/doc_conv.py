@@ -8,6 +8,11 @@ tile's own, or K - 1 rows above it: read from cache), so memory traffic is one r
 output, where the reference's fused kernel (rolls masked by a bool per tap) ran at about a third of memory
 speed on the H200 (issue 36).
 
+``launch_rolling`` is a second kernel for the same contract (widths up to 4), measured beside it by
+bench/hybrid_conv.py's sweep and not used by the capture yet: each program walks a strip of tokens row by row,
+keeping the K - 1 previous rows in registers, so each row is loaded once (the tile kernel loads it K times,
+K - 1 of them from cache).
+
 It is a ``torch.library.triton_op`` (compiled regions keep it whole and see the kernel). ``usable(x, taps)``
 says whether a call's tensors fit it (CUDA; float16 / bfloat16 / float32); ``check(device, reference)`` runs it
 once against the reference on a small packed input (every tap, documents of 1 token and shorter than K, a
@@ -26,6 +31,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # a tuple: compiled reg
 # tokens and channels per program: the best of bench/hybrid_conv.py's sweep on one H200 (2026-12-04, the 27B
 # shape's 10,240 channels at 49,152 tokens: 0.944 ms a layer, against 1.071 ms at the earlier 64 x 128)
 BLOCK_T, BLOCK_C, WARPS = 16, 256, 4
+ROLLING_MAX_K = 4  # the rolling kernel's widest conv (Qwen3.5 / 3.6: 4)
 _checked: dict[tuple[str, int], bool] = {}  # (device, width K) -> whether the kernel equals the reference
 
 
@@ -84,6 +90,85 @@ if triton_available():
             y.to(out_ptr.dtype.element_ty),
             mask=tm[:, None] & cm[None, :],
         )
+
+    @triton.jit
+    def doc_conv_silu_rolling_kernel(
+        x_ptr,
+        w_ptr,
+        b_ptr,
+        taps_ptr,
+        out_ptr,
+        N,
+        C,
+        stride_x,
+        stride_w,
+        stride_taps,
+        K: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+        BT: tl.constexpr,
+        BC: tl.constexpr,
+        STAGES: tl.constexpr,
+    ):
+        """The same conv (K <= 4) walked token by token over a strip of BT tokens x BC channels: each row of x
+        is read from memory once, its K - 1 predecessors are the last rows, kept in registers."""
+        t0 = tl.program_id(0) * BT
+        c = tl.program_id(1) * BC + tl.arange(0, BC)
+        cm = c < C
+        wc = c.to(tl.int64) * stride_w
+        zero = tl.zeros([BC], dtype=tl.float32)
+        w3 = tl.load(w_ptr + wc + (K - 1), mask=cm, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + wc + (K - 2), mask=cm, other=0.0).to(tl.float32)
+        w1, w0, p2, p3, bias = zero, zero, zero, zero, zero
+        p1 = tl.load(x_ptr + (t0 - 1).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 1), other=0.0)
+        p1 = p1.to(tl.float32)
+        if K > 2:
+            w1 = tl.load(w_ptr + wc + (K - 3), mask=cm, other=0.0).to(tl.float32)
+            p2 = tl.load(x_ptr + (t0 - 2).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 2), other=0.0)
+            p2 = p2.to(tl.float32)
+        if K > 3:
+            w0 = tl.load(w_ptr + wc + (K - 4), mask=cm, other=0.0).to(tl.float32)
+            p3 = tl.load(x_ptr + (t0 - 3).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 3), other=0.0)
+            p3 = p3.to(tl.float32)
+        if HAS_BIAS:
+            bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
+        for i in tl.range(0, BT, num_stages=STAGES):
+            t = t0 + i
+            live = t < N
+            m = cm & live
+            x = tl.load(x_ptr + t.to(tl.int64) * stride_x + c, mask=m, other=0.0).to(tl.float32)
+            g1 = tl.load(taps_ptr + t, mask=live, other=0).to(tl.float32)
+            acc = x * w3 + bias + g1 * p1 * w2
+            if K > 2:
+                acc += tl.load(taps_ptr + stride_taps + t, mask=live, other=0).to(tl.float32) * p2 * w1
+            if K > 3:
+                acc += tl.load(taps_ptr + 2 * stride_taps + t, mask=live, other=0).to(tl.float32) * p3 * w0
+            y = acc * tl.sigmoid(acc)
+            tl.store(out_ptr + t.to(tl.int64) * C + c, y.to(out_ptr.dtype.element_ty), mask=m)
+            p3 = p2
+            p2 = p1
+            p1 = x
+
+    def launch_rolling(
+        x, weight, bias, taps, block_t: int = 256, block_c: int = 512, warps: int = 4, stages: int = 2
+    ):
+        """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``)."""
+        C, K = x.shape[-1], weight.shape[-1]
+        if not 2 <= K <= ROLLING_MAX_K:
+            raise ValueError(f"the rolling conv kernel takes widths 2 .. {ROLLING_MAX_K}, not {K}")
+        x2 = x.reshape(-1, C)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        N = x2.shape[0]
+        taps = taps.to(torch.uint8).contiguous()
+        weight = weight if weight.stride(-1) == 1 else weight.contiguous()
+        out = torch.empty((N, C), dtype=x.dtype, device=x.device)
+        bc = min(block_c, max(16, triton.next_power_of_2(C)))
+        grid = (triton.cdiv(N, block_t), triton.cdiv(C, bc))
+        wrap_triton(doc_conv_silu_rolling_kernel)[grid](
+            x2, weight, weight if bias is None else bias, taps, out, N, C, x2.stride(0), weight.stride(0),
+            taps.stride(0), K=K, HAS_BIAS=bias is not None, BT=block_t, BC=bc, STAGES=stages, num_warps=warps,
+        )  # fmt: skip
+        return out.view(x.shape)
 
     def launch(x, weight, bias, taps, block_t: int = BLOCK_T, block_c: int = BLOCK_C, warps: int = WARPS):
         """The kernel on x (..., N, C) -> (..., N, C) in x's dtype; the tile sizes as given (the bench sweeps)."""

@@ -60,6 +60,23 @@ def test_kernel_equals_the_shifted_taps(K, dtype, C):
         assert _err(got, want) <= TOL[dtype], (K, dtype, C, bias is None)
 
 
+@pytest.mark.parametrize("K", [2, 3, 4])
+@pytest.mark.parametrize("tile", [(256, 512, 4, 2), (7, 64, 4, 1), (64, 1024, 8, 3)])
+def test_the_rolling_kernel_equals_the_shifted_taps(K, tile):
+    """The second kernel (bench/hybrid_conv.py's sweep times it): an odd strip, a partial channel tile."""
+    doc, taps = _packed([(1, 2, 3, 64, 1, 200), (300, 5, 1)], K)
+    N, C = doc.numel(), 2100
+    g = torch.Generator(device=DEV).manual_seed(K)
+    x = torch.randn(1, N, C, device=DEV, generator=g).to(torch.bfloat16)
+    w = torch.randn(C, K, device=DEV, generator=g).to(torch.bfloat16)
+    b = torch.randn(C, device=DEV, generator=g).to(torch.bfloat16)
+    bt, bc, warps, stages = tile
+    for bias in (b, None):
+        got = doc_conv.launch_rolling(x, w, bias, taps, bt, bc, warps, stages)
+        want = _conv_silu(x, w, bias, taps).to(torch.bfloat16)
+        assert _err(got, want) <= TOL[torch.bfloat16], (K, tile, bias is None)
+
+
 def test_kernel_in_a_compiled_region_and_on_a_strided_input():
     doc, taps = _packed([(1000, 1, 3, 2000)], 4)
     N, C = doc.numel(), 2048 * 3
