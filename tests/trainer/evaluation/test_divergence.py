@@ -96,4 +96,6 @@ def test_the_text_report_says_how_many_differing_prompts_were_near_ties():
     tie = {"prompt": 0, "at": 3, "gap": 0.01, "rel_gap": 0.001, "near_tie": True}
     far = {"prompt": 1, "at": 7, "gap": 2.0, "rel_gap": 0.2, "near_tie": False}
     r = {**pool([_shard(3, [tie, far])]), "device": "cuda:0", "speedup": 1.0}
-    assert "NO (2 prompt(s) differ; 1 at a near tie, largest gap 2.0e-01 of the top logit)" in format_report(r)
+    assert "NO (2 prompt(s) differ; 1 at a near tie, largest gap 2.0e-01 of the top logit)" in format_report(
+        r
+    )
