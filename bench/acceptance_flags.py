@@ -117,6 +117,14 @@ def _eval_flags(ap) -> None:
         "(report.pool): 128 prompts in the time of 32 on a GPU that one small-target evaluation leaves idle",
     )
     ap.add_argument(
+        "--speed-prompts",
+        type=int,
+        default=None,
+        help="after a group's evaluations, each drafter once more on its first N held-out prompts in one process "
+        "alone (nothing else on the device): the decode speeds without the shards' shared load ('speed_alone'; "
+        "default 8 on a GPU, 0 (none) on the CPU)",
+    )
+    ap.add_argument(
         "--prompt-sets",
         default="",
         help="more evaluations of every drafter: set:len,... (set heldout or "

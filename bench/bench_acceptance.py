@@ -258,14 +258,15 @@ def write_once(path: str, text: str) -> None:
         f.write(text)
 
 
-def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT, serve=None):
+def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT, serve=None, label=""):
     """Launch ``trainer.evaluate`` of one drafter's final export on a prompt set (``heldout``: held-out files;
     ``train``: chunks of the training files) cut to ``prompt_len`` bytes, as ``cfg["eval_shards"]`` processes
     side by side on consecutive slices of the prompts, against the bf16 target or (``serve="fp8"``) its FP8
-    version (bench/acceptance_fp8.py; acceptance only, ``--no-baseline``); ``finish_eval`` waits and pools them."""
+    version (bench/acceptance_fp8.py; acceptance only, ``--no-baseline``); ``finish_eval`` waits and pools them.
+    ``label`` names an evaluation other than the main one (its log; it saves no outputs)."""
     tag = tag_of(spec)
     name = "" if (prompts, prompt_len) == ("heldout", PROMPT) else f"_{prompts}{prompt_len}"
-    name += "_fp8serve" if serve == "fp8" else ""
+    name += ("_fp8serve" if serve == "fp8" else "") + (f"_{label}" if label else "")
     shards = cfg.get("eval_shards", 1)
     sets = (
         [(prompts, cfg["prompts"])] if shards == 1 else shard_prompts(work, prompts, cfg["prompts"], shards)
@@ -332,6 +333,10 @@ def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
     if a.target_from and a.target_steps:
         ap.error("--target-steps trains a target; --target-from takes a trained one")
     cfg["eval_shards"] = a.eval_shards
+    speed = a.speed_prompts if a.speed_prompts is not None else (8 if cfg["device"].startswith("cuda") else 0)
+    if not 0 <= speed <= cfg["prompts"]:
+        ap.error(f"--speed-prompts must be 0 .. the evaluation's prompts ({cfg['prompts']})")
+    cfg["speed_prompts"] = speed
     prompt_sets = [(x.split(":")[0], int(x.split(":")[1])) for x in a.prompt_sets.split(",") if x]
     return cfg, prompt_sets, specs
 
@@ -535,7 +540,24 @@ def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> 
         save()
         print(json.dumps({"drafter": key, "prompts": ps, "prompt_len": plen, "real": real,
                           "est_over_real": est / real if est and real else None}), flush=True)  # fmt: skip
+    speed_alone(cfg, work, a.out, group, res, save)
     frozen_passes(a, cfg, work, group, res, save)
+
+
+def speed_alone(cfg, work, out, group: list[Spec], res: dict, save) -> None:
+    """``--speed-prompts``: each drafter of the group, one after another, on the first N held-out prompts in one
+    process with nothing beside it: target-only and speculative tok/s on a quiet device (the main evaluation's
+    shards share it), under ``speed_alone``."""
+    if not cfg.get("speed_prompts"):
+        return
+    quiet = {**cfg, "eval_shards": 1, "prompts": cfg["speed_prompts"]}
+    for x in group:
+        e, key = finish_eval(start_eval(quiet, work, out, x, label="alone")), key_of(x, cfg["target_tag"])
+        keep = ("target_tok_s", "spec_tok_s", "speedup", "mean_accept_len", "prompts", "new_tokens", "engine",
+                "cuda_graphs", "greedy_mismatches", "greedy_mismatches_near_tie", "seconds", "rc", "stderr")  # fmt: skip
+        res[key]["speed_alone"] = {k: e[k] for k in keep if k in e}
+        save()
+        print(json.dumps({"drafter": key, "alone": res[key]["speed_alone"]}), flush=True)
 
 
 def frozen_passes(a, cfg, work, group: list[Spec], res: dict, save) -> None:

@@ -1,0 +1,63 @@
+"""bench_acceptance's ``--speed-prompts``: each drafter once more alone, unsharded, on the first N held-out
+prompts, after the group's sharded evaluations; what it records and what it must not overwrite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import bench_acceptance as ba
+from bench.acceptance_flags import build_parser
+from bench.acceptance_specs import parse_spec
+
+
+class _Done:
+    """A finished ``trainer.evaluate --json`` process (its report on stdout)."""
+
+    def __init__(self, argv):
+        self.argv, self.returncode = argv, 0
+        n = int(argv[argv.index("--num-prompts") + 1])
+        self.report = {"target_tok_s": 400.0, "spec_tok_s": 900.0, "speedup": 2.25, "mean_accept_len": 3.5,
+                       "prompts": n, "new_tokens": 16 * n, "histogram": [1], "verify_steps": 1}  # fmt: skip
+
+    def communicate(self):
+        return json.dumps(self.report) + "\n", "evaluate: progress\n"
+
+
+def test_each_drafter_alone_in_one_process_on_the_first_prompts(tmp_path, monkeypatch):
+    launched = []
+    monkeypatch.setattr(
+        ba.subprocess, "Popen", lambda argv, **kw: launched.append(_Done(argv)) or launched[-1]
+    )
+    work, cfg = (
+        str(tmp_path),
+        {**ba.TINY, "eval_shards": 4, "prompts": 4, "speed_prompts": 2, "target_tag": "t"},
+    )
+    group = [parse_spec("8:2:dflash"), parse_spec("8:2:dflash2")]
+    res = {"t_block8_dflash": {}, "t_block8_dflash2": {}}
+    ba.speed_alone(cfg, work, work, group, res, lambda: None)
+    assert len(launched) == 2  # one process a drafter, one after the other
+    for p, tag in zip(launched, ("b8_dflash", "b8_dflash2"), strict=True):
+        argv = p.argv
+        assert argv[argv.index("--drafter") + 1] == f"{work}/run_{tag}"
+        assert argv[argv.index("--prompts") + 1] == f"{work}/heldout"  # the whole set, not a shard
+        assert argv[argv.index("--num-prompts") + 1] == "2"
+        assert "--save-outputs" not in argv  # the main evaluation's decoded text stays as it was
+    assert (tmp_path / "eval_b8_dflash_alone.log").read_text() == "evaluate: progress\n"
+    alone = res["t_block8_dflash2"]["speed_alone"]
+    assert alone == {"target_tok_s": 400.0, "spec_tok_s": 900.0, "speedup": 2.25, "mean_accept_len": 3.5,
+                     "prompts": 2, "new_tokens": 32}  # fmt: skip
+
+
+def test_none_on_the_cpu_by_default_and_bad_counts_refused():
+    ap = build_parser()
+    cfg, _sets, _specs = ba.settle(ap, ap.parse_args(["--tiny", "--out", "o"]))
+    assert cfg["speed_prompts"] == 0
+    cfg, _sets, _specs = ba.settle(ap, ap.parse_args(["--tiny", "--out", "o", "--speed-prompts", "3"]))
+    assert cfg["speed_prompts"] == 3
+    res: dict = {}
+    ba.speed_alone({**cfg, "speed_prompts": 0}, "w", "o", [parse_spec("8:2")], res, lambda: None)
+    assert res == {}  # nothing launched, nothing recorded
+    with pytest.raises(SystemExit):
+        ba.settle(ap, ap.parse_args(["--tiny", "--out", "o", "--speed-prompts", "99"]))
