@@ -111,8 +111,13 @@ def _name(spec: Spec) -> str:
     if spec.window is not None and spec.window != DEFAULT_WINDOW:
         out += f"w{spec.window}"
     out += f"_{spec.capture}cap" if spec.capture else ""
-    out += "_t" + "-".join(map(str, spec.target_layers)) if spec.target_layers else ""
+    out += f"_{_layers_tag(spec)}" if spec.target_layers else ""
     return out + (f"_{spec.text}" if spec.text else "")
+
+
+def _layers_tag(spec: Spec) -> str:
+    """``t3-7`` for target layers (3, 7): as ``--blocks`` spells them."""
+    return "t" + "-".join(map(str, spec.target_layers or ()))
 
 
 def tag_of(spec: Spec) -> str:
@@ -160,7 +165,7 @@ def comparisons(group: list[Spec], target: str) -> list[tuple[str, str, str]]:
                 (key_of(x, target), key_of(s, target), f"{s.pattern}_over_{x.layers}_full") for x in plain
             ]
         if s.target_layers and s._replace(target_layers=None) in group:
-            what = "t" + "-".join(map(str, s.target_layers)) + "_over_default_layers"
+            what = f"{_layers_tag(s)}_over_default_layers"
             pairs.append((key_of(s._replace(target_layers=None), target), key_of(s, target), what))
         if s.text == "regenerated":
             pairs.append(

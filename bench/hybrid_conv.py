@@ -77,11 +77,11 @@ def _reference(compiled: bool):
     return torch.compile(ref, dynamic=False) if compiled else ref
 
 
-def equality(xs, ws, taps, ref) -> dict:
+def equality(xs, ws, taps, ref, kernel=doc_conv.conv_silu) -> dict:
     """The kernel's outputs against the reference's: max relative error, share of elements that differ."""
     errs, diff, total = [], 0, 0
     for x, w in zip(xs, ws, strict=True):
-        got, want = doc_conv.conv_silu(x, w, None, taps), ref(x, w, None, taps)
+        got, want = kernel(x, w, None, taps), ref(x, w, None, taps)
         errs.append(float((got.float() - want.float()).abs().max() / want.float().abs().max()))
         diff += int((got != want).sum())
         total += got.numel()
@@ -94,14 +94,6 @@ def _variant(kernel: str, bt: int, bc: int, nw: int, stages: int):
     return lambda x, w, b, t: doc_conv.launch(x, w, b, t, bt, bc, nw)
 
 
-def _max_err(fn, ref, xs, ws, taps) -> float:
-    errs = []
-    for x, w in zip(xs, ws, strict=True):
-        got, want = fn(x, w, None, taps).float(), ref(x, w, None, taps).float()
-        errs.append(float((got - want).abs().max() / want.abs().max()))
-    return max(errs)
-
-
 def sweep(xs, ws, taps, iters: int, ref) -> list[dict]:
     """Each SWEEP variant's time per layer and its largest error against ``ref`` (a wrong one is not timed)."""
     rows = []
@@ -109,7 +101,7 @@ def sweep(xs, ws, taps, iters: int, ref) -> list[dict]:
         row = {"kernel": kernel, "block_t": bt, "block_c": bc, "warps": nw, "stages": stages}
         fn = _variant(kernel, bt, bc, nw, stages)
         try:
-            row["max_rel_err"] = _max_err(fn, ref, xs, ws, taps)
+            row["max_rel_err"] = equality(xs, ws, taps, ref, fn)["max_rel_err"]
             if row["max_rel_err"] <= 1e-2:
                 row["s_per_layer"] = _time_layer(fn, xs, ws, taps, iters)
         except Exception as e:  # noqa: BLE001 - a variant that does not build: noted, the others go on

@@ -148,30 +148,8 @@ if triton_available():
             p2 = p1
             p1 = x
 
-    def launch_rolling(
-        x, weight, bias, taps, block_t: int = 256, block_c: int = 512, warps: int = 4, stages: int = 2
-    ):
-        """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``)."""
-        C, K = x.shape[-1], weight.shape[-1]
-        if not 2 <= K <= ROLLING_MAX_K:
-            raise ValueError(f"the rolling conv kernel takes widths 2 .. {ROLLING_MAX_K}, not {K}")
-        x2 = x.reshape(-1, C)
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
-        N = x2.shape[0]
-        taps = taps.to(torch.uint8).contiguous()
-        weight = weight if weight.stride(-1) == 1 else weight.contiguous()
-        out = torch.empty((N, C), dtype=x.dtype, device=x.device)
-        bc = min(block_c, max(16, triton.next_power_of_2(C)))
-        grid = (triton.cdiv(N, block_t), triton.cdiv(C, bc))
-        wrap_triton(doc_conv_silu_rolling_kernel)[grid](
-            x2, weight, weight if bias is None else bias, taps, out, N, C, x2.stride(0), weight.stride(0),
-            taps.stride(0), K=K, HAS_BIAS=bias is not None, BT=block_t, BC=bc, STAGES=stages, num_warps=warps,
-        )  # fmt: skip
-        return out.view(x.shape)
-
-    def launch(x, weight, bias, taps, block_t: int = BLOCK_T, block_c: int = BLOCK_C, warps: int = WARPS):
-        """The kernel on x (..., N, C) -> (..., N, C) in x's dtype; the tile sizes as given (the bench sweeps)."""
+    def _launch(kernel, x, weight, bias, taps, block_t: int, block_c: int, warps: int, **constexprs):
+        """``kernel`` on x (..., N, C) -> (..., N, C) in x's dtype, one program a block_t x block_c tile."""
         C = x.shape[-1]
         x2 = x.reshape(-1, C)
         if x2.stride(-1) != 1:
@@ -185,24 +163,25 @@ if triton_available():
         out = torch.empty((N, C), dtype=x.dtype, device=x.device)
         bc = min(block_c, max(16, triton.next_power_of_2(C)))
         grid = (triton.cdiv(N, block_t), triton.cdiv(C, bc))
-        wrap_triton(doc_conv_silu_kernel)[grid](
-            x2,
-            weight,
-            weight if bias is None else bias,
-            taps,
-            out,
-            N,
-            C,
-            x2.stride(0),
-            weight.stride(0),
-            taps.stride(0),
-            K=K,
-            HAS_BIAS=bias is not None,
-            BT=block_t,
-            BC=bc,
-            num_warps=warps,
-        )
+        wrap_triton(kernel)[grid](
+            x2, weight, weight if bias is None else bias, taps, out, N, C, x2.stride(0), weight.stride(0),
+            taps.stride(0), K=K, HAS_BIAS=bias is not None, BT=block_t, BC=bc, num_warps=warps, **constexprs,
+        )  # fmt: skip
         return out.view(x.shape)
+
+    def launch(x, weight, bias, taps, block_t: int = BLOCK_T, block_c: int = BLOCK_C, warps: int = WARPS):
+        """The tile kernel on x (..., N, C) -> (..., N, C); the tile sizes as given (the bench sweeps)."""
+        return _launch(doc_conv_silu_kernel, x, weight, bias, taps, block_t, block_c, warps)
+
+    def launch_rolling(
+        x, weight, bias, taps, block_t: int = 256, block_c: int = 512, warps: int = 4, stages: int = 2
+    ):
+        """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``)."""
+        K = weight.shape[-1]
+        if not 2 <= K <= ROLLING_MAX_K:
+            raise ValueError(f"the rolling conv kernel takes widths 2 .. {ROLLING_MAX_K}, not {K}")
+        kernel = doc_conv_silu_rolling_kernel
+        return _launch(kernel, x, weight, bias, taps, block_t, block_c, warps, STAGES=stages)
 
     @triton_op("dflash::doc_conv_silu", mutates_args=())
     def _doc_conv_silu(
