@@ -80,6 +80,15 @@ def _drafter_flags(ap) -> None:
         "those of an @fp8 capture pair (default), or all",
     )
     ap.add_argument(
+        "--fp8-scales",
+        choices=("block", "row"),
+        default="block",
+        help="the FP8 target's scaling for @fp8 capture and FP8 serving (the trainer's and trainer.evaluate's "
+        "--fp8-scales): block (the checkpoint's own 128 x 128 scales; W8A8 only where K / 128 is a multiple of "
+        "4, which no h384 projection is) or row (one scale per weight row and per token: W8A8 at every shape "
+        "that is a multiple of 16, h384's included)",
+    )
+    ap.add_argument(
         "--drafter-steps", type=int, default=None, help="optimizer steps per drafter (default: 400; tiny 20)"
     )
     ap.add_argument(

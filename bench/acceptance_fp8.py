@@ -34,9 +34,10 @@ def target_dir(work: str, dtype: str | None) -> str:
     return os.path.join(work, FP8_TARGET if dtype == "fp8" else "target")
 
 
-def dtype_flags(dtype: str | None) -> list[str]:
-    """The trainer's / trainer.evaluate's flag for that target (none for bf16: as before)."""
-    return ["--target-dtype", "fp8"] if dtype == "fp8" else []
+def dtype_flags(dtype: str | None, scales: str = "block") -> list[str]:
+    """The trainer's / trainer.evaluate's flags for that target (none for bf16: as before); ``scales``: the FP8
+    matmul's scaling (``--fp8-scales``)."""
+    return ["--target-dtype", "fp8", "--fp8-scales", scales] if dtype == "fp8" else []
 
 
 def check_device(device: str) -> str:
@@ -60,8 +61,9 @@ def _quantised(key: str, t) -> bool:
     return key.endswith(".weight") and ".layers." in key and t.dim() == 2 and not name.endswith(fp8.KEEP)
 
 
-def write_fp8_target(src: str, dst: str) -> dict:
-    """``src`` (a bf16 / fp32 transformers directory) as an FP8 checkpoint in ``dst``; its facts (``fp8_facts``)."""
+def write_fp8_target(src: str, dst: str, scales: str = "block") -> dict:
+    """``src`` (a bf16 / fp32 transformers directory) as an FP8 checkpoint in ``dst``; its facts (``fp8_facts``)
+    when it runs with ``scales``."""
     from safetensors.torch import load_file, save_file
 
     from trainer.target import fp8
@@ -82,7 +84,7 @@ def write_fp8_target(src: str, dst: str) -> dict:
                 kept.add(key.removesuffix(".weight"))
         save_file(tensors, os.path.join(dst, os.path.basename(path)), metadata={"format": "pt"})
     _write_config(dst, sorted(kept))
-    return fp8_facts(dst, shapes, sorted(kept))
+    return fp8_facts(dst, shapes, sorted(kept), scales)
 
 
 def _write_config(dst: str, kept: list[str]) -> None:
@@ -94,12 +96,13 @@ def _write_config(dst: str, kept: list[str]) -> None:
         json.dump(cfg, f, indent=1)
 
 
-def fp8_facts(dst: str, shapes: list[tuple[int, int]], kept: list[str]) -> dict:
-    """How many projections are FP8, and how many of them an H200 runs as W8A8 (the shapes that do not fit)."""
+def fp8_facts(dst: str, shapes: list[tuple[int, int]], kept: list[str], scales: str = "block") -> dict:
+    """How many projections are FP8, and how many of them an H200 runs as W8A8 with ``scales`` (the shapes that
+    do not fit run their dequantised weights)."""
     from trainer.target import fp8
 
-    fit = [s for s in shapes if fp8.fits_scaled_mm(*s)]
-    return {"dir": dst, "fp8_projections": len(shapes), "fp8_matmul_on_h200": len(fit),
+    fit = [s for s in shapes if fp8.fits(scales, *s)]
+    return {"dir": dst, "scales": scales, "fp8_projections": len(shapes), "fp8_matmul_on_h200": len(fit),
             "dequantised_on_h200": len(shapes) - len(fit),
             "shapes_not_fitting": sorted({f"{o}x{i}" for o, i in set(shapes) - set(fit)}),
             "kept_bf16": kept}  # fmt: skip

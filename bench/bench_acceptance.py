@@ -57,7 +57,9 @@ target's FP8 version (written beside it as an FP8 checkpoint in Qwen's block-128
 ``8:2:dflash`` on the bf16 one (same data, seed, steps), both evaluated against the bf16 target (``eval``) and
 the FP8 one (``eval_fp8serve``: ``trainer.evaluate --target-dtype fp8 --no-baseline``: acceptance only), paired on the same prompts
 (``..._fp8cap_vs_8_dflash_bf16serve`` / ``_fp8serve``, and each drafter's ``_fp8serve_vs_bf16serve``);
-``--fp8-serve all`` serves every drafter by both. A GPU without block-scaled FP8 is refused at the start; the
+``--fp8-serve all`` serves every drafter by both; ``--fp8-scales row`` runs both the FP8 capture and the FP8
+serving with one scale per weight row and per token (W8A8 at h384, whose shapes the block-scaled matmul does
+not take). A GPU without block-scaled FP8 is refused at the start; the
 CPU runs the FP8 checkpoint dequantised (FP8 weights, activations not quantised).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """
@@ -171,7 +173,7 @@ def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anc
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
             "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule,
-            *drafter_flags(spec), *acceptance_fp8.dtype_flags(spec.capture)]  # fmt: skip
+            *drafter_flags(spec), *acceptance_fp8.dtype_flags(spec.capture, cfg.get("fp8_scales", "block"))]  # fmt: skip
     if soft:
         argv += ["--use-soft-labels"]
     log = open(os.path.join(out, log_name), "w")  # noqa: SIM115 (closed by finish_drafter)
@@ -277,26 +279,39 @@ def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT,
                 "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, pset),
                 "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
                 str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json",
-                *acceptance_fp8.dtype_flags(serve)]  # fmt: skip
+                *acceptance_fp8.dtype_flags(serve, cfg.get("fp8_scales", "block"))]  # fmt: skip
         if serve == "fp8":  # acceptance only (half the time): the bf16 evaluations time the loop and check it
             argv += ["--no-baseline"]
         elif not name:
             # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
             argv += ["--save-outputs", os.path.join(work, f"generated_{tag}", f"out{i}.jsonl")]
-        procs.append(
-            subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(), cwd=ROOT
-            )
-        )
+        procs.append(_spawn_shard(argv, os.path.join(out, f"eval_{tag}{name}.shard{i}.log")))
     return procs, os.path.join(out, f"eval_{tag}{name}.log"), time.monotonic()
 
 
+def _spawn_shard(argv: list[str], log: str):
+    """One evaluation process; its progress (stderr) goes to ``log`` as it runs, so a run cut by a time limit
+    still shows how far each shard got. (process, log path)."""
+    with open(log, "w") as err:  # the child keeps its own descriptor
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env(), cwd=ROOT)
+    return p, log
+
+
+def _read_log(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
 def finish_eval(started) -> dict:
+    """Waits for ``start_eval``'s shards; their logs joined into one (the shard logs removed); the report, pooled
+    over the shards, or the first failure."""
     procs, log_path, t0 = started
     reports, failed = [], None
     with open(log_path, "w") as f:
-        for i, p in enumerate(procs):
-            stdout, stderr = p.communicate()
+        for i, (p, shard_log) in enumerate(procs):
+            stdout, _ = p.communicate()
+            stderr = _read_log(shard_log)
+            os.remove(shard_log)
             f.write(f"--- shard {i}\n{stderr}" if len(procs) > 1 else stderr)
             if p.returncode != 0 or not stdout.strip():
                 failed = failed or {"rc": p.returncode, "shard": i, "stderr": stderr[-2000:]}
@@ -319,6 +334,7 @@ def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
         ap.error(str(e))
     cfg["target_tag"] = acceptance_target.target_tag(cfg["target"])
     cfg["anchor_run"], cfg["frozen_anchor_run"] = a.anchor_run, a.frozen_anchor_run
+    cfg["fp8_scales"] = a.fp8_scales
     cfg["est_anchors"] = a.est_anchors
     for key, flag in (
         ("drafter_steps", a.drafter_steps),
@@ -424,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.fp8_served:
         res["fp8_target"] = acceptance_fp8.write_fp8_target(
-            os.path.join(work, "target"), acceptance_fp8.target_dir(work, "fp8")
+            os.path.join(work, "target"), acceptance_fp8.target_dir(work, "fp8"), a.fp8_scales
         )
         print(f"FP8 target: {json.dumps(res['fp8_target'])}", flush=True)
     cfg["train_text"] = a.train_text

@@ -31,6 +31,10 @@ SWEEP = (
     ("rolling", 128, 256, 4, 2),
     ("rolling", 512, 1024, 8, 3),
     ("rolling", 256, 128, 4, 3),
+    ("rolling", 64, 1024, 4, 3),  # 1,024 channels on 128 threads: 16-byte loads
+    ("rolling", 32, 1024, 4, 2),
+    ("rolling", 128, 1024, 4, 4),
+    ("rolling", 64, 512, 2, 3),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 

@@ -102,6 +102,18 @@ def test_the_h384_shapes_do_not_take_the_fp8_matmul_and_say_so():
     facts = acceptance_fp8.fp8_facts("d", [(768, 384), (384, 384), (384, 1152), (1536, 512), (512, 1536)], [])
     assert facts["fp8_matmul_on_h200"] == 2 and facts["dequantised_on_h200"] == 3
     assert facts["shapes_not_fitting"] == ["384x1152", "384x384", "768x384"]
+    rows = acceptance_fp8.fp8_facts("d", [(768, 384), (384, 384), (384, 1152)], [], "row")
+    assert rows["fp8_matmul_on_h200"] == 3 and rows["scales"] == "row"  # row scales take every h384 shape
+
+
+def test_the_fp8_scales_reach_the_trainer_and_the_evaluation():
+    from trainer.evaluation.run import build_parser as eval_parser
+
+    flags = acceptance_fp8.dtype_flags("fp8", "row")
+    args = build_parser().parse_args(["--target-model", "t", "--data-dir", "d", "--output-dir", "o", *flags])
+    ev = eval_parser().parse_args(["--target-model", "t", "--drafter", "d", "--prompts", "p", *flags])
+    assert args.fp8_scales == ev.fp8_scales == "row"
+    assert acceptance_fp8.dtype_flags(None, "row") == []  # a bf16 target takes no scales
 
 
 def _eval(accepts: list[float], steps: list[int]) -> dict:

@@ -15,20 +15,22 @@ from bench.acceptance_specs import parse_spec
 class _Done:
     """A finished ``trainer.evaluate --json`` process (its report on stdout)."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, stderr):
+        stderr.write("evaluate: progress\n")  # as it runs: into its shard's log file
+        stderr.flush()
         self.argv, self.returncode = argv, 0
         n = int(argv[argv.index("--num-prompts") + 1])
         self.report = {"target_tok_s": 400.0, "spec_tok_s": 900.0, "speedup": 2.25, "mean_accept_len": 3.5,
                        "prompts": n, "new_tokens": 16 * n, "histogram": [1], "verify_steps": 1}  # fmt: skip
 
     def communicate(self):
-        return json.dumps(self.report) + "\n", "evaluate: progress\n"
+        return json.dumps(self.report) + "\n", None
 
 
 def test_each_drafter_alone_in_one_process_on_the_first_prompts(tmp_path, monkeypatch):
     launched = []
     monkeypatch.setattr(
-        ba.subprocess, "Popen", lambda argv, **kw: launched.append(_Done(argv)) or launched[-1]
+        ba.subprocess, "Popen", lambda argv, **kw: launched.append(_Done(argv, kw["stderr"])) or launched[-1]
     )
     work, cfg = (
         str(tmp_path),
@@ -45,6 +47,7 @@ def test_each_drafter_alone_in_one_process_on_the_first_prompts(tmp_path, monkey
         assert argv[argv.index("--num-prompts") + 1] == "2"
         assert "--save-outputs" not in argv  # the main evaluation's decoded text stays as it was
     assert (tmp_path / "eval_b8_dflash_alone.log").read_text() == "evaluate: progress\n"
+    assert not list(tmp_path.glob("*.shard*.log"))  # joined into the evaluation's log once it ended
     alone = res["t_block8_dflash2"]["speed_alone"]
     assert alone == {"target_tok_s": 400.0, "spec_tok_s": 900.0, "speedup": 2.25, "mean_accept_len": 3.5,
                      "prompts": 2, "new_tokens": 32}  # fmt: skip
@@ -61,3 +64,29 @@ def test_none_on_the_cpu_by_default_and_bad_counts_refused():
     assert res == {}  # nothing launched, nothing recorded
     with pytest.raises(SystemExit):
         ba.settle(ap, ap.parse_args(["--tiny", "--out", "o", "--speed-prompts", "99"]))
+
+
+class _Shard(_Done):
+    """A finished shard with what ``report.pool`` reads."""
+
+    def __init__(self, argv, stderr):
+        super().__init__(argv, stderr)
+        n = self.report["prompts"]
+        self.report.update(block_size=8, prompt_accept_len=[3.5] * n, prompt_steps=[1] * n, seconds=1.0)
+
+
+def test_a_shards_progress_is_on_disk_while_it_runs(tmp_path, monkeypatch):
+    """A run cut by a time limit (the device call's) still shows how far each evaluation shard got."""
+    launched = []
+    monkeypatch.setattr(
+        ba.subprocess, "Popen", lambda argv, **kw: launched.append(_Shard(argv, kw["stderr"])) or launched[-1]
+    )
+    cfg = {**ba.TINY, "eval_shards": 2, "prompts": 4, "target_tag": "t"}
+    (tmp_path / "heldout").mkdir()
+    (tmp_path / "heldout" / "prompts.jsonl").write_text("".join(f'{{"prompt": "p{i}"}}\n' for i in range(4)))
+    started = ba.start_eval(cfg, str(tmp_path), str(tmp_path), parse_spec("8:2:dflash"))
+    shards = sorted(tmp_path.glob("eval_b8_dflash.shard*.log"))
+    assert [p.read_text() for p in shards] == ["evaluate: progress\n"] * 2  # before anything waits for them
+    ba.finish_eval(started)
+    assert not list(tmp_path.glob("*.shard*.log"))
+    assert (tmp_path / "eval_b8_dflash.log").read_text().count("evaluate: progress") == 2
