@@ -84,9 +84,10 @@ def _drafter_flags(ap) -> None:
         choices=("block", "row"),
         default="block",
         help="the FP8 target's scaling for @fp8 capture and FP8 serving (the trainer's and trainer.evaluate's "
-        "--fp8-scales): block (the checkpoint's own 128 x 128 scales; W8A8 only where K / 128 is a multiple of "
-        "4, which no h384 projection is) or row (one scale per weight row and per token: W8A8 at every shape "
-        "that is a multiple of 16, h384's included)",
+        "--fp8-scales): block (the checkpoint's own 128 x 128 scales; cuBLAS's block-scaled matmul where K / 128 "
+        "is a multiple of 4, else, as at every h384 projection, emulated: the activations rounded as it would "
+        "round them, times the dequantised weights) or row (one scale per weight row and per token, the "
+        "rowwise-scaled matmul at every shape that is a multiple of 16, h384's included)",
     )
     ap.add_argument(
         "--drafter-steps", type=int, default=None, help="optimizer steps per drafter (default: 400; tiny 20)"

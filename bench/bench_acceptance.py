@@ -58,8 +58,8 @@ target's FP8 version (written beside it as an FP8 checkpoint in Qwen's block-128
 the FP8 one (``eval_fp8serve``: ``trainer.evaluate --target-dtype fp8 --no-baseline``: acceptance only), paired on the same prompts
 (``..._fp8cap_vs_8_dflash_bf16serve`` / ``_fp8serve``, and each drafter's ``_fp8serve_vs_bf16serve``);
 ``--fp8-serve all`` serves every drafter by both; ``--fp8-scales row`` runs both the FP8 capture and the FP8
-serving with one scale per weight row and per token (W8A8 at h384, whose shapes the block-scaled matmul does
-not take). A GPU without block-scaled FP8 is refused at the start; the
+serving with one scale per weight row and per token (the rowwise FP8 matmul itself at h384, whose shapes the
+block-scaled one does not take: block scales are emulated there). A GPU without block-scaled FP8 is refused at the start; the
 CPU runs the FP8 checkpoint dequantised (FP8 weights, activations not quantised).
 ``--out`` gets ``results.json`` (rewritten after every phase) and the logs.
 """

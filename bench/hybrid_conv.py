@@ -2,6 +2,7 @@
 reference (``hybrid._conv_silu``, the shifted taps, compiled as the fast path's region has it) against
 ``doc_conv``'s Triton kernel, at the bench's token count and the target's q / k / v widths, with the byte floor.
 
+``copy_same_tensors``: a plain copy of the same three tensors (the floor's bytes at these sizes and launches).
 Per layer: three tensors (q and k of ``key_dim`` channels, v of ``value_dim``), each (1, N, C) bf16 as the
 projections leave them, weight (C, K) bf16, taps (K - 1, N) bool from the packed row's documents. Bytes = one
 read of each input and one write of each output (+ the taps and weights); bandwidth = a big device copy in
@@ -35,6 +36,9 @@ SWEEP = (
     ("rolling", 32, 1024, 4, 2),
     ("rolling", 128, 1024, 4, 4),
     ("rolling", 64, 512, 2, 3),
+    ("rolling", 64, 2048, 8, 3),
+    ("rolling", 64, 1024, 2, 4),
+    ("rolling", 128, 1024, 4, 6),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 
@@ -72,6 +76,18 @@ def _time_layer(fn, xs, ws, taps, iters: int) -> float:
             fn(x, w, None, taps)
 
     return timed(one, iters, 3)["s_per_iter"]
+
+
+def copy_same(xs) -> float:
+    """Seconds a layer for a plain device copy of the same tensors, one copy each (what the kernel's reads and
+    writes cost at these sizes with nothing computed: the floor these launches can reach)."""
+    outs = [torch.empty_like(x) for x in xs]
+
+    def one():
+        for x, o in zip(xs, outs, strict=True):
+            o.copy_(x)
+
+    return timed(one, 20, 3)["s_per_iter"]
 
 
 def _reference(compiled: bool):
@@ -134,6 +150,8 @@ def conv_step(cfg, doc: torch.Tensor, device: str, n_linear: int, iters: int = 2
         "reference_s_per_layer": old,
         "reference_s_per_call": old * n_linear,
         "reference_vs_floor": old / floor,
+        "copy_same_tensors_s_per_layer": (same := copy_same(xs)),
+        "copy_same_tensors_vs_floor": same / floor,
         "reference": "compiled _conv_silu (shifted taps)" if cuda else "eager _conv_silu (CPU)",
     }
     checked = cuda and doc_conv.check(device, _conv_silu, cfg.linear_conv_kernel_dim)

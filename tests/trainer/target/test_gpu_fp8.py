@@ -199,7 +199,10 @@ def _capture_errors(name: str, model, ref, layers) -> dict:
         s0 += n
     print(f"\n{name}: {out}")
     _record(name, out)  # before the assertion: a failing run keeps its figures (DFLASH_GPU_OUT)
-    assert all(e < 0.05 for e in out["alone_vs_packed"]), (name, out["alone_vs_packed"])
+    # 0.2: a document that sees its neighbours differs from itself alone by 1.11-1.16 at this config (CPU, the
+    # doc ids zeroed); FP8 rounding alone gave 0.047-0.062 on an H200 (2026-12-04), the first document's
+    # 0.062 included, which has nothing before it to leak: a bf16 bit tipping an e4m3 step by row count
+    assert all(e < 0.2 for e in out["alone_vs_packed"]), (name, out["alone_vs_packed"])
     return out
 
 
