@@ -2,25 +2,28 @@
 reference (``hybrid._conv_silu``, the shifted taps, compiled as the fast path's region has it) against
 ``doc_conv``'s Triton kernel, at the bench's token count and the target's q / k / v widths, with the byte floor.
 
-``copy_same_tensors``: a plain copy of the same three tensors (the floor's bytes at these sizes and launches).
 Per layer: three tensors (q and k of ``key_dim`` channels, v of ``value_dim``), each (1, N, C) bf16 as the
 projections leave them, weight (C, K) bf16, taps (K - 1, N) bool from the packed row's documents. Bytes = one
 read of each input and one write of each output (+ the taps and weights); bandwidth = a big device copy in
 the same step (2 x bytes / time); floor = bytes / bandwidth. Per call = per layer x the Gated DeltaNet layers
 a call runs. The kernel is also timed at a few tile sizes (``sweep``: the default is ``doc_conv.BLOCK_T`` x
-``BLOCK_C``, ``WARPS``). On the CPU (``--tiny``) only the reference runs (eager).
+``BLOCK_C``, ``WARPS``), and ``copy_same_tensors`` is a plain copy of the same three tensors (the floor's bytes
+at these sizes and launch count: 1.03x the floor on one H200, 2026-12-04). On CUDA every figure is a CUDA graph's
+replay (the kernels' own time; ``kernel_s_per_layer_eager`` beside it: the calls timed as issued). On the CPU
+(``--tiny``) only the reference runs (eager).
 """
 
 from __future__ import annotations
 
 import torch
 
-from bench.prof import sync, timed
+from bench.prof import graph_timed, sync, timed
 from trainer.target import doc_conv
 from trainer.target.hybrid import _conv_silu, _flat_meta
 
 # (kernel, tokens, channels, warps, pipeline stages): the tile kernel around the 2026-12-04 best (16 x 256, 4
-# warps; 64 x 128 was the default before it) and the rolling kernel (doc_conv.launch_rolling, not timed yet)
+# warps; 64 x 128 was the default before it) and the rolling kernel (doc_conv.launch_rolling: 64 x 1,024, 4 warps,
+# 3 stages was the best of both, 1.80x and 1.83x the floor in two calls)
 SWEEP = (
     ("tile", 64, 128, 4, 0),
     ("tile", 16, 256, 4, 0),
@@ -70,12 +73,17 @@ def layer_bytes(xs, ws, taps) -> int:
     return io + sum(w.numel() * w.element_size() for w in ws) + taps.numel() * taps.element_size()
 
 
-def _time_layer(fn, xs, ws, taps, iters: int) -> float:
+def _time_layer(fn, xs, ws, taps, iters: int, eager: bool = False) -> float:
+    """Seconds a layer (its three convs): replayed from a CUDA graph where it can be (the kernels' own time;
+    two calls on one H200 timed eagerly put the same tile 1.98x and 2.45x the floor, 2026-12-04), else, or with
+    ``eager``, calls timed by events (what the host's launches add included)."""
+
     def one():
         for x, w in zip(xs, ws, strict=True):
             fn(x, w, None, taps)
 
-    return timed(one, iters, 3)["s_per_iter"]
+    got = None if eager else graph_timed(one, iters)
+    return got if got is not None else timed(one, iters, 3)["s_per_iter"]
 
 
 def copy_same(xs) -> float:
@@ -87,7 +95,8 @@ def copy_same(xs) -> float:
         for x, o in zip(xs, outs, strict=True):
             o.copy_(x)
 
-    return timed(one, 20, 3)["s_per_iter"]
+    got = graph_timed(one, 20)
+    return got if got is not None else timed(one, 20, 3)["s_per_iter"]
 
 
 def _reference(compiled: bool):
@@ -161,7 +170,9 @@ def conv_step(cfg, doc: torch.Tensor, device: str, n_linear: int, iters: int = 2
     e.update(equality(xs, ws, taps, ref))
     new = _time_layer(doc_conv.conv_silu, xs, ws, taps, iters)
     e.update(
+        timing="CUDA graph replay" if cuda else "eager",
         kernel_s_per_layer=new,
+        kernel_s_per_layer_eager=_time_layer(doc_conv.conv_silu, xs, ws, taps, iters, eager=True),
         kernel_s_per_call=new * n_linear,
         kernel_vs_floor=new / floor,
         speedup=old / new,

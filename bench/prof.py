@@ -47,6 +47,35 @@ def timed(fn, iters: int, warmup: int) -> dict:
     return {"s_per_iter": per, "first_call_s": first}
 
 
+def graph_timed(fn, iters: int, warmup: int = 3) -> float | None:
+    """Seconds per call of ``fn`` replayed from a CUDA graph: the GPU's time without the host's launch cost
+    (which event timing of eager calls includes wherever the host is the slower side). None where ``fn``
+    cannot be captured (or without CUDA)."""
+    if not torch.cuda.is_available():
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the default stream, as graph capture wants
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception:  # noqa: BLE001 - not capturable: the caller times it eagerly
+        return None
+    graph.replay()
+    sync()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(iters):
+        graph.replay()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) / 1e3 / iters
+
+
 def profile(fn, iters: int, path: str, row_limit: int = 40) -> dict:
     """torch.profiler over ``iters`` calls: writes the key_averages table to ``path``; returns GPU time
     by kernel class (seconds per iteration) and the share of wall time the GPU was busy."""

@@ -11,7 +11,9 @@ speed on the H200 (issue 36).
 ``launch_rolling`` is a second kernel for the same contract (widths up to 4), measured beside it by
 bench/hybrid_conv.py's sweep and not used by the capture yet: each program walks a strip of tokens row by row,
 keeping the K - 1 previous rows in registers, so each row is loaded once (the tile kernel loads it K times,
-K - 1 of them from cache).
+K - 1 of them from cache). On one H200 at the 27B shape (2026-12-04, two calls) its best strip, 64 x 1,024,
+ran 1.80x and 1.83x the byte floor, the tile kernel's best 1.96x and 1.98x: a few percent of a step that is
+2% of a capture call, not yet worth switching to a kernel never run inside a compiled region on a GPU.
 
 It is a ``torch.library.triton_op`` (compiled regions keep it whole and see the kernel). ``usable(x, taps)``
 says whether a call's tensors fit it (CUDA; float16 / bfloat16 / float32); ``check(device, reference)`` runs it
@@ -32,6 +34,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # a tuple: compiled reg
 # shape's 10,240 channels at 49,152 tokens: 0.944 ms a layer, against 1.071 ms at the earlier 64 x 128)
 BLOCK_T, BLOCK_C, WARPS = 16, 256, 4
 ROLLING_MAX_K = 4  # the rolling kernel's widest conv (Qwen3.5 / 3.6: 4)
+# the rolling kernel's strip (tokens x channels), warps and pipeline stages: the sweep's best (1,024 bf16
+# channels on 128 threads: 16-byte loads)
+ROLL_T, ROLL_C, ROLL_WARPS, ROLL_STAGES = 64, 1024, 4, 3
 _checked: dict[tuple[str, int], bool] = {}  # (device, width K) -> whether the kernel equals the reference
 
 
@@ -174,7 +179,7 @@ if triton_available():
         return _launch(doc_conv_silu_kernel, x, weight, bias, taps, block_t, block_c, warps)
 
     def launch_rolling(
-        x, weight, bias, taps, block_t: int = 256, block_c: int = 512, warps: int = 4, stages: int = 2
+        x, weight, bias, taps, block_t=ROLL_T, block_c=ROLL_C, warps=ROLL_WARPS, stages=ROLL_STAGES
     ):
         """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``)."""
         K = weight.shape[-1]
