@@ -174,6 +174,14 @@ def _text_flags(ap) -> None:
         "25.8K at 512, the step time bound by the host, not the GPU)",
     )
     ap.add_argument(
+        "--regen-from",
+        default=None,
+        metavar="FILE",
+        help="--train-text generated/compare: an earlier run's regenerated.jsonl (work/regen/, with its "
+        ".meta.json) instead of regenerating; refused unless it came from this target and holds this run's "
+        "prompts in order (bench/regen_reuse.py)",
+    )
+    ap.add_argument(
         "--gen-chunks",
         type=int,
         default=None,

@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+from bench import regen_reuse
+
 EOS_TEXT, MASK_TEXT = "<eos>", "<mask>"
 
 
@@ -111,6 +113,7 @@ def regenerate(
         for line in f:
             rec = json.loads(line)
             g.write(json.dumps({"prompt": rec["prompt"], "completion": rec["completion"]}) + "\n")
+    regen_reuse.write_meta(raw, target, cfg["regen_new"])  # a later run may take it (--regen-from)
     summary["raw"] = raw
     summary["batch"] = cfg["regen_batch"]
     return summary
