@@ -52,6 +52,8 @@ in-process (batch ``--regen-batch``; its tok/s lands in results.json) and ``pyth
 ``--train-text compare``: every ``--blocks`` drafter twice, on the same prompts with the data's own next bytes
 (``original``) and with the target's response (``regenerated``), then the two paired on the evaluation's
 prompts (``report.paired_ratio``: regenerated over original, with its 95% interval).
+``--regen-from FILE`` takes an earlier run's regenerated text (its ``work/regen/regenerated.jsonl``) instead of
+regenerating it, where the same target wrote it for the same prompts (bench/regen_reuse.py).
 ``--blocks 8:2:dflash@fp8`` (issue 36, bench/acceptance_fp8.py): a drafter trained on the hidden states of the
 target's FP8 version (written beside it as an FP8 checkpoint in Qwen's block-128 layout) beside its twin
 ``8:2:dflash`` on the bf16 one (same data, seed, steps), both evaluated against the bf16 target (``eval``) and
