@@ -90,3 +90,26 @@ def test_a_shards_progress_is_on_disk_while_it_runs(tmp_path, monkeypatch):
     ba.finish_eval(started)
     assert not list(tmp_path.glob("*.shard*.log"))
     assert (tmp_path / "eval_b8_dflash.log").read_text().count("evaluate: progress") == 2
+
+
+def test_the_training_figures_are_saved_before_the_evaluations_start(tmp_path, monkeypatch):
+    """A device call cut in the evaluations (2026-12-04: 575 s, both drafters trained) keeps what training
+    measured in results.json."""
+    saved = []
+    monkeypatch.setattr(ba, "start_drafter", lambda cfg, work, out, x, seed, soft: x)
+    monkeypatch.setattr(ba, "finish_drafter", lambda x: {"accept_len_est": 3.5, "block": x.block})
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt  # the time limit, as the evaluations start
+
+    monkeypatch.setattr(ba, "start_eval", cut)
+    a = build_parser().parse_args(["--tiny", "--out", str(tmp_path)])
+    a.fp8_served, res = [], {}
+    cfg = {**ba.TINY, "target_tag": "t"}
+    group = [parse_spec("8:2:dflash"), parse_spec("16:3:dflash2")]
+    with pytest.raises(KeyboardInterrupt):
+        ba.run_group(a, cfg, str(tmp_path), group, [], res, lambda: saved.append(json.dumps(res)))
+    assert json.loads(saved[-1]) == {
+        "t_block8_dflash": {"train": {"accept_len_est": 3.5, "block": 8}},
+        "t_block16_dflash2": {"train": {"accept_len_est": 3.5, "block": 16}},
+    }
