@@ -42,6 +42,8 @@ SWEEP = (
     ("rolling", 64, 2048, 8, 3),
     ("rolling", 64, 1024, 2, 4),
     ("rolling", 128, 1024, 4, 6),
+    ("rolling_reset", 64, 1024, 4, 3),  # the kept rows cleared at a document's start, no tap masks
+    ("rolling_reset", 64, 512, 2, 3),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 
@@ -118,8 +120,9 @@ def equality(xs, ws, taps, ref, kernel=doc_conv.conv_silu) -> dict:
 
 
 def _variant(kernel: str, bt: int, bc: int, nw: int, stages: int):
-    if kernel == "rolling":
-        return lambda x, w, b, t: doc_conv.launch_rolling(x, w, b, t, bt, bc, nw, stages)
+    if kernel.startswith("rolling"):
+        reset = kernel == "rolling_reset"
+        return lambda x, w, b, t: doc_conv.launch_rolling(x, w, b, t, bt, bc, nw, stages, reset)
     return lambda x, w, b, t: doc_conv.launch(x, w, b, t, bt, bc, nw)
 
 

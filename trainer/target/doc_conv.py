@@ -97,6 +97,16 @@ if triton_available():
         )
 
     @triton.jit
+    def _halo(x_ptr, taps_ptr, t0, j: tl.constexpr, c, cm, N, stride_x, stride_taps, RESET: tl.constexpr):
+        """Row t0 - j of x in fp32 (0 before the row's start); with ``RESET``, 0 too where it is not in row t0's
+        document (``taps[j - 1, t0]``): the rolling loop then only clears its rows at a document's start."""
+        p = tl.load(x_ptr + (t0 - j).to(tl.int64) * stride_x + c, mask=cm & (t0 >= j), other=0.0)
+        p = p.to(tl.float32)
+        if RESET:
+            p = p * tl.load(taps_ptr + (j - 1) * stride_taps + t0, mask=t0 < N, other=0).to(tl.float32)
+        return p
+
+    @triton.jit
     def doc_conv_silu_rolling_kernel(
         x_ptr,
         w_ptr,
@@ -113,9 +123,13 @@ if triton_available():
         BT: tl.constexpr,
         BC: tl.constexpr,
         STAGES: tl.constexpr,
+        RESET: tl.constexpr,
     ):
         """The same conv (K <= 4) walked token by token over a strip of BT tokens x BC channels: each row of x
-        is read from memory once, its K - 1 predecessors are the last rows, kept in registers."""
+        is read from memory once, its K - 1 predecessors are the last rows, kept in registers. ``RESET``: the
+        taps are a packed row's (documents contiguous, so ``taps[j, t]`` implies ``taps[j - 1, t]``): instead
+        of masking each tap at each row, the kept rows are cleared where a document starts (``taps[0, t]``
+        off), one load and no multiply a row (a variant the sweep times)."""
         t0 = tl.program_id(0) * BT
         c = tl.program_id(1) * BC + tl.arange(0, BC)
         cm = c < C
@@ -124,16 +138,13 @@ if triton_available():
         w3 = tl.load(w_ptr + wc + (K - 1), mask=cm, other=0.0).to(tl.float32)
         w2 = tl.load(w_ptr + wc + (K - 2), mask=cm, other=0.0).to(tl.float32)
         w1, w0, p2, p3, bias = zero, zero, zero, zero, zero
-        p1 = tl.load(x_ptr + (t0 - 1).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 1), other=0.0)
-        p1 = p1.to(tl.float32)
+        p1 = _halo(x_ptr, taps_ptr, t0, 1, c, cm, N, stride_x, stride_taps, RESET)
         if K > 2:
             w1 = tl.load(w_ptr + wc + (K - 3), mask=cm, other=0.0).to(tl.float32)
-            p2 = tl.load(x_ptr + (t0 - 2).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 2), other=0.0)
-            p2 = p2.to(tl.float32)
+            p2 = _halo(x_ptr, taps_ptr, t0, 2, c, cm, N, stride_x, stride_taps, RESET)
         if K > 3:
             w0 = tl.load(w_ptr + wc + (K - 4), mask=cm, other=0.0).to(tl.float32)
-            p3 = tl.load(x_ptr + (t0 - 3).to(tl.int64) * stride_x + c, mask=cm & (t0 >= 3), other=0.0)
-            p3 = p3.to(tl.float32)
+            p3 = _halo(x_ptr, taps_ptr, t0, 3, c, cm, N, stride_x, stride_taps, RESET)
         if HAS_BIAS:
             bias = tl.load(b_ptr + c, mask=cm, other=0.0).to(tl.float32)
         for i in tl.range(0, BT, num_stages=STAGES):
@@ -141,12 +152,24 @@ if triton_available():
             live = t < N
             m = cm & live
             x = tl.load(x_ptr + t.to(tl.int64) * stride_x + c, mask=m, other=0.0).to(tl.float32)
-            g1 = tl.load(taps_ptr + t, mask=live, other=0).to(tl.float32)
-            acc = x * w3 + bias + g1 * p1 * w2
-            if K > 2:
-                acc += tl.load(taps_ptr + stride_taps + t, mask=live, other=0).to(tl.float32) * p2 * w1
-            if K > 3:
-                acc += tl.load(taps_ptr + 2 * stride_taps + t, mask=live, other=0).to(tl.float32) * p3 * w0
+            if RESET:
+                if tl.load(taps_ptr + t, mask=live, other=1) == 0:  # a document starts at t
+                    p1 = zero
+                    p2 = zero
+                    p3 = zero
+                acc = x * w3 + bias + p1 * w2
+                if K > 2:
+                    acc += p2 * w1
+                if K > 3:
+                    acc += p3 * w0
+            else:
+                acc = x * w3 + bias + tl.load(taps_ptr + t, mask=live, other=0).to(tl.float32) * p1 * w2
+                if K > 2:
+                    acc += tl.load(taps_ptr + stride_taps + t, mask=live, other=0).to(tl.float32) * p2 * w1
+                if K > 3:
+                    acc += (
+                        tl.load(taps_ptr + 2 * stride_taps + t, mask=live, other=0).to(tl.float32) * p3 * w0
+                    )
             y = acc * tl.sigmoid(acc)
             tl.store(out_ptr + t.to(tl.int64) * C + c, y.to(out_ptr.dtype.element_ty), mask=m)
             p3 = p2
@@ -179,14 +202,23 @@ if triton_available():
         return _launch(doc_conv_silu_kernel, x, weight, bias, taps, block_t, block_c, warps)
 
     def launch_rolling(
-        x, weight, bias, taps, block_t=ROLL_T, block_c=ROLL_C, warps=ROLL_WARPS, stages=ROLL_STAGES
+        x,
+        weight,
+        bias,
+        taps,
+        block_t=ROLL_T,
+        block_c=ROLL_C,
+        warps=ROLL_WARPS,
+        stages=ROLL_STAGES,
+        reset=False,
     ):
-        """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``)."""
+        """``launch``'s contract through the rolling kernel (a conv of width 2 .. ``ROLLING_MAX_K``); ``reset``:
+        its variant for a packed row's taps (documents contiguous), the kernel's docstring."""
         K = weight.shape[-1]
         if not 2 <= K <= ROLLING_MAX_K:
             raise ValueError(f"the rolling conv kernel takes widths 2 .. {ROLLING_MAX_K}, not {K}")
         kernel = doc_conv_silu_rolling_kernel
-        return _launch(kernel, x, weight, bias, taps, block_t, block_c, warps, STAGES=stages)
+        return _launch(kernel, x, weight, bias, taps, block_t, block_c, warps, STAGES=stages, RESET=reset)
 
     @triton_op("dflash::doc_conv_silu", mutates_args=())
     def _doc_conv_silu(

@@ -62,8 +62,10 @@ def test_kernel_equals_the_shifted_taps(K, dtype, C):
 
 @pytest.mark.parametrize("K", [2, 3, 4])
 @pytest.mark.parametrize("tile", [(256, 512, 4, 2), (7, 64, 4, 1), (64, 1024, 8, 3)])
-def test_the_rolling_kernel_equals_the_shifted_taps(K, tile):
-    """The second kernel (bench/hybrid_conv.py's sweep times it): an odd strip, a partial channel tile."""
+@pytest.mark.parametrize("reset", [False, True])
+def test_the_rolling_kernel_equals_the_shifted_taps(K, tile, reset):
+    """The second kernel and its reset variant (bench/hybrid_conv.py's sweep times them): an odd strip, a
+    partial channel tile, documents of 1 token and shorter than K at strip edges."""
     doc, taps = _packed([(1, 2, 3, 64, 1, 200), (300, 5, 1)], K)
     N, C = doc.numel(), 2100
     g = torch.Generator(device=DEV).manual_seed(K)
@@ -72,9 +74,9 @@ def test_the_rolling_kernel_equals_the_shifted_taps(K, tile):
     b = torch.randn(C, device=DEV, generator=g).to(torch.bfloat16)
     bt, bc, warps, stages = tile
     for bias in (b, None):
-        got = doc_conv.launch_rolling(x, w, bias, taps, bt, bc, warps, stages)
+        got = doc_conv.launch_rolling(x, w, bias, taps, bt, bc, warps, stages, reset)
         want = _conv_silu(x, w, bias, taps).to(torch.bfloat16)
-        assert _err(got, want) <= TOL[torch.bfloat16], (K, tile, bias is None)
+        assert _err(got, want) <= TOL[torch.bfloat16], (K, tile, reset, bias is None)
 
 
 def test_kernel_in_a_compiled_region_and_on_a_strided_input():
