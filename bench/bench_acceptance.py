@@ -165,6 +165,11 @@ def env() -> dict:
     return e
 
 
+def fp8_flags(cfg: dict, dtype: str | None) -> list[str]:
+    """The trainer's / trainer.evaluate's flags for a drafter's capture or serving dtype, at the run's scaling."""
+    return acceptance_fp8.dtype_flags(dtype, cfg.get("fp8_scales", "block"))
+
+
 def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anchor_run) -> tuple:
     """``trainer.pipeline`` for one drafter of this bench on ``data`` into ``run``: the bench's shared flags plus
     ``schedule`` (steps, epochs, learning rate, seed, ...); ``finish_drafter`` waits for it and reads it."""
@@ -175,7 +180,7 @@ def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anc
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
             "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule,
-            *drafter_flags(spec), *acceptance_fp8.dtype_flags(spec.capture, cfg.get("fp8_scales", "block"))]  # fmt: skip
+            *drafter_flags(spec), *fp8_flags(cfg, spec.capture)]  # fmt: skip
     if soft:
         argv += ["--use-soft-labels"]
     log = open(os.path.join(out, log_name), "w")  # noqa: SIM115 (closed by finish_drafter)
@@ -281,7 +286,7 @@ def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT,
                 "--drafter", os.path.join(work, f"run_{tag}"), "--prompts", os.path.join(work, pset),
                 "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
                 str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json",
-                *acceptance_fp8.dtype_flags(serve, cfg.get("fp8_scales", "block"))]  # fmt: skip
+                *fp8_flags(cfg, serve)]  # fmt: skip
         if serve == "fp8":  # acceptance only (half the time): the bf16 evaluations time the loop and check it
             argv += ["--no-baseline"]
         elif not name:

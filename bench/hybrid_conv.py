@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.prof import graph_timed, sync, timed
+from bench.prof import device_timed, sync, timed
 from trainer.target import doc_conv
 from trainer.target.hybrid import _conv_silu, _flat_meta
 
@@ -84,8 +84,7 @@ def _time_layer(fn, xs, ws, taps, iters: int, eager: bool = False) -> float:
         for x, w in zip(xs, ws, strict=True):
             fn(x, w, None, taps)
 
-    got = None if eager else graph_timed(one, iters)
-    return got if got is not None else timed(one, iters, 3)["s_per_iter"]
+    return device_timed(one, iters, eager)
 
 
 def copy_same(xs) -> float:
@@ -97,8 +96,7 @@ def copy_same(xs) -> float:
         for x, o in zip(xs, outs, strict=True):
             o.copy_(x)
 
-    got = graph_timed(one, 20)
-    return got if got is not None else timed(one, 20, 3)["s_per_iter"]
+    return device_timed(one, 20)
 
 
 def _reference(compiled: bool):

@@ -76,6 +76,13 @@ def graph_timed(fn, iters: int, warmup: int = 3) -> float | None:
     return e0.elapsed_time(e1) / 1e3 / iters
 
 
+def device_timed(fn, iters: int, eager: bool = False) -> float:
+    """Seconds per call of ``fn``: from a CUDA graph's replay where it can be captured (``graph_timed``), else,
+    or with ``eager``, the calls as issued (``timed``: the host's launches included)."""
+    got = None if eager else graph_timed(fn, iters)
+    return got if got is not None else timed(fn, iters, 3)["s_per_iter"]
+
+
 def profile(fn, iters: int, path: str, row_limit: int = 40) -> dict:
     """torch.profiler over ``iters`` calls: writes the key_averages table to ``path``; returns GPU time
     by kernel class (seconds per iteration) and the share of wall time the GPU was busy."""
