@@ -1,13 +1,15 @@
 """bench_hybrid.py's ``conv`` step: the per-document causal conv + SiLU of a Gated DeltaNet layer, the
 reference (``hybrid._conv_silu``, the shifted taps, compiled as the fast path's region has it) against
-``doc_conv``'s Triton kernel, at the bench's token count and the target's q / k / v widths, with the byte floor.
+``doc_conv``'s Triton kernel that the capture selects (``doc_conv.select``: the rolling kernel's packed-row
+variant where it checks, else the tile kernel), at the bench's token count and the target's q / k / v widths,
+with the byte floor.
 
 Per layer: three tensors (q and k of ``key_dim`` channels, v of ``value_dim``), each (1, N, C) bf16 as the
 projections leave them, weight (C, K) bf16, taps (K - 1, N) bool from the packed row's documents. Bytes = one
 read of each input and one write of each output (+ the taps and weights); bandwidth = a big device copy in
 the same step (2 x bytes / time); floor = bytes / bandwidth. Per call = per layer x the Gated DeltaNet layers
-a call runs. The kernel is also timed at a few tile sizes (``sweep``: the default is ``doc_conv.BLOCK_T`` x
-``BLOCK_C``, ``WARPS``), and ``copy_same_tensors`` is a plain copy of the same three tensors (the floor's bytes
+a call runs. Both kernels are also timed at a few strip and tile sizes (``sweep``; the capture's are
+``doc_conv.PACKED_*`` and ``BLOCK_*``), and ``copy_same_tensors`` is a plain copy of the same three tensors (the floor's bytes
 at these sizes and launch count: 1.03x the floor on one H200, 2026-12-04). On CUDA every figure is a CUDA graph's
 replay (the kernels' own time; ``kernel_s_per_layer_eager`` beside it: the calls timed as issued). On the CPU
 (``--tiny``) only the reference runs (eager).
@@ -21,9 +23,9 @@ from bench.prof import device_timed, sync, timed
 from trainer.target import doc_conv
 from trainer.target.hybrid import _conv_silu, _flat_meta
 
-# (kernel, tokens, channels, warps, pipeline stages): the tile kernel around the 2026-12-04 best (16 x 256, 4
-# warps; 64 x 128 was the default before it) and the rolling kernel (doc_conv.launch_rolling: 64 x 1,024, 4 warps,
-# 3 stages was the best of both, 1.80x and 1.83x the floor in two calls)
+# (kernel, tokens, channels, warps, pipeline stages): the tile kernel around its best (16 x 256, 4 warps: 1.97x
+# the floor), the rolling kernel (doc_conv.launch_rolling: 64 x 1,024, 4 warps, 3 stages: 1.82x) and its reset
+# variant (64 x 512, 2 warps, 3 stages: 1.50x and 1.52x, the capture's since; one H200, 2026-12-04, four calls)
 SWEEP = (
     ("tile", 64, 128, 4, 0),
     ("tile", 16, 256, 4, 0),
@@ -44,6 +46,11 @@ SWEEP = (
     ("rolling", 128, 1024, 4, 6),
     ("rolling_reset", 64, 1024, 4, 3),  # the kept rows cleared at a document's start, no tap masks
     ("rolling_reset", 64, 512, 2, 3),
+    ("rolling_reset", 128, 512, 2, 3),  # around it (not timed yet)
+    ("rolling_reset", 32, 512, 2, 3),
+    ("rolling_reset", 64, 256, 1, 3),
+    ("rolling_reset", 64, 512, 4, 3),
+    ("rolling_reset", 64, 512, 2, 4),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 
@@ -164,16 +171,18 @@ def conv_step(cfg, doc: torch.Tensor, device: str, n_linear: int, iters: int = 2
         "copy_same_tensors_vs_floor": same / floor,
         "reference": "compiled _conv_silu (shifted taps)" if cuda else "eager _conv_silu (CPU)",
     }
-    checked = cuda and doc_conv.check(device, _conv_silu, cfg.linear_conv_kernel_dim)
-    if not checked:
+    name = doc_conv.select(device, _conv_silu, cfg.linear_conv_kernel_dim) if cuda else None
+    if name is None:
         e["kernel"] = "not run: " + ("the self-check failed (warning above)" if cuda else "CPU (no Triton)")
         return e
-    e.update(equality(xs, ws, taps, ref))
-    new = _time_layer(doc_conv.conv_silu, xs, ws, taps, iters)
+    kernel = doc_conv.KERNELS[name][0]
+    e.update(equality(xs, ws, taps, ref, kernel))
+    new = _time_layer(kernel, xs, ws, taps, iters)
     e.update(
+        kernel=name,
         timing="CUDA graph replay" if cuda else "eager",
         kernel_s_per_layer=new,
-        kernel_s_per_layer_eager=_time_layer(doc_conv.conv_silu, xs, ws, taps, iters, eager=True),
+        kernel_s_per_layer_eager=_time_layer(kernel, xs, ws, taps, iters, eager=True),
         kernel_s_per_call=new * n_linear,
         kernel_vs_floor=new / floor,
         speedup=old / new,

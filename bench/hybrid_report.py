@@ -71,7 +71,7 @@ def print_conv(e: dict) -> None:
     )
     if "kernel_s_per_layer" in e:
         line += (
-            f", kernel {1e3 * e['kernel_s_per_layer']:.3f} ms = {e['kernel_vs_floor']:.2f}x "
+            f", kernel ({e.get('kernel', 'tile')}) {1e3 * e['kernel_s_per_layer']:.3f} ms = {e['kernel_vs_floor']:.2f}x "
             f"(goal <= 1.5x: {'met' if e['goal_met'] else 'missed'}; max rel err {e['max_rel_err']:.1e}); "
             f"per call {e['reference_s_per_call']:.4f} -> {e['kernel_s_per_call']:.4f} s"
         )

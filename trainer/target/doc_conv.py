@@ -1,6 +1,6 @@
-"""The per-document causal conv + SiLU of the hybrid fast path as one Triton kernel (CUDA).
+"""The per-document causal conv + SiLU of the hybrid fast path as Triton kernels (CUDA).
 
-``conv_silu(x, weight, bias, taps)`` computes what ``hybrid._conv_silu`` (the reference, plain PyTorch) does,
+``conv_silu(x, weight, bias, taps)`` (the tile kernel) computes what ``hybrid._conv_silu`` (the reference, plain PyTorch) does,
 ``silu(sum_j w[:, K-1-j] * x[t-j] * taps[j-1, t] + bias)`` in fp32, and writes it in ``x``'s dtype: x (..., N, C)
 flattened to (N, C) tokens, weight (C, K), taps (K-1, N) bool ("token t-j is in t's document"). Each program
 loads one tile of BLOCK_T tokens x BLOCK_C channels and its K - 1 shifted copies (the shifted rows are the
@@ -8,18 +8,21 @@ tile's own, or K - 1 rows above it: read from cache), so memory traffic is one r
 output, where the reference's fused kernel (rolls masked by a bool per tap) ran at about a third of memory
 speed on the H200 (issue 36).
 
-``launch_rolling`` is a second kernel for the same contract (widths up to 4), measured beside it by
-bench/hybrid_conv.py's sweep and not used by the capture yet: each program walks a strip of tokens row by row,
-keeping the K - 1 previous rows in registers, so each row is loaded once (the tile kernel loads it K times,
-K - 1 of them from cache). On one H200 at the 27B shape (2026-12-04, two calls) its best strip, 64 x 1,024,
-ran 1.80x and 1.83x the byte floor, the tile kernel's best 1.96x and 1.98x: a few percent of a step that is
-2% of a capture call, not yet worth switching to a kernel never run inside a compiled region on a GPU.
+``launch_rolling`` is a second kernel for the same contract (widths up to 4): each program walks a strip of
+tokens row by row, keeping the K - 1 previous rows in registers, so each row is loaded once (the tile kernel
+loads it K times, K - 1 of them from cache). Its ``reset`` variant takes a packed row's taps (documents
+contiguous, as ``hybrid._flat_meta`` always gives them) and clears the kept rows where a document starts
+instead of masking each tap at each row. On one H200 at the 27B shape (2026-12-04, third session, CUDA graph
+replays of the kernels alone, bench/hybrid_conv.py) it ran 0.707-0.711 ms a layer, 1.50x and 1.52x the byte
+floor, where the plain rolling kernel ran 1.82x and the tile kernel 1.97x. It is ``conv_silu_packed``, the one
+the capture uses where it checks (``select``); the tile kernel (``conv_silu``, any taps) is the fallback.
 
-It is a ``torch.library.triton_op`` (compiled regions keep it whole and see the kernel). ``usable(x, taps)``
-says whether a call's tensors fit it (CUDA; float16 / bfloat16 / float32); ``check(device, reference)`` runs it
-once against the reference on a small packed input (every tap, documents of 1 token and shorter than K, a
-partial tile), eagerly and inside a compiled region (as the capture calls it), and remembers the answer, so a
-device where the kernel is wrong or fails to build or to lower (or has no Triton) keeps the reference: ``hybrid.prepare_hybrid`` selects the kernel only where it passed.
+Both are ``torch.library.triton_op``s (compiled regions keep them whole and see the kernel). ``usable(x, taps)``
+says whether a call's tensors fit them (CUDA; float16 / bfloat16 / float32); ``select(device, reference, K)``
+runs each, in ``KERNELS``' order, once against the reference on a small packed input (every tap, documents of 1
+token and shorter than K, a partial tile), eagerly and inside a compiled region (as the capture calls it), and
+remembers the first that passed, so a device where a kernel is wrong or fails to build or to lower (or has no
+Triton) gets the next one, and the reference after the last: ``hybrid.prepare_hybrid`` uses what it selects.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ ROLLING_MAX_K = 4  # the rolling kernel's widest conv (Qwen3.5 / 3.6: 4)
 # the rolling kernel's strip (tokens x channels), warps and pipeline stages: the sweep's best (1,024 bf16
 # channels on 128 threads: 16-byte loads)
 ROLL_T, ROLL_C, ROLL_WARPS, ROLL_STAGES = 64, 1024, 4, 3
-_checked: dict[tuple[str, int], bool] = {}  # (device, width K) -> whether the kernel equals the reference
+# the reset variant's strip for the capture (``conv_silu_packed``): the best of two sweeps on one H200 (2026-12-04)
+PACKED_T, PACKED_C, PACKED_WARPS, PACKED_STAGES = 64, 512, 2, 3
+_selected: dict[tuple[str, int], str | None] = {}  # (device, width K) -> the kernel that equals the reference
 
 
 def triton_available() -> bool:
@@ -226,10 +231,26 @@ if triton_available():
     ) -> torch.Tensor:
         return launch(x, weight, bias, taps)
 
+    @triton_op("dflash::doc_conv_silu_packed", mutates_args=())
+    def _doc_conv_silu_packed(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, taps: torch.Tensor
+    ) -> torch.Tensor:
+        return launch_rolling(x, weight, bias, taps, PACKED_T, PACKED_C, PACKED_WARPS, PACKED_STAGES, True)
+
 
 def conv_silu(x: torch.Tensor, weight: torch.Tensor, bias, taps: torch.Tensor) -> torch.Tensor:
-    """The Triton kernel (``usable`` must hold): silu(per-document conv) in x's dtype."""
+    """The tile kernel (``usable`` must hold): silu(per-document conv) in x's dtype, for any taps."""
     return torch.ops.dflash.doc_conv_silu(x, weight, bias, taps)
+
+
+def conv_silu_packed(x: torch.Tensor, weight: torch.Tensor, bias, taps: torch.Tensor) -> torch.Tensor:
+    """``conv_silu`` by the rolling kernel's reset variant, for a packed row's taps only (documents contiguous:
+    ``taps[j, t]`` implies ``taps[j - 1, t]``, as ``hybrid._flat_meta`` gives them); widths 2 .. ``ROLLING_MAX_K``."""
+    return torch.ops.dflash.doc_conv_silu_packed(x, weight, bias, taps)
+
+
+# the kernels ``select`` tries, in order, with the widest conv each takes
+KERNELS = {"rolling": (conv_silu_packed, ROLLING_MAX_K), "tile": (conv_silu, None)}
 
 
 def check_inputs(device, K: int, C: int = 200):
@@ -246,35 +267,51 @@ def check_inputs(device, K: int, C: int = 200):
     return tuple(t.to(device) for t in (x, w, b, taps))
 
 
-def check(device, reference, K: int = 4) -> bool:
-    """Whether the kernel equals ``reference`` (``hybrid._conv_silu``: fp32 out) on ``device``, at width
-    ``K``, with and without bias, in bf16 and fp32; remembered per device and width. A failure is warned
-    about once and leaves the reference in use."""
+def select(device, reference, K: int = 4) -> str | None:
+    """The first of ``KERNELS`` that equals ``reference`` (``hybrid._conv_silu``: fp32 out) on ``device`` at
+    width ``K`` (with and without bias, bf16 and fp32, eagerly; bf16 inside a compiled region), or None;
+    remembered per device and width. Each kernel passed over is warned about once (the next one, or the
+    reference after the last, is used instead)."""
     key = (str(torch.device(device)), K)
-    if key in _checked:
-        return _checked[key]
-    ok, why = False, "Triton is not installed"
-    if torch.device(device).type == "cuda" and triton_available() and K > 1:
+    if key not in _selected:
+        _selected[key] = _first_passing(device, reference, K)
+    return _selected[key]
+
+
+def _first_passing(device, reference, K: int) -> str | None:
+    dev = torch.device(device)
+    if dev.type != "cuda" or K < 2:
+        return None  # the CPU or no conv: the reference, silently (nothing to warn about)
+    if not triton_available():
+        warnings.warn(f"per-document conv: no Triton kernel on {dev} (Triton is not installed)", stacklevel=3)
+        return None
+    for name, (kernel, widest) in KERNELS.items():
+        if widest is not None and widest < K:
+            continue
         try:
-            ok, why = compare(device, reference, launch, K)
-            if ok:  # the capture calls it inside compiled regions: so does the check (a lowering error there
-                ok, why = compiled_ok(device, reference, K)  # once killed every hybrid capture at step 1)
-        except Exception as e:  # noqa: BLE001 - a kernel that does not build: the reference
-            why = f"{type(e).__name__}: {str(e)[:300]}"
-    elif torch.device(device).type != "cuda":
-        why = "not a CUDA device"
-    if not ok and torch.device(device).type == "cuda":
-        warnings.warn(f"per-document conv: the Triton kernel is not used on {key[0]} ({why})", stacklevel=2)
-    _checked[key] = ok
-    return ok
+            ok, why = compare(device, reference, kernel, K)
+            # the capture calls it inside compiled regions: so does the check (a lowering error there once
+            if ok:  # killed every hybrid capture at step 1)
+                ok, why = compiled_ok(device, reference, K, kernel)
+        except Exception as e:  # noqa: BLE001 - a kernel that does not build: the next one
+            ok, why = False, f"{type(e).__name__}: {str(e)[:300]}"
+        if ok:
+            return name
+        warnings.warn(f"per-document conv: the {name} kernel is not used on {dev} ({why})", stacklevel=3)
+    return None
 
 
-def compiled_ok(device, reference, K: int) -> tuple[bool, str]:
-    """(whether the op inside a compiled region equals ``reference``, bf16 without bias as the Gated DeltaNet
-    conv runs, on ``check``'s inputs; why not)."""
+def check(device, reference, K: int = 4) -> bool:
+    """Whether one of the kernels equals ``reference`` on ``device`` at width ``K`` (``select``)."""
+    return select(device, reference, K) is not None
+
+
+def compiled_ok(device, reference, K: int, kernel=conv_silu) -> tuple[bool, str]:
+    """(whether ``kernel`` inside a compiled region equals ``reference``, bf16 without bias as the Gated
+    DeltaNet conv runs, on ``check_inputs``; why not)."""
     x, w, _b, taps = check_inputs(device, K)
     xd, wd = x.to(torch.bfloat16), w.to(torch.bfloat16)
-    got = torch.compile(conv_silu, fullgraph=True, dynamic=False)(xd, wd, None, taps).float()
+    got = torch.compile(kernel, fullgraph=True, dynamic=False)(xd, wd, None, taps).float()
     want = reference(xd, wd, None, taps).to(torch.bfloat16).float()
     err = float((got - want).abs().max() / want.abs().max().clamp(min=1e-12))
     return (True, "") if err <= 1e-2 else (False, f"compiled: max error {err:.2e} > 1e-2")

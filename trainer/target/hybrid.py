@@ -270,13 +270,14 @@ def _rows(proj: nn.Module, x: torch.Tensor, spans) -> list[torch.Tensor]:
     return [F.linear(x, W[s : s + n], None if b is None else b[s : s + n]) for s, n in spans]
 
 
-def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor, fused_conv: bool = False):
+def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor, conv: str | None = None):
     """h (1, N, H) -> q, k (1, N, Hk, Dk), v (1, N, Hv, Dv) after conv + SiLU; z (1, N, Hv*Dv); g, beta.
 
     q, k and v are projected by three row slices of ``in_proj_qkv`` (no copy) and convolved separately:
     each comes out contiguous from one fused kernel, where one projection then a split would need the
     convolved whole materialised and copied again (measured: 2.9 ms per layer on the H200 at 49,152 tokens).
-    ``fused_conv``: the conv by ``doc_conv``'s Triton kernel (one read of each input), else ``_conv_silu``."""
+    ``conv``: the conv by that one of ``doc_conv.KERNELS`` (one read of each input; ``taps`` are a packed row's,
+    as ``_flat_meta`` gives them), else (None) ``_conv_silu``."""
     la = layer.linear_attn
     N = h.shape[1]
     x = layer.input_layernorm(h)
@@ -287,8 +288,8 @@ def linear_in(layer: nn.Module, h: torch.Tensor, taps: torch.Tensor, fused_conv:
     out = []
     dims = (la.head_k_dim, la.head_k_dim, la.head_v_dim)
     for (s, n), d, y in zip(spans, dims, _rows(la.in_proj_qkv, x, spans), strict=True):
-        conv = doc_conv.conv_silu if fused_conv and doc_conv.usable(y, taps) else _conv_silu
-        y = conv(y, cw[s : s + n], None if cb is None else cb[s : s + n], taps).to(h.dtype)
+        fn = doc_conv.KERNELS[conv][0] if conv and doc_conv.usable(y, taps) else _conv_silu
+        y = fn(y, cw[s : s + n], None if cb is None else cb[s : s + n], taps).to(h.dtype)
         out.append(y.reshape(1, N, -1, d))
     q, k, v = out
     z = la.in_proj_z(x)
@@ -381,13 +382,13 @@ class _Flat:
     """The rows flattened to one sequence of B*T tokens (every row start a document start), each layer as
     regions (compiled or not: one graph per region serves every layer and batch of that many tokens):
     ``lin_in`` (``linear_in``), the rule (fla on the key heads as they are, or plain PyTorch), ``lin_out``
-    (``linear_out``); ``attn_step``. The fast path; the CUDA default. ``conv``: ``lin_in``'s conv by
-    ``doc_conv``'s Triton kernel (else ``_conv_silu``)."""
+    (``linear_out``); ``attn_step``. The fast path; the CUDA default. ``conv``: ``lin_in``'s conv, the name of
+    one of ``doc_conv.KERNELS`` (None: ``_conv_silu``)."""
 
     lin_in: Callable
     lin_out: Callable
     attn_step: Callable
-    conv: bool = False
+    conv: str | None = None
 
     def batch(self, layers, input_ids, doc_ids, attn: str, linear: str) -> _Batch:
         dev = input_ids.device
@@ -433,7 +434,7 @@ class HybridCapture(Capture):
     fast: bool
     compiled: bool
     layout: _Rows | _Flat = field(repr=False)
-    conv: str = "shifted taps"  # the fast path's conv: "triton" (doc_conv) or "shifted taps" (_conv_silu)
+    conv: str = "shifted taps"  # the fast path's conv: "triton rolling" / "triton tile" (doc_conv), or this
 
     def __call__(self, model, input_ids, doc_ids, target_layer_ids, need_final_hidden):
         base = decoder_of(model)
@@ -488,15 +489,15 @@ def qualifies(model: nn.Module) -> bool:
     return True
 
 
-def _fused_conv(conv: str, model: nn.Module, device: torch.device) -> bool:
-    """Whether the fast path's conv is ``doc_conv``'s kernel: asked for (or ``"auto"``), on CUDA, and checked
-    against ``_conv_silu`` on this device at the model's conv width."""
+def _conv_kernel(conv: str, model: nn.Module, device: torch.device) -> str | None:
+    """The fast path's conv kernel (a name in ``doc_conv.KERNELS``), or None for ``_conv_silu``: asked for (or
+    ``"auto"``), on CUDA, and the first that checks against ``_conv_silu`` on this device at the model's width."""
     if conv not in ("auto", "triton", "torch"):
         raise ValueError(f"conv must be 'auto', 'triton' or 'torch', got {conv!r}")
     if conv == "torch" or device.type != "cuda":
-        return False
+        return None
     lin = next((la for la in (getattr(x, "linear_attn", None) for x in decoder_of(model).layers) if la), None)
-    return lin is not None and doc_conv.check(device, _conv_silu, lin.conv1d.weight.shape[-1])
+    return None if lin is None else doc_conv.select(device, _conv_silu, lin.conv1d.weight.shape[-1])
 
 
 def prepare_hybrid(
@@ -514,8 +515,8 @@ def prepare_hybrid(
     (``"auto"``: varlen when it works on this CUDA device, else flex; sdpa on CPU). ``fast`` (default: on
     CUDA): the flattened layout with compiled dense regions (module docstring); ``compile`` (default: on CUDA
     unless ``DFLASH_COMPILE=0``) compiles its three regions. ``conv`` (the fast path's per-document conv):
-    ``"triton"`` (``doc_conv``'s kernel, where ``doc_conv.check`` passes on this device), ``"torch"`` (the
-    shifted taps, ``_conv_silu``); ``"auto"`` = triton on CUDA where it checks."""
+    ``"triton"`` (``doc_conv``'s kernel that ``doc_conv.select`` picks on this device, if any), ``"torch"`` (the
+    shifted taps, ``_conv_silu``); ``"auto"`` = triton on CUDA where one checks."""
     if not qualifies(model):
         return None
     device = next(model.parameters()).device
@@ -532,19 +533,19 @@ def prepare_hybrid(
         compile = cuda and compile_enabled()
     compile = bool(compile and fast)
     layout: _Rows | _Flat = _Rows()
-    fused = bool(fast) and _fused_conv(conv, model, device)
+    kernel = _conv_kernel(conv, model, device) if fast else None
     if fast:
         steps = (linear_in, linear_out, attn_step)
         if compile:
             steps = tuple(torch.compile(f, dynamic=None) for f in steps)
-        layout = _Flat(*steps, conv=fused)
+        layout = _Flat(*steps, conv=kernel)
     cap = HybridCapture(
         attn=attn,
         linear=linear,
         fast=bool(fast),
         compiled=compile,
         layout=layout,
-        conv="triton" if fused else "shifted taps",
+        conv=f"triton {kernel}" if kernel else "shifted taps",
     )
     attach(model, cap)
     return cap

@@ -19,6 +19,7 @@ def test_cpu_keeps_the_shifted_taps(tiny_hybrid):
     assert cap.conv == "shifted taps" and not cap.layout.conv
     assert cap.record()["conv"] == "shifted taps"
     assert not doc_conv.check("cpu", _conv_silu)
+    assert doc_conv.select("cpu", _conv_silu) is None
     assert not doc_conv.usable(torch.zeros(1, 4, 8), torch.ones(3, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="conv must be"):
         prepare_hybrid(model, fast=True, conv="cuda")
@@ -31,10 +32,11 @@ def test_linear_in_asked_for_the_kernel_on_cpu_runs_the_reference(tiny_hybrid):
     _, _, taps = _flat_meta(doc, layer.linear_attn.conv1d.weight.shape[-1])
     h = torch.randn(1, doc.shape[1], decoder_of(model).embed_tokens.weight.shape[1])
     with torch.no_grad():
-        want = linear_in(layer, h, taps, fused_conv=False)
-        got = linear_in(layer, h, taps, fused_conv=True)
-    for a, b in zip(got, want, strict=True):
-        assert torch.equal(a, b)
+        want = linear_in(layer, h, taps, conv=None)
+        for kernel in doc_conv.KERNELS:
+            got = linear_in(layer, h, taps, conv=kernel)
+            for a, b in zip(got, want, strict=True):
+                assert torch.equal(a, b)
 
 
 def test_check_inputs_taps_are_the_fast_paths():

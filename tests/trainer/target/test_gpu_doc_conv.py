@@ -1,8 +1,9 @@
 """The per-document conv's Triton kernel (trainer/target/doc_conv.py) against the reference (the shifted taps,
 ``hybrid._conv_silu``) on CUDA: packed rows with 1-token documents, documents shorter than the width, rows
 flattened (no tap into the previous row), partial tiles, widths 2-4, with and without bias, fp32 / bf16 /
-fp16, eager and inside a compiled region; the self-check passes and ``prepare_hybrid`` selects it; a tiny
-hybrid target's capture is the same with either conv.
+fp16, eager and inside a compiled region, both kernels (the tile one for any taps, the rolling one's packed-row
+variant the capture prefers); the self-check selects the rolling kernel (the tile one past its widest conv) and
+``prepare_hybrid`` uses it; a tiny hybrid target's capture is the same with either conv.
 
 Run on a GPU: ``PYTHONPATH=. python -m pytest tests/trainer/target/test_gpu_doc_conv.py -q``. Skipped without
 CUDA or Triton."""
@@ -46,7 +47,8 @@ def _err(got, want) -> float:
 @pytest.mark.parametrize("K", [2, 3, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("C", [6, 200, 2048])
-def test_kernel_equals_the_shifted_taps(K, dtype, C):
+@pytest.mark.parametrize("kernel", ["tile", "rolling"])
+def test_kernel_equals_the_shifted_taps(K, dtype, C, kernel):
     doc, taps = _packed([(1, 2, 3, 64, 1, 200), (300, 5, 1)], K)
     N = doc.numel()
     g = torch.Generator(device=DEV).manual_seed(K * C)
@@ -54,7 +56,7 @@ def test_kernel_equals_the_shifted_taps(K, dtype, C):
     w = torch.randn(C, K, device=DEV, generator=g).to(dtype)
     b = torch.randn(C, device=DEV, generator=g).to(dtype)
     for bias in (b, None):
-        got = doc_conv.conv_silu(x, w, bias, taps)
+        got = doc_conv.KERNELS[kernel][0](x, w, bias, taps)
         want = _conv_silu(x, w, bias, taps).to(dtype)
         assert got.dtype == dtype and got.shape == x.shape
         assert _err(got, want) <= TOL[dtype], (K, dtype, C, bias is None)
@@ -79,7 +81,9 @@ def test_the_rolling_kernel_equals_the_shifted_taps(K, tile, reset):
         assert _err(got, want) <= TOL[torch.bfloat16], (K, tile, reset, bias is None)
 
 
-def test_kernel_in_a_compiled_region_and_on_a_strided_input():
+@pytest.mark.parametrize("kernel", ["tile", "rolling"])
+def test_kernel_in_a_compiled_region_and_on_a_strided_input(kernel):
+    conv = doc_conv.KERNELS[kernel][0]
     doc, taps = _packed([(1000, 1, 3, 2000)], 4)
     N, C = doc.numel(), 2048 * 3
     x = torch.randn(1, N, C, device=DEV, dtype=torch.bfloat16)
@@ -87,12 +91,17 @@ def test_kernel_in_a_compiled_region_and_on_a_strided_input():
 
     def region(x, w, taps):  # as linear_in does: q / k / v by column slices of one projection's output
         q, v = x[..., :2048], x[..., 2048:]
-        return doc_conv.conv_silu(q, w[:2048], None, taps), doc_conv.conv_silu(v, w[2048:], None, taps)
+        return conv(q, w[:2048], None, taps), conv(v, w[2048:], None, taps)
 
     got = torch.compile(region)(x, w, taps)
     want = (_conv_silu(x[..., :2048], w[:2048], None, taps), _conv_silu(x[..., 2048:], w[2048:], None, taps))
     for a, b in zip(got, want, strict=True):
         assert _err(a, b.to(torch.bfloat16)) <= TOL[torch.bfloat16]
+
+
+def test_select_prefers_the_rolling_kernel_and_takes_the_tile_one_past_its_width():
+    assert doc_conv.select(DEV, _conv_silu, 4) == "rolling"
+    assert doc_conv.select(DEV, _conv_silu, doc_conv.ROLLING_MAX_K + 1) == "tile"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs flash-linear-attention")
@@ -106,6 +115,6 @@ def test_prepare_hybrid_selects_it_and_the_capture_is_the_same(tiny_hybrid):
     assert cap.conv == "shifted taps"
     want, _ = capture(model, ids, doc, layers)
     cap = prepare_hybrid(model, fast=True, compile=False)
-    assert cap.conv == "triton" and cap.layout.conv
+    assert cap.conv == "triton rolling" and cap.layout.conv == "rolling"
     got, _ = capture(model, ids, doc, layers)
     assert float((got.float() - want.float()).norm() / want.float().norm()) < 1e-2
