@@ -1,0 +1,181 @@
+"""How much a target's captured hidden states say about the tokens a drafter must draft (issue 35: why DFlash 1
+trails on the hybrid target at the first drafted positions).
+
+A drafter drafts the block after an anchor token ``t`` from the target's states at the positions before it
+(``t - 1`` and earlier: the anchor's own state is not computed yet) and the anchor's embedding. This tool
+measures that input's information with probes, on held-out text, per target and layer set: features = the
+chosen layers' states at ``t - 1`` (the hidden state after each layer, as the trainer captures it) and a
+one-hot of the anchor ``t``; label = the token a greedy target emits at draft slot ``k`` (its argmax after
+``t + k - 1``, with the text's tokens before it: slot 1 is the argmax at ``t``). Two probes a slot: linear
+(softmax regression) and an MLP (one hidden layer), trained on the first 75% of the positions (1,500 Adam
+steps), scored (top-1 accuracy) on the rest. A baseline with the anchor alone (a bigram) says what the states add.
+
+    PYTHONPATH=. python bench/probe_states.py --target dense=bench/out/dense_target:1,5 \\
+        --target hybrid=bench/out/hybrid_target:1,5 --target hybrid=bench/out/hybrid_target:3,7 --docs 400
+
+Targets are bench_acceptance.py's (``--target-from`` folders: a transformers directory or its packed parts).
+CPU, fp32; ~2-2.5 min a target at 400 documents of 512 bytes on 2 cores (2026-12-04). Prints one table and writes --out JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import target_transfer  # noqa: E402
+from bench.acceptance_target import VOCAB  # noqa: E402
+from bench.bench_acceptance import chunks, corpus  # noqa: E402
+
+SLOTS = (1, 2)
+
+
+def parse_target(text: str) -> tuple[str, str, list[int]]:
+    """``NAME=DIR:L1,L2`` -> (name, dir, layers)."""
+    name, _, rest = text.partition("=")
+    path, _, layers = rest.rpartition(":")
+    if not name or not path or not layers:
+        raise argparse.ArgumentTypeError(f"--target wants NAME=DIR:L1,L2, not {text!r}")
+    try:
+        ids = [int(x) for x in layers.split(",")]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--target {text!r}: layers must be integers") from e
+    return name, path, ids
+
+
+def states(model_dir: str, docs: torch.Tensor, layers: list[int], who: str = "", batch: int = 16):
+    """(the layers' states (D, T, len(layers) * H) after each layer, the target's argmax (D, T)) in fp32."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
+    decoder = model.model
+    if not all(0 <= i < len(decoder.layers) for i in layers):
+        raise SystemExit(f"{who or model_dir}: layers {layers} outside 0 .. {len(decoder.layers) - 1}")
+    kept: dict[int, torch.Tensor] = {}
+    hooks = [
+        decoder.layers[i].register_forward_hook(
+            lambda _m, _a, out, i=i: kept.__setitem__(i, out[0] if isinstance(out, tuple) else out)
+        )
+        for i in layers
+    ]
+    feats, argmax = [], []
+    with torch.no_grad():
+        for s in range(0, docs.shape[0], batch):
+            logits = model(input_ids=docs[s : s + batch]).logits
+            feats.append(torch.cat([kept[i] for i in layers], dim=-1))
+            argmax.append(logits.argmax(-1))
+    for h in hooks:
+        h.remove()
+    return torch.cat(feats), torch.cat(argmax)
+
+
+def samples(feats: torch.Tensor, argmax: torch.Tensor, docs: torch.Tensor, slot: int):
+    """Per anchor t (1 <= t, t + slot - 1 < T): (states at t - 1, anchor id t, label = argmax at t + slot - 1)."""
+    T = docs.shape[1]
+    t = torch.arange(1, T - slot + 1)
+    x = feats[:, t - 1].reshape(-1, feats.shape[-1])
+    anchor = docs[:, t].reshape(-1)
+    label = argmax[:, t + slot - 1].reshape(-1)
+    return x, anchor, label
+
+
+class Probe(torch.nn.Module):
+    """logits = W2 relu(W1 x + E1[anchor]) (``hidden`` > 0) or W x + E[anchor]: the anchor as a one-hot
+    concatenated to the states, by lookup; ``x`` None: the anchor alone."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        width = hidden or VOCAB
+        self.x = torch.nn.Linear(dim, width) if dim else None
+        self.anchor = torch.nn.Embedding(VOCAB, width)
+        torch.nn.init.normal_(self.anchor.weight, std=VOCAB**-0.5)  # as a Linear(VOCAB, width) on a one-hot
+        self.out = torch.nn.Linear(hidden, VOCAB) if hidden else None
+
+    def forward(self, x, anchor):
+        h = self.anchor(anchor) if self.x is None else self.x(x) + self.anchor(anchor)
+        return h if self.out is None else self.out(torch.relu(h))
+
+
+def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0) -> float:
+    """Top-1 accuracy on the last 25% of a probe trained on the first 75% (Adam, lr 3e-3, ``steps`` batches of
+    1,024 drawn with replacement; the states standardised on the training part)."""
+    g = torch.Generator().manual_seed(seed)
+    cut = int(0.75 * label.numel())
+    if x is not None:
+        mu, sd = x[:cut].mean(0), x[:cut].std(0).clamp(min=1e-6)
+        x = (x - mu) / sd
+    torch.manual_seed(seed)
+    net = Probe(0 if x is None else x.shape[1], hidden)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    for _ in range(steps):
+        idx = torch.randint(0, cut, (1024,), generator=g)
+        loss = F.cross_entropy(net(None if x is None else x[idx], anchor[idx]), label[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        test = slice(cut, None)
+        pred = net(None if x is None else x[test], anchor[test]).argmax(-1)
+        return float((pred == label[test]).float().mean())
+
+
+def probe_target(name: str, path: str, layers: list[int], docs: torch.Tensor, hidden: int) -> dict:
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "target")
+        try:
+            target_transfer.fetch_target(path, dest)
+        except target_transfer.TransferError as e:
+            raise SystemExit(f"--target {name}: {e}") from None
+        feats, argmax = states(dest, docs, layers, f"--target {name}={path}")
+    row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": None, "slots": {}}
+    row["next_token_accuracy"] = float((argmax[:, :-1] == docs[:, 1:]).float().mean())
+    for slot in SLOTS:
+        x, anchor, label = samples(feats, argmax, docs, slot)
+        row["slots"][slot] = {
+            "anchor_only": fit(None, anchor, label, 0),
+            "linear": fit(x, anchor, label, 0),
+            "mlp": fit(x, anchor, label, hidden),
+        }
+    row["seconds"] = round(time.time() - t0, 1)
+    return row
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", type=parse_target, action="append", required=True, help="NAME=DIR:L1,L2")
+    p.add_argument("--docs", type=int, default=400, help="held-out documents of 512 bytes")
+    p.add_argument("--seed", type=int, default=7, help="which held-out chunks (not the evaluation's prompts)")
+    p.add_argument("--hidden", type=int, default=256, help="the MLP probe's width")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    _, held, _ = corpus(None)
+    docs = torch.tensor(chunks(held, a.docs, a.seed), dtype=torch.long)
+    rows = [probe_target(n, d, ls, docs, a.hidden) for n, d, ls in a.target]
+    print(
+        f"{'target':10s} {'layers':7s} {'next':>5s}  " + "  ".join(f"slot {s}: anchor/lin/mlp" for s in SLOTS)
+    )
+    for r in rows:
+        cells = "  ".join(
+            "{anchor_only:.3f}/{linear:.3f}/{mlp:.3f}      ".format(**r["slots"][s]) for s in SLOTS
+        )
+        layers = ",".join(map(str, r["layers"]))
+        print(f"{r['target']:10s} {layers:7s} {r['next_token_accuracy']:.3f}  {cells}")
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump({"docs": a.docs, "seed": a.seed, "hidden": a.hidden, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
