@@ -16,6 +16,14 @@ def _run_flags(ap) -> None:
     ap.add_argument("--small", action="store_true", help="a small CPU configuration (SMALL)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--drafter-seed",
+        type=int,
+        default=None,
+        help="the drafters' training seed (their initialisation and data order; default --seed): the same "
+        "drafters trained again on the same text, target and prompts, so that bench/acceptance_pair.py against "
+        "the --seed run gives the spread of training itself",
+    )
+    ap.add_argument(
         "--parallel", action="store_true", help="train all drafters at once, then evaluate all at once"
     )
 

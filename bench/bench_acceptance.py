@@ -29,7 +29,8 @@ Seeded, offline, on text every machine has: the Python standard library's own ``
    (the mean over uniformly sampled anchors: the estimate before the walk) and
    ``accept_len`` (the old formula); ``--parallel`` trains every drafter at once, then evaluates every one
    at once (the target is so small that one run leaves the GPU mostly idle; speed-ups are then measured
-   under that shared load);
+   under that shared load); ``--drafter-seed N`` trains them with another seed than ``--seed`` (which alone
+   picks the chunks, prompts and target): a second training run to pair with the first;
 4. real acceptance: ``python -m trainer.evaluate`` of each final export on 32 held-out prompts (the first
    128 bytes of held-out chunks) x 128 new tokens, greedy (a hybrid target's state rolled back by its default
    ``--rewind states``); acceptance, per position, speed-up over the target alone in the same run, greedy
@@ -331,6 +332,12 @@ def finish_eval(started) -> dict:
     return rep
 
 
+def drafter_seed(a) -> int:
+    """The drafters' training seed: ``--drafter-seed``, else ``--seed`` (which alone picks the corpus's chunks,
+    the prompts and the target)."""
+    return a.seed if a.drafter_seed is None else a.drafter_seed
+
+
 def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
     """The run's configuration from the flags (``ap.error`` on bad input): (cfg, extra prompt sets, specs)."""
     cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
@@ -342,6 +349,7 @@ def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
     cfg["target_tag"] = acceptance_target.target_tag(cfg["target"])
     cfg["anchor_run"], cfg["frozen_anchor_run"] = a.anchor_run, a.frozen_anchor_run
     cfg["fp8_scales"] = a.fp8_scales
+    cfg["drafter_seed"] = drafter_seed(a)
     if a.regen_from and a.train_text == "data":
         ap.error("--regen-from takes the target's responses: it needs --train-text generated or compare")
     cfg["est_anchors"] = a.est_anchors
@@ -552,7 +560,8 @@ def fp8_comparisons(a, res: dict, cfg: dict, save) -> None:
 def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> None:
     """Train the group's drafters side by side, then evaluate them side by side (and the extra prompt sets,
     the frozen passes)."""
-    started = [(x, start_drafter(cfg, work, a.out, x, a.seed, soft=not a.hard_labels)) for x in group]
+    seed, soft = drafter_seed(a), not a.hard_labels
+    started = [(x, start_drafter(cfg, work, a.out, x, seed, soft=soft)) for x in group]
     trained = {x: finish_drafter(st) for x, st in started}
     for x, d in trained.items():  # kept now: a call whose time runs out in the evaluations still has them
         res.setdefault(key_of(x, cfg["target_tag"]), {})["train"] = d
@@ -600,8 +609,9 @@ def speed_alone(cfg, work, out, group: list[Spec], res: dict, save) -> None:
 
 def frozen_passes(a, cfg, work, group: list[Spec], res: dict, save) -> None:
     datas = ("data", "heldout_data", "generated") + (("heldout_gen",) if a.train_text == "generated" else ())
+    seed, soft = drafter_seed(a), not a.hard_labels
     frozen = [
-        ((x, data), start_frozen(cfg, work, a.out, x, a.seed, data, a.frozen_steps, soft=not a.hard_labels))
+        ((x, data), start_frozen(cfg, work, a.out, x, seed, data, a.frozen_steps, soft=soft))
         for x in (group if a.frozen_steps else [])
         for data in datas
     ]
