@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import target_transfer  # noqa: E402
 from bench.acceptance_target import VOCAB  # noqa: E402
 from bench.bench_acceptance import chunks, corpus  # noqa: E402
+from trainer.target.capture import capture, load_target  # noqa: E402
 
 SLOTS = (1, 2)
 
@@ -51,28 +52,19 @@ def parse_target(text: str) -> tuple[str, str, list[int]]:
 
 
 def states(model_dir: str, docs: torch.Tensor, layers: list[int], who: str = "", batch: int = 16):
-    """(the layers' states (D, T, len(layers) * H) after each layer, the target's argmax (D, T)) in fp32."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, use_safetensors=True).eval()
-    decoder = model.model
-    if not all(0 <= i < len(decoder.layers) for i in layers):
-        raise SystemExit(f"{who or model_dir}: layers {layers} outside 0 .. {len(decoder.layers) - 1}")
-    kept: dict[int, torch.Tensor] = {}
-    hooks = [
-        decoder.layers[i].register_forward_hook(
-            lambda _m, _a, out, i=i: kept.__setitem__(i, out[0] if isinstance(out, tuple) else out)
-        )
-        for i in layers
-    ]
-    feats, argmax = [], []
-    with torch.no_grad():
-        for s in range(0, docs.shape[0], batch):
-            logits = model(input_ids=docs[s : s + batch]).logits
-            feats.append(torch.cat([kept[i] for i in layers], dim=-1))
-            argmax.append(logits.argmax(-1))
-    for h in hooks:
-        h.remove()
+    """(the layers' states (D, T, len(layers) * H) as the trainer captures them, the target's argmax (D, T)) in
+    fp32, each row one document (``capture.load_target`` / ``capture.capture``)."""
+    try:
+        model = load_target(model_dir, "cpu", torch.float32, layers, need_final_hidden=True)
+        feats, argmax = [], []
+        with torch.no_grad():
+            for s in range(0, docs.shape[0], batch):
+                ids = docs[s : s + batch]
+                f, final = capture(model, ids, torch.zeros_like(ids), layers, need_final_hidden=True)
+                feats.append(f.float())
+                argmax.append(model.lm_head(final).argmax(-1))
+    except ValueError as e:  # a layer the target does not have
+        raise SystemExit(f"{who or model_dir}: {e}") from None
     return torch.cat(feats), torch.cat(argmax)
 
 
@@ -135,8 +127,8 @@ def probe_target(name: str, path: str, layers: list[int], docs: torch.Tensor, hi
         except target_transfer.TransferError as e:
             raise SystemExit(f"--target {name}: {e}") from None
         feats, argmax = states(dest, docs, layers, f"--target {name}={path}")
-    row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": None, "slots": {}}
-    row["next_token_accuracy"] = float((argmax[:, :-1] == docs[:, 1:]).float().mean())
+    next_acc = float((argmax[:, :-1] == docs[:, 1:]).float().mean())
+    row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": next_acc, "slots": {}}
     for slot in SLOTS:
         x, anchor, label = samples(feats, argmax, docs, slot)
         row["slots"][slot] = {

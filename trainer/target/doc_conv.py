@@ -289,9 +289,10 @@ def _first_passing(device, reference, K: int) -> str | None:
         if widest is not None and widest < K:
             continue
         try:
+            # eagerly, then inside a compiled region as the capture calls it (a lowering error there once
+            # killed every hybrid capture at step 1)
             ok, why = compare(device, reference, kernel, K)
-            # the capture calls it inside compiled regions: so does the check (a lowering error there once
-            if ok:  # killed every hybrid capture at step 1)
+            if ok:
                 ok, why = compiled_ok(device, reference, K, kernel)
         except Exception as e:  # noqa: BLE001 - a kernel that does not build: the next one
             ok, why = False, f"{type(e).__name__}: {str(e)[:300]}"
