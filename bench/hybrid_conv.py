@@ -51,6 +51,11 @@ SWEEP = (
     ("rolling_reset", 64, 256, 1, 3),
     ("rolling_reset", 64, 512, 4, 3),
     ("rolling_reset", 64, 512, 2, 4),
+    ("rolling_reset", 64, 512, 2, 2),
+    ("rolling_reset", 256, 512, 2, 3),
+    ("rolling_reset", 128, 1024, 4, 3),
+    ("rolling_reset", 16, 512, 2, 3),
+    ("rolling_reset", 32, 256, 1, 3),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 
