@@ -4,20 +4,32 @@ the hybrid target against DFlash 1 on the dense target of the same size and trai
     PYTHONPATH=. python bench/acceptance_pair.py DENSE/results.json qwen3_h384_block8_dflash \\
         HYBRID/results.json qwen3_5_h384_block8_dflash          # B over A: ratio and its 95% interval
 
+    PYTHONPATH=. python bench/acceptance_pair.py --a DENSE/results.json qwen3_h384_block8_dflash \
+        --a DENSE/results.json qwen3_h384_block8_dflash_s2 --b HYBRID/results.json ...   # several runs a side
+
 Two runs decode the same held-out prompts when they share the corpus (its SHA-256), the seed, the size and
 the prompt count; anything else is refused. Prints one JSON object: both real acceptances, the plain ratio
 and ``report.paired_ratio``'s (bootstrap over prompts).
+
+With ``--a`` / ``--b`` (each ``FILE KEY``, repeated) a side is several training runs of one drafter (seeds:
+``--blocks 8:2:dflash@s2``, ``--drafter-seed``), all on the same prompts: the ratio of the sides' pooled
+acceptance, and its 95% interval by a two-level bootstrap (``runs_ratio``) that resamples the prompts (paired,
+as above) and, on each side, the runs: the interval then covers the spread of training too, which a single
+pair's cannot. With two or three runs a side, resampling them understates that spread (by about
+sqrt((n-1)/n)); each run's own acceptance is printed beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer.evaluation.report import paired_ratio  # noqa: E402
+from trainer.evaluation.report import paired_ratio, prompt_tokens  # noqa: E402
 
 MAX_BYTES = 256 * 2**20
 
@@ -41,28 +53,85 @@ def same_prompts(a: dict, b: dict) -> dict:
     return {k: (f(a), f(b)) for k, f in fields.items() if f(a) != f(b) or f(a) is None}
 
 
+def _eval(run: dict, key: str) -> dict:
+    e = run.get(key, {}).get("eval") or {}
+    if "prompt_steps" not in e:
+        raise SystemExit(f"{key}: no evaluation with per-prompt steps in its results")
+    return e
+
+
 def pair(a: dict, key_a: str, b: dict, key_b: str) -> dict:
     differ = same_prompts(a, b)
     if differ:
         raise SystemExit(f"the runs did not decode the same prompts: {differ}")
-    ea, eb = (r.get(k, {}).get("eval") or {} for r, k in ((a, key_a), (b, key_b)))
-    for k, e in ((key_a, ea), (key_b, eb)):
-        if "prompt_steps" not in e:
-            raise SystemExit(f"{k}: no evaluation with per-prompt steps in its results")
+    ea, eb = _eval(a, key_a), _eval(b, key_b)
     ra, rb = ea["mean_accept_len"], eb["mean_accept_len"]
     return {"a": key_a, "b": key_b, "real_a": ra, "real_b": rb, "real_a_se": ea.get("mean_accept_len_se"),
             "real_b_se": eb.get("mean_accept_len_se"), "b_over_a": rb / ra,
             "paired": paired_ratio(ea, eb)}  # fmt: skip
 
 
+def runs_ratio(a: list[dict], b: list[dict], resamples: int = 5000, seed: int = 0) -> dict:
+    """Side B's evaluations against side A's (each several runs of one drafter, every one on the same prompts):
+    pooled acceptance (all runs' tokens over all their verify steps) of B over A, and its 95% interval by a
+    bootstrap that draws the prompts (one draw for every run of both sides) and, on each side, its runs."""
+    steps = [e["prompt_steps"] for e in a + b]
+    if len({len(x) for x in steps}) != 1 or len({e.get("prompts") for e in a + b}) != 1:
+        raise ValueError("the evaluations did not decode the same prompts")
+    toks = [prompt_tokens(e) for e in a + b]
+    side_a, side_b, n = range(len(a)), range(len(a), len(a) + len(b)), len(steps[0])
+
+    def pooled(runs, count) -> float:
+        s = sum(c * steps[r][i] for r in runs for i, c in count.items())
+        return sum(c * toks[r][i] for r in runs for i, c in count.items()) / s if s else math.nan
+
+    def ratio(ra, rb, count) -> float:
+        return pooled(rb, count) / pooled(ra, count)
+
+    rng, every = random.Random(seed), dict.fromkeys(range(n), 1)
+    boot = []
+    for _ in range(resamples):
+        count: dict[int, int] = {}
+        for _ in range(n):
+            i = rng.randrange(n)
+            count[i] = count.get(i, 0) + 1
+        draw_a, draw_b = ([rng.choice(side) for _ in side] for side in (side_a, side_b))
+        if not math.isnan(x := ratio(draw_a, draw_b, count)):
+            boot.append(x)
+    boot.sort()
+    lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
+    return {"ratio": ratio(side_a, side_b, every), "ci95": [lo, hi], "prompts": n, "runs": [len(a), len(b)],
+            "resamples": resamples, "resampled": "prompts and runs"}  # fmt: skip
+
+
+def runs(a: list[tuple[str, dict, str]], b: list[tuple[str, dict, str]]) -> dict:
+    """``--a`` / ``--b``: each side a list of (file, results, key); every run must share the first's prompts."""
+    first = a[0][1]
+    for path, r, _ in a + b:
+        if differ := same_prompts(first, r):
+            raise SystemExit(f"{path} did not decode the prompts of {a[0][0]}: {differ}")
+    ea, eb = ([_eval(r, k) for _, r, k in side] for side in (a, b))
+    return {"a": [f"{p}:{k}" for p, _, k in a], "b": [f"{p}:{k}" for p, _, k in b],
+            "real_a": [e["mean_accept_len"] for e in ea], "real_b": [e["mean_accept_len"] for e in eb],
+            "runs": runs_ratio(ea, eb)}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("results_a")
-    p.add_argument("key_a")
-    p.add_argument("results_b")
-    p.add_argument("key_b")
+    p.add_argument("pair", nargs="*", metavar="RESULTS KEY", help="RESULTS_A KEY_A RESULTS_B KEY_B")
+    p.add_argument("--a", nargs=2, action="append", metavar=("RESULTS", "KEY"), help="a run of side A")
+    p.add_argument("--b", nargs=2, action="append", metavar=("RESULTS", "KEY"), help="a run of side B")
     a = p.parse_args(argv)
-    print(json.dumps(pair(_load(a.results_a), a.key_a, _load(a.results_b), a.key_b)))
+    if a.a or a.b:
+        if a.pair or not (a.a and a.b):
+            p.error("--a and --b each at least once, and no positional pair beside them")
+        sides = ([(f, _load(f), k) for f, k in side] for side in (a.a, a.b))
+        print(json.dumps(runs(*sides)))
+    elif len(a.pair) == 4:
+        ra, ka, rb, kb = a.pair
+        print(json.dumps(pair(_load(ra), ka, _load(rb), kb)))
+    else:
+        p.error("give RESULTS_A KEY_A RESULTS_B KEY_B, or --a / --b")
     return 0
 
 

@@ -338,6 +338,11 @@ def drafter_seed(a) -> int:
     return a.seed if a.drafter_seed is None else a.drafter_seed
 
 
+def spec_seed(spec: Spec, run_seed: int) -> int:
+    """One drafter's training seed: its spec's ``@sN``, else the run's (``drafter_seed``)."""
+    return run_seed if spec.seed is None else spec.seed
+
+
 def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
     """The run's configuration from the flags (``ap.error`` on bad input): (cfg, extra prompt sets, specs)."""
     cfg = dict(TINY if a.tiny else SMALL if a.small else FULL)
@@ -561,10 +566,10 @@ def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> 
     """Train the group's drafters side by side, then evaluate them side by side (and the extra prompt sets,
     the frozen passes)."""
     seed, soft = drafter_seed(a), not a.hard_labels
-    started = [(x, start_drafter(cfg, work, a.out, x, seed, soft=soft)) for x in group]
+    started = [(x, start_drafter(cfg, work, a.out, x, spec_seed(x, seed), soft=soft)) for x in group]
     trained = {x: finish_drafter(st) for x, st in started}
     for x, d in trained.items():  # kept now: a call whose time runs out in the evaluations still has them
-        res.setdefault(key_of(x, cfg["target_tag"]), {})["train"] = d
+        res.setdefault(key_of(x, cfg["target_tag"]), {})["train"] = {**d, "seed": spec_seed(x, seed)}
     save()
     evals = [(x, start_eval(cfg, work, a.out, x)) for x in group]
     fp8 = [(x, start_eval(cfg, work, a.out, x, serve="fp8")) for x in group if x in a.fp8_served]
@@ -611,7 +616,7 @@ def frozen_passes(a, cfg, work, group: list[Spec], res: dict, save) -> None:
     datas = ("data", "heldout_data", "generated") + (("heldout_gen",) if a.train_text == "generated" else ())
     seed, soft = drafter_seed(a), not a.hard_labels
     frozen = [
-        ((x, data), start_frozen(cfg, work, a.out, x, seed, data, a.frozen_steps, soft=soft))
+        ((x, data), start_frozen(cfg, work, a.out, x, spec_seed(x, seed), data, a.frozen_steps, soft=soft))
         for x in (group if a.frozen_steps else [])
         for data in datas
     ]

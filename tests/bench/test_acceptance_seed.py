@@ -46,3 +46,44 @@ def test_the_drafters_train_with_it_and_the_prompts_stay_the_seeds(tmp_path, mon
         prompts.append((work / "heldout" / "prompts.jsonl").read_text())
     assert seeds == [1, 5]
     assert prompts[0] == prompts[1] and prompts[0]
+
+
+# -- several seeds in one run: --blocks 8:2:dflash@s2 -------------------------------------------------------
+def test_a_seed_suffix_names_the_drafter_and_pairs_it_with_the_run_seeds_one():
+    from bench.acceptance_specs import comparisons, key_of, tag_of
+
+    s = parse_spec("8:2:dflash@s2")
+    assert s.seed == 2 and tag_of(s) == "b8_dflash_s2" and key_of(s, "t") == "t_block8_dflash_s2"
+    both = parse_spec("8:2:dflash@t3-7@s3")
+    assert both.seed == 3 and both.target_layers == (3, 7) and parse_spec("8:2:dflash@s3@t3-7") == both
+    assert parse_spec("8:2:dflash").seed is None
+    group = [parse_spec("8:2:dflash"), s]
+    assert ("t_block8_dflash", "t_block8_dflash_s2", "s2_over_run_seed") in comparisons(group, "t")
+    assert not any("over_run_seed" in w for *_, w in comparisons([s], "t"))  # nothing to pair it with
+    for bad in ("8:2:dflash@sx", "8:2:dflash@s2@s3", "8:2:dflash@s-1"):
+        with pytest.raises(ValueError, match="8:2:dflash@s"):
+            parse_spec(bad)
+
+
+def test_each_drafter_trains_with_its_own_seed_and_records_it(tmp_path, monkeypatch):
+    seeds = []
+    monkeypatch.setattr(ba, "start_drafter", lambda cfg, work, out, x, seed, soft: seeds.append(seed))
+    monkeypatch.setattr(ba, "finish_drafter", lambda st: {})
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ba, "start_eval", stop)
+    a, cfg = _settled("--seed", "1", "--drafter-seed", "4")
+    a.out, a.fp8_served = str(tmp_path), []
+    group, res = [parse_spec(x) for x in ("8:2:dflash", "8:2:dflash@s2", "8:2:dflash@s3")], {}
+    with pytest.raises(KeyboardInterrupt):
+        ba.run_group(a, {**cfg, "target_tag": "t"}, str(tmp_path), group, [], res, lambda: None)
+    assert seeds == [4, 2, 3]
+    assert [
+        res[k]["train"]["seed"] for k in ("t_block8_dflash", "t_block8_dflash_s2", "t_block8_dflash_s3")
+    ] == [
+        4,
+        2,
+        3,
+    ]

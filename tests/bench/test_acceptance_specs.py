@@ -104,3 +104,42 @@ def test_pairing_two_runs_gives_the_ratio_and_refuses_other_prompts():
         pair(dense, "k", _run([1.0, 1.0, 1.0], [1, 1, 1], seed=2), "k")
     with pytest.raises(SystemExit, match="no evaluation"):
         pair(dense, "k", hybrid, "missing")
+
+
+def _scaled(scale: float, seed: int = 1) -> dict:
+    return _run([scale * x for x in (4.0, 2.0, 3.0, 2.5)], [32, 64, 40, 50], seed=seed)
+
+
+def test_several_runs_a_side_widen_the_interval_by_their_spread():
+    from bench.acceptance_pair import pair, runs
+
+    # every prompt scales alike, so prompts alone leave no spread: a single pair's interval is one point
+    one = pair(_scaled(1.0), "k", _scaled(1.2), "k")["paired"]
+    assert one["ci95"][0] == pytest.approx(1.2) == one["ci95"][1]
+    out = runs([("a1", _scaled(1.0), "k"), ("a2", _scaled(1.2), "k")], [("b1", _scaled(1.0), "k")])
+    assert out["real_a"] == pytest.approx([1.0 * out["real_b"][0], 1.2 * out["real_b"][0]])
+    r = out["runs"]
+    assert r["ratio"] == pytest.approx(1 / 1.1) and r["runs"] == [2, 1]
+    # drawing the runs of side A: both the 1.0 run (ratio 1.0), both the 1.2 run (1 / 1.2), or one of each
+    assert r["ci95"] == pytest.approx([1 / 1.2, 1.0])
+
+
+def test_runs_refuse_other_prompts_and_the_cli_wants_both_sides(tmp_path, capsys):
+    import json
+
+    from bench.acceptance_pair import main, runs
+
+    with pytest.raises(SystemExit, match="b2 did not decode the prompts of a1.*seed"):
+        runs([("a1", _scaled(1.0), "k")], [("b1", _scaled(1.0), "k"), ("b2", _scaled(1.0, seed=2), "k")])
+    paths = []
+    for i, scale in enumerate((1.0, 0.9, 0.8)):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(_scaled(scale)))
+    main(["--a", str(paths[0]), "k", "--b", str(paths[1]), "k", "--b", str(paths[2]), "k"])
+    assert json.loads(capsys.readouterr().out)["runs"]["ratio"] == pytest.approx(0.85)
+    for argv in (
+        ["--a", str(paths[0]), "k"],
+        [str(paths[0]), "k", str(paths[1]), "k", "--b", str(paths[2]), "k"],
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
