@@ -25,7 +25,8 @@ from trainer.target.hybrid import _conv_silu, _flat_meta
 
 # (kernel, tokens, channels, warps, pipeline stages): the tile kernel around its best (16 x 256, 4 warps: 1.97x
 # the floor), the rolling kernel (doc_conv.launch_rolling: 64 x 1,024, 4 warps, 3 stages: 1.82x) and its reset
-# variant (64 x 512, 2 warps, 3 stages: 1.50x and 1.52x, the capture's since; one H200, 2026-12-04, four calls)
+# variant (64 x 512, 2 warps, 3 stages: 1.50x and 1.52x; 4 stages: 1.37x, the capture's since; one H200,
+# 2026-12-04, five calls)
 SWEEP = (
     ("tile", 64, 128, 4, 0),
     ("tile", 16, 256, 4, 0),
@@ -56,6 +57,12 @@ SWEEP = (
     ("rolling_reset", 128, 1024, 4, 3),
     ("rolling_reset", 16, 512, 2, 3),
     ("rolling_reset", 32, 256, 1, 3),
+    ("rolling_reset", 64, 512, 2, 5),  # around 4 stages (not timed yet)
+    ("rolling_reset", 64, 512, 2, 6),
+    ("rolling_reset", 64, 256, 1, 4),
+    ("rolling_reset", 32, 512, 2, 4),
+    ("rolling_reset", 128, 512, 2, 4),
+    ("rolling_reset", 64, 1024, 4, 4),
 )
 COPY_BYTES = 4 << 30  # the bandwidth copy: 4 GiB read + 4 GiB written
 

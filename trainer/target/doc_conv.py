@@ -14,7 +14,8 @@ loads it K times, K - 1 of them from cache). Its ``reset`` variant takes a packe
 contiguous, as ``hybrid._flat_meta`` always gives them) and clears the kept rows where a document starts
 instead of masking each tap at each row. On one H200 at the 27B shape (2026-12-04, third session, CUDA graph
 replays of the kernels alone, bench/hybrid_conv.py) it ran 0.707-0.711 ms a layer, 1.50x and 1.52x the byte
-floor, where the plain rolling kernel ran 1.82x and the tile kernel 1.97x. It is ``conv_silu_packed``, the one
+floor, where the plain rolling kernel ran 1.82x and the tile kernel 1.97x; with 4 pipeline stages instead of 3
+(fourth session's sweep) 0.647 ms, 1.37x. It is ``conv_silu_packed``, the one
 the capture uses where it checks (``select``); the tile kernel (``conv_silu``, any taps) is the fallback.
 
 Both are ``torch.library.triton_op``s (compiled regions keep them whole and see the kernel). ``usable(x, taps)``
@@ -40,8 +41,9 @@ ROLLING_MAX_K = 4  # the rolling kernel's widest conv (Qwen3.5 / 3.6: 4)
 # the rolling kernel's strip (tokens x channels), warps and pipeline stages: the sweep's best (1,024 bf16
 # channels on 128 threads: 16-byte loads)
 ROLL_T, ROLL_C, ROLL_WARPS, ROLL_STAGES = 64, 1024, 4, 3
-# the reset variant's strip for the capture (``conv_silu_packed``): the best of two sweeps on one H200 (2026-12-04)
-PACKED_T, PACKED_C, PACKED_WARPS, PACKED_STAGES = 64, 512, 2, 3
+# the reset variant's strip for the capture (``conv_silu_packed``): the best of three sweeps on one H200
+# (2026-12-04; 4 stages: 1.37x the floor, 3 stages: 1.51x in the same call)
+PACKED_T, PACKED_C, PACKED_WARPS, PACKED_STAGES = 64, 512, 2, 4
 _selected: dict[tuple[str, int], str | None] = {}  # (device, width K) -> the kernel that equals the reference
 
 
