@@ -567,9 +567,9 @@ def run_group(a, cfg, work, group: list[Spec], prompt_sets, res: dict, save) -> 
     the frozen passes)."""
     seed, soft = drafter_seed(a), not a.hard_labels
     started = [(x, start_drafter(cfg, work, a.out, x, spec_seed(x, seed), soft=soft)) for x in group]
-    trained = {x: finish_drafter(st) for x, st in started}
+    trained = {x: {**finish_drafter(st), "seed": spec_seed(x, seed)} for x, st in started}
     for x, d in trained.items():  # kept now: a call whose time runs out in the evaluations still has them
-        res.setdefault(key_of(x, cfg["target_tag"]), {})["train"] = {**d, "seed": spec_seed(x, seed)}
+        res.setdefault(key_of(x, cfg["target_tag"]), {})["train"] = d
     save()
     evals = [(x, start_eval(cfg, work, a.out, x)) for x in group]
     fp8 = [(x, start_eval(cfg, work, a.out, x, serve="fp8")) for x in group if x in a.fp8_served]

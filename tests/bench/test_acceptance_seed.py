@@ -68,22 +68,14 @@ def test_a_seed_suffix_names_the_drafter_and_pairs_it_with_the_run_seeds_one():
 def test_each_drafter_trains_with_its_own_seed_and_records_it(tmp_path, monkeypatch):
     seeds = []
     monkeypatch.setattr(ba, "start_drafter", lambda cfg, work, out, x, seed, soft: seeds.append(seed))
-    monkeypatch.setattr(ba, "finish_drafter", lambda st: {})
-
-    def stop(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(ba, "start_eval", stop)
-    a, cfg = _settled("--seed", "1", "--drafter-seed", "4")
-    a.out, a.fp8_served = str(tmp_path), []
+    monkeypatch.setattr(ba, "finish_drafter", lambda st: {"accept_len_est": 3.0})
+    monkeypatch.setattr(ba, "start_eval", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ba, "finish_eval", lambda st: {"mean_accept_len": 3.0})
+    a, cfg = _settled("--seed", "1", "--drafter-seed", "4", "--speed-prompts", "0")
+    a.out, a.fp8_served, a.frozen_steps = str(tmp_path), [], 0
     group, res = [parse_spec(x) for x in ("8:2:dflash", "8:2:dflash@s2", "8:2:dflash@s3")], {}
-    with pytest.raises(KeyboardInterrupt):
-        ba.run_group(a, {**cfg, "target_tag": "t"}, str(tmp_path), group, [], res, lambda: None)
+    ba.run_group(a, {**cfg, "target_tag": "t"}, str(tmp_path), group, [], res, lambda: None)
     assert seeds == [4, 2, 3]
-    assert [
-        res[k]["train"]["seed"] for k in ("t_block8_dflash", "t_block8_dflash_s2", "t_block8_dflash_s3")
-    ] == [
-        4,
-        2,
-        3,
-    ]
+    keys = ("t_block8_dflash", "t_block8_dflash_s2", "t_block8_dflash_s3")
+    assert [res[k]["train"]["seed"] for k in keys] == [4, 2, 3]  # in the evaluated results too
+    assert all(res[k]["eval"]["mean_accept_len"] == 3.0 for k in keys)
