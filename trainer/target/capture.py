@@ -61,7 +61,7 @@ from trainer.run.families import HYBRID_MODEL_TYPES
 from trainer.run.fp8_config import read_dir
 from trainer.target.base import ATTR, Capture, check_layer_ids, decoder_of
 from trainer.target.direct import DIRECT_MODEL_TYPES, prepare_capture
-from trainer.target.hybrid import prepare_hybrid
+from trainer.target.hybrid import prepare_hybrid, preselect_conv
 
 __all__ = [
     "DIRECT_MODEL_TYPES",
@@ -174,12 +174,10 @@ def begin_target(
         # from_pretrained then .to(device) does (issue 22: 36 s of a 69 s start at the 8B shape)
         from trainer.target.loading import build_text_model
 
-        return PendingTarget(
-            path,
-            device,
-            model_type,
-            built=build_text_model(path, tc, device, dtype, target_dtype, fp8_scales),
-        )
+        built = build_text_model(path, tc, device, dtype, target_dtype, fp8_scales)
+        if model_type in HYBRID_MODEL_TYPES:
+            preselect_conv(built.model)  # here, not in finish's thread (hybrid.preselect_conv)
+        return PendingTarget(path, device, model_type, built=built)
     # other weight formats, or an attention implementation asked for: transformers' own loader
     if target_dtype == "fp8" or fp8_scales is not None or read_dir(path) is not None:
         raise ValueError(f"{path}: an FP8 target is read by this trainer's loader (safetensors weights)")

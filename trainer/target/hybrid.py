@@ -500,6 +500,17 @@ def _conv_kernel(conv: str, model: nn.Module, device: torch.device) -> str | Non
     return None if lin is None else doc_conv.select(device, _conv_silu, lin.conv1d.weight.shape[-1])
 
 
+def preselect_conv(model: nn.Module) -> None:
+    """Choose the fast path's conv kernel now, for ``prepare_hybrid`` to find (``doc_conv.select`` remembers it
+    per device and width). Call it on the thread that compiles, before anything compiles beside it, as the
+    model is built (``capture.begin_target``): the choice compiles a check, and torch's FX-tracing flag is
+    process-wide, so a check compiled in the thread that reads the weights, beside the drafter's first-step
+    compile, was refused ("using FX to symbolically trace a dynamo-optimized function", one H200, 2026-12-04)
+    and the capture fell back to the slower kernel (the drafter's compile could as well have been refused)."""
+    if qualifies(model):
+        _conv_kernel("auto", model, next(model.parameters()).device)
+
+
 def prepare_hybrid(
     model: nn.Module,
     attn: str = "auto",

@@ -42,3 +42,24 @@ def test_weights_read_beside_a_thread_that_flips_the_default_dtype(assets, reque
         torch.testing.assert_close(p, want[name], rtol=0, atol=0)
     assert any(n in stored for n, _ in model.named_parameters())  # read from the files, not left empty
     assert not model.training and not any(p.requires_grad for p in model.parameters())
+
+
+def test_a_hybrid_chooses_its_conv_kernel_where_it_is_built(tiny_hybrid, monkeypatch):
+    """The conv kernel's choice compiles a check (``doc_conv.select``), and torch's FX-tracing flag is
+    process-wide: in the weights' thread, beside the drafter's first-step compile, it was refused on an H200.
+    So ``begin_target`` chooses it, on the calling thread; on CUDA ``finish`` (``prepare_hybrid``) asks again
+    and finds the choice remembered (``tests/trainer/target/test_gpu_doc_conv.py`` runs that whole)."""
+    from trainer.target import hybrid
+
+    calls = []
+    real = hybrid._conv_kernel
+    monkeypatch.setattr(
+        hybrid, "_conv_kernel", lambda *a: calls.append(threading.current_thread().name) or real(*a)
+    )
+    pending = begin_target(str(tiny_hybrid / "target"), "cpu", torch.bfloat16, [1, 3])
+    assert calls == [threading.current_thread().name]
+    done = []
+    reader = threading.Thread(target=lambda: done.append(pending.finish()), name="load-target")
+    reader.start()
+    reader.join()
+    assert done and calls == [threading.current_thread().name]  # on the CPU its layout asks nothing more

@@ -118,3 +118,21 @@ def test_prepare_hybrid_selects_it_and_the_capture_is_the_same(tiny_hybrid):
     assert cap.conv == "triton rolling" and cap.layout.conv == "rolling"
     got, _ = capture(model, ids, doc, layers)
     assert float((got.float() - want.float()).norm() / want.float().norm()) < 1e-2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fla") is None, reason="needs flash-linear-attention")
+def test_the_kernel_is_chosen_where_the_target_is_built_not_beside_a_compile(tiny_hybrid, monkeypatch):
+    """The trainer reads a target's weights in a thread while the drafter's first step compiles; torch's
+    FX-tracing flag is process-wide, so a check compiled there was refused and the capture fell back (seen on
+    an H200, 2026-12-04). The flag set all through ``finish`` stands for that compile: the choice is made
+    before, by ``begin_target``."""
+    from torch.fx import _symbolic_trace
+
+    from trainer.target.capture import begin_target, capture_of
+
+    doc_conv._selected.clear()
+    pending = begin_target(str(tiny_hybrid / "target"), DEV, torch.bfloat16, [0, 3])
+    monkeypatch.setattr(_symbolic_trace, "_is_fx_tracing_flag", True)
+    model = pending.finish()
+    monkeypatch.undo()
+    assert capture_of(model).conv == "triton rolling"
