@@ -9,9 +9,20 @@ one-hot of the anchor ``t``; label = the token a greedy target emits at draft sl
 ``t + k - 1``, with the text's tokens before it: slot 1 is the argmax at ``t``). Two probes a slot: linear
 (softmax regression) and an MLP (one hidden layer), trained on the first 75% of the positions (1,500 Adam
 steps), scored (top-1 accuracy) on the rest. A baseline with the anchor alone (a bigram) says what the states add.
+A third probe, ``mlp_soft``, is the MLP trained on the target's whole distribution at the slot (soft labels, as
+the trainer's ``--use-soft-labels``) and scored the same way; ``target`` gives the target's own confidence there
+(mean entropy in nats, mean top-1 probability).
+
+``--own-text NAME=FILE`` probes that target on its own greedy text instead (a regenerated-text file of
+bench_acceptance.py, ``work/regen/regenerated.jsonl``: prompt and completion), as the evaluation decodes it:
+each document the prompt's last ``OWN_PROMPT`` bytes and the completion's first ``OWN_NEW``, anchors in the
+completion only.
 
     PYTHONPATH=. python bench/probe_states.py --target dense=bench/out/dense_target:1,5 \\
         --target hybrid=bench/out/hybrid_target:1,5 --target hybrid=bench/out/hybrid_target:3,7 --docs 400
+    PYTHONPATH=. python bench/probe_states.py --target dense=bench/out/dense_target:1,5 \\
+        --target hybrid=bench/out/hybrid_target:1,5 --own-text dense=bench/out/regen_dense/regenerated.jsonl \\
+        --own-text hybrid=bench/out/regen/regenerated.jsonl --docs 600
 
 Targets are bench_acceptance.py's (``--target-from`` folders: a transformers directory or its packed parts).
 CPU, fp32; ~2-2.5 min a target at 400 documents of 512 bytes on 2 cores (2026-12-04). Prints one table and writes --out JSON.
@@ -22,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -36,6 +48,8 @@ from bench.bench_acceptance import chunks, corpus  # noqa: E402
 from trainer.target.capture import capture, load_target  # noqa: E402
 
 SLOTS = (1, 2)
+OWN_PROMPT, OWN_NEW = 120, 128  # an own-text document: the prompt's last bytes, the completion's first
+MAX_TEXT_BYTES = 64 * 2**20
 
 
 def parse_target(text: str) -> tuple[str, str, list[int]]:
@@ -51,31 +65,64 @@ def parse_target(text: str) -> tuple[str, str, list[int]]:
     return name, path, ids
 
 
+def parse_text(text: str) -> tuple[str, str]:
+    """``NAME=FILE`` -> (name, file)."""
+    name, _, path = text.partition("=")
+    if not name or not path:
+        raise argparse.ArgumentTypeError(f"--own-text wants NAME=FILE, not {text!r}")
+    return name, path
+
+
+def own_docs(path: str, n: int, seed: int) -> torch.Tensor:
+    """(n, OWN_PROMPT + OWN_NEW) documents from a regenerated-text file (JSON lines of ``prompt`` and
+    ``completion``), drawn at random (``seed``) among those long enough; SystemExit when there are too few."""
+    if os.path.getsize(path) > MAX_TEXT_BYTES:
+        raise SystemExit(f"--own-text {path}: larger than {MAX_TEXT_BYTES} bytes")
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    random.Random(seed).shuffle(rows)
+    docs = []
+    for r in rows:
+        p, c = str(r.get("prompt", "")).encode(), str(r.get("completion", "")).encode()
+        if len(p) >= OWN_PROMPT and len(c) >= OWN_NEW:
+            docs.append(list(p[-OWN_PROMPT:] + c[:OWN_NEW]))
+        if len(docs) == n:
+            return torch.tensor(docs, dtype=torch.long)
+    raise SystemExit(f"--own-text {path}: {len(docs)} documents long enough, {n} asked for")
+
+
 def states(model_dir: str, docs: torch.Tensor, layers: list[int], who: str = "", batch: int = 16):
-    """(the layers' states (D, T, len(layers) * H) as the trainer captures them, the target's argmax (D, T)) in
-    fp32, each row one document (``capture.load_target`` / ``capture.capture``)."""
+    """(the layers' states (D, T, len(layers) * H) as the trainer captures them, the target's next-token
+    logits (D, T, V)) in fp32, each row one document (``capture.load_target`` / ``capture.capture``)."""
     try:
         model = load_target(model_dir, "cpu", torch.float32, layers, need_final_hidden=True)
-        feats, argmax = [], []
+        feats, logits = [], []
         with torch.no_grad():
             for s in range(0, docs.shape[0], batch):
                 ids = docs[s : s + batch]
                 f, final = capture(model, ids, torch.zeros_like(ids), layers, need_final_hidden=True)
                 feats.append(f.float())
-                argmax.append(model.lm_head(final).argmax(-1))
+                logits.append(model.lm_head(final).float())
     except ValueError as e:  # a layer the target does not have
         raise SystemExit(f"{who or model_dir}: {e}") from None
-    return torch.cat(feats), torch.cat(argmax)
+    return torch.cat(feats), torch.cat(logits)
 
 
-def samples(feats: torch.Tensor, argmax: torch.Tensor, docs: torch.Tensor, slot: int):
-    """Per anchor t (1 <= t, t + slot - 1 < T): (states at t - 1, anchor id t, label = argmax at t + slot - 1)."""
+def samples(feats: torch.Tensor, argmax: torch.Tensor, docs: torch.Tensor, slot: int, first: int = 1):
+    """Per anchor t (``first`` <= t, t + slot - 1 < T): (states at t - 1, anchor id t, label = argmax at
+    t + slot - 1); ``first`` >= 1."""
     T = docs.shape[1]
-    t = torch.arange(1, T - slot + 1)
+    t = torch.arange(first, T - slot + 1)
     x = feats[:, t - 1].reshape(-1, feats.shape[-1])
     anchor = docs[:, t].reshape(-1)
     label = argmax[:, t + slot - 1].reshape(-1)
     return x, anchor, label
+
+
+def at_slot(values: torch.Tensor, docs: torch.Tensor, slot: int, first: int = 1) -> torch.Tensor:
+    """``values`` (D, T, ...) at the label positions of ``samples`` (t + slot - 1), flattened as its samples."""
+    t = torch.arange(first, docs.shape[1] - slot + 1)
+    return values[:, t + slot - 1].reshape(-1, *values.shape[2:])
 
 
 class Probe(torch.nn.Module):
@@ -95,9 +142,10 @@ class Probe(torch.nn.Module):
         return h if self.out is None else self.out(torch.relu(h))
 
 
-def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0) -> float:
-    """Top-1 accuracy on the last 25% of a probe trained on the first 75% (Adam, lr 3e-3, ``steps`` batches of
-    1,024 drawn with replacement; the states standardised on the training part)."""
+def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0, soft=None) -> float:
+    """Top-1 accuracy (against ``label``) on the last 25% of a probe trained on the first 75% (Adam, lr 3e-3,
+    ``steps`` batches of 1,024 drawn with replacement; the states standardised on the training part), trained
+    on ``label`` or, given ``soft`` (N, V) probabilities, on those (cross-entropy to the distribution)."""
     g = torch.Generator().manual_seed(seed)
     cut = int(0.75 * label.numel())
     if x is not None:
@@ -108,7 +156,8 @@ def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0) -> floa
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     for _ in range(steps):
         idx = torch.randint(0, cut, (1024,), generator=g)
-        loss = F.cross_entropy(net(None if x is None else x[idx], anchor[idx]), label[idx])
+        want = label[idx] if soft is None else soft[idx]
+        loss = F.cross_entropy(net(None if x is None else x[idx], anchor[idx]), want)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -118,7 +167,10 @@ def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0) -> floa
         return float((pred == label[test]).float().mean())
 
 
-def probe_target(name: str, path: str, layers: list[int], docs: torch.Tensor, hidden: int) -> dict:
+def probe_target(
+    name: str, path: str, layers: list[int], docs: torch.Tensor, hidden: int, first: int = 1
+) -> dict:
+    """One ``--target``'s row on ``docs`` (anchors from position ``first``: an own text's completion)."""
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "target")
@@ -126,15 +178,22 @@ def probe_target(name: str, path: str, layers: list[int], docs: torch.Tensor, hi
             target_transfer.fetch_target(path, dest)
         except target_transfer.TransferError as e:
             raise SystemExit(f"--target {name}: {e}") from None
-        feats, argmax = states(dest, docs, layers, f"--target {name}={path}")
-    next_acc = float((argmax[:, :-1] == docs[:, 1:]).float().mean())
+        feats, logits = states(dest, docs, layers, f"--target {name}={path}")
+    argmax, probs = logits.argmax(-1), logits.softmax(-1)
+    next_acc = float((argmax[:, first - 1 : -1] == docs[:, first:]).float().mean())
     row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": next_acc, "slots": {}}
     for slot in SLOTS:
-        x, anchor, label = samples(feats, argmax, docs, slot)
+        x, anchor, label = samples(feats, argmax, docs, slot, first)
+        p = at_slot(probs, docs, slot, first)
         row["slots"][slot] = {
             "anchor_only": fit(None, anchor, label, 0),
             "linear": fit(x, anchor, label, 0),
             "mlp": fit(x, anchor, label, hidden),
+            "mlp_soft": fit(x, anchor, label, hidden, soft=p),
+            "target": {
+                "entropy_nats": float(-(p * p.clamp(min=1e-30).log()).sum(-1).mean()),
+                "top1_p": float(p.max(-1).values.mean()),
+            },  # fmt: skip
         }
     row["seconds"] = round(time.time() - t0, 1)
     return row
@@ -146,27 +205,47 @@ def main(argv=None) -> int:
     p.add_argument("--docs", type=int, default=400, help="held-out documents of 512 bytes")
     p.add_argument("--seed", type=int, default=7, help="which held-out chunks (not the evaluation's prompts)")
     p.add_argument("--hidden", type=int, default=256, help="the MLP probe's width")
+    p.add_argument(
+        "--own-text", type=parse_text, action="append", default=[], help="NAME=FILE (module docstring)"
+    )
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    own = dict(a.own_text)
+    if unknown := set(own) - {n for n, _, _ in a.target}:
+        p.error(f"--own-text for no --target: {', '.join(sorted(unknown))}")
     _, held, _ = corpus(None)
     docs = torch.tensor(chunks(held, a.docs, a.seed), dtype=torch.long)
-    rows = [probe_target(n, d, ls, docs, a.hidden) for n, d, ls in a.target]
-    print(
-        f"{'target':10s} {'layers':7s} {'next':>5s}  " + "  ".join(f"slot {s}: anchor/lin/mlp" for s in SLOTS)
-    )
-    for r in rows:
-        cells = "  ".join(
-            "{anchor_only:.3f}/{linear:.3f}/{mlp:.3f}      ".format(**r["slots"][s]) for s in SLOTS
-        )
-        layers = ",".join(map(str, r["layers"]))
-        print(f"{r['target']:10s} {layers:7s} {r['next_token_accuracy']:.3f}  {cells}")
+    rows = []
+    for n, d, ls in a.target:
+        if n in own:  # the target's own text: anchors in its completions
+            rows.append(probe_target(n, d, ls, own_docs(own[n], a.docs, a.seed), a.hidden, OWN_PROMPT))
+            rows[-1]["text"] = own[n]
+        else:
+            rows.append(probe_target(n, d, ls, docs, a.hidden))
+    print_table(rows)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             json.dump({"docs": a.docs, "seed": a.seed, "hidden": a.hidden, "rows": rows}, f, indent=1)
     return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        f"{'target':10s} {'layers':7s} {'next':>5s}  "
+        + "  ".join(f"slot {s}: anchor/lin/mlp/mlp soft, entropy" for s in SLOTS)
+    )
+    for r in rows:
+        cells = "  ".join(
+            "{anchor_only:.3f}/{linear:.3f}/{mlp:.3f}/{mlp_soft:.3f}, {e:.2f}     ".format(
+                **r["slots"][s], e=r["slots"][s]["target"]["entropy_nats"]
+            )
+            for s in SLOTS
+        )
+        layers = ",".join(map(str, r["layers"]))
+        print(f"{r['target']:10s} {layers:7s} {r['next_token_accuracy']:.3f}  {cells}")
 
 
 if __name__ == "__main__":

@@ -42,3 +42,48 @@ def test_a_bad_target_is_refused(bad):
     with pytest.raises(argparse.ArgumentTypeError):
         probe_states.parse_target(bad)
     assert probe_states.parse_target("dense=bench/out/t:1,5") == ("dense", "bench/out/t", [1, 5])
+
+
+def test_soft_labels_train_the_probe_toward_the_distributions_argmax():
+    g = torch.Generator().manual_seed(0)
+    n = 4000
+    anchor = torch.randint(0, 50, (n,), generator=g)
+    x = torch.randn(n, 8, generator=g)
+    by_state = (x[:, 0] > 0).long() + 200
+    soft = torch.full((n, probe_states.VOCAB), 0.1 / (probe_states.VOCAB - 1))
+    soft[torch.arange(n), by_state] = 0.9  # a confident target whose argmax the state decides
+    assert probe_states.fit(x, anchor, by_state, 32, steps=400, soft=soft) > 0.9
+    flat = torch.full_like(soft, 1 / probe_states.VOCAB)  # a target that says nothing: nothing to learn
+    assert probe_states.fit(x, anchor, by_state, 32, steps=400, soft=flat) < 0.65
+
+
+def test_own_text_documents_and_their_completion_anchors(tmp_path):
+    import json
+
+    P, N = probe_states.OWN_PROMPT, probe_states.OWN_NEW
+    rows = [
+        {"prompt": "p" * (P + 5), "completion": "c" * (N + 3)},
+        {"prompt": "short", "completion": "c" * N},
+    ]
+    rows += [{"prompt": "q" * P, "completion": "d" * N}]
+    path = tmp_path / "regenerated.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    docs = probe_states.own_docs(str(path), 2, seed=0)
+    assert docs.shape == (2, P + N)
+    assert sorted(bytes(d[:P].tolist()) for d in docs) == [b"p" * P, b"q" * P]  # the prompt's last bytes
+    with pytest.raises(SystemExit, match="2 documents long enough, 3 asked for"):
+        probe_states.own_docs(str(path), 3, seed=0)
+    # anchors from the completion on: the first anchor's state is the prompt's last byte
+    feats = torch.arange(2 * (P + N)).view(2, -1, 1).float()
+    x, anchor, label = probe_states.samples(feats, docs, docs, 1, first=P)
+    assert x.shape[0] == 2 * N and x[0, 0] == P - 1
+    probs = torch.nn.functional.one_hot(docs, probe_states.VOCAB).float()
+    assert torch.equal(probe_states.at_slot(probs, docs, 1, first=P).argmax(-1), label)
+
+
+def test_own_text_needs_its_target(capsys):
+    with pytest.raises(SystemExit):
+        probe_states.main(["--target", "a=dir:1,5", "--own-text", "b=file.jsonl"])
+    assert "--own-text for no --target: b" in capsys.readouterr().err
+    with pytest.raises(argparse.ArgumentTypeError):
+        probe_states.parse_text("file.jsonl")

@@ -1,0 +1,42 @@
+"""bench/copy_share.py: prompt lookup marks exactly the tokens a repeated text predicts, the summary's ratio
+compares the two drafters at equal copyable share, and bad arguments are refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import copy_share
+
+
+def test_prompt_lookup_predicts_a_repeat_and_not_new_text():
+    prompt = [1, 2, 3, 4, 5, 6]
+    assert copy_share.copyable(prompt, [1, 2, 3, 4]) == [False, False, False, True]  # 1 2 3 seen: then 4
+    assert copy_share.copyable([7, 1, 2, 3, 8, 1, 2, 3], [9]) == [False]  # the most recent "1 2 3" says 8
+    assert copy_share.copyable([7, 1, 2, 3, 8, 1, 2, 3], [8]) == [True]
+    assert not any(copy_share.copyable(prompt, [10, 11, 12]))
+    assert copy_share.copyable([5, 5, 5, 5], [5, 5]) == [True, True]  # a run of one byte
+
+
+def test_the_summary_compares_at_equal_share():
+    shares = {"a": [0.2, 0.4, 0.6, 0.8], "b": [0.1, 0.3, 0.5, 0.7]}
+    accept = {"a": [2 + 2 * s for s in shares["a"]], "b": [0.9 * (2 + 2 * s) for s in shares["b"]]}
+    out = copy_share.summary(shares, accept)
+    assert out["targets"]["a"]["fit"] == pytest.approx([2.0, 2.0])
+    assert out["targets"]["a"]["correlation"] == pytest.approx(1.0)
+    # b's drafter is 0.9 x a's at any share, though b's text is less copyable and its plain mean lower still
+    assert all(r == pytest.approx(0.9) for r in out["ratio_at_mean_share"].values())
+    assert out["targets"]["b"]["mean_acceptance"] / out["targets"]["a"]["mean_acceptance"] < 0.9
+    assert sum(n for n, _ in out["targets"]["a"]["quartiles"]) == 4
+
+
+def test_results_without_per_prompt_acceptance_and_bad_arguments_are_refused(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
+    assert copy_share.prompt_acceptance(f"{path}:k", 2) == [1.0, 2.0]
+    for spec, n in ((f"{path}:k", 3), (f"{path}:missing", 2)):
+        with pytest.raises(SystemExit, match="no per-prompt acceptance"):
+            copy_share.prompt_acceptance(spec, n)
+    with pytest.raises(SystemExit):
+        copy_share.main(["--target", "a=d1", "--target", "b=d2", "--results", f"a={path}:k"])
