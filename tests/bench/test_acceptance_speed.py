@@ -109,7 +109,8 @@ def test_the_training_figures_are_saved_before_the_evaluations_start(tmp_path, m
     group = [parse_spec("8:2:dflash"), parse_spec("16:3:dflash2")]
     with pytest.raises(KeyboardInterrupt):
         ba.run_group(a, cfg, str(tmp_path), group, [], res, lambda: saved.append(json.dumps(res)))
+    seed = ba.drafter_seed(a)  # each drafter's seed beside what it measured
     assert json.loads(saved[-1]) == {
-        "t_block8_dflash": {"train": {"accept_len_est": 3.5, "block": 8}},
-        "t_block16_dflash2": {"train": {"accept_len_est": 3.5, "block": 16}},
+        "t_block8_dflash": {"train": {"accept_len_est": 3.5, "block": 8, "seed": seed}},
+        "t_block16_dflash2": {"train": {"accept_len_est": 3.5, "block": 16, "seed": seed}},
     }
