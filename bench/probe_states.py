@@ -13,6 +13,11 @@ A third probe, ``mlp_soft``, is the MLP trained on the target's whole distributi
 the trainer's ``--use-soft-labels``) and scored the same way; ``target`` gives the target's own confidence there
 (mean entropy in nats, mean top-1 probability).
 
+``--probes slots,context`` adds (or ``context`` alone runs) the context probes: per captured layer, a linear
+probe from that layer's state at ``t - 1`` alone to the token at ``t - k`` (``k`` in ``BACK``): how much of the
+text before the anchor a drafter, which sees the context only through these states and reads them first by
+linear maps, can take from one position's state.
+
 ``--own-text NAME=FILE`` probes that target on its own greedy text instead (a regenerated-text file of
 bench_acceptance.py, ``work/regen/regenerated.jsonl``: prompt and completion), as the evaluation decodes it:
 each document the prompt's last ``OWN_PROMPT`` bytes and the completion's first ``OWN_NEW``, anchors in the
@@ -50,6 +55,8 @@ from trainer.target.capture import capture, load_target  # noqa: E402
 SLOTS = (1, 2)
 OWN_PROMPT, OWN_NEW = 120, 128  # an own-text document: the prompt's last bytes, the completion's first
 MAX_TEXT_BYTES = 64 * 2**20
+BACK = (2, 4)  # the context probes' tokens: at t - 2 and t - 4 (t - 1 is the state's own)
+PROBES = ("slots", "context")
 
 
 def parse_target(text: str) -> tuple[str, str, list[int]]:
@@ -167,8 +174,29 @@ def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0, soft=No
         return float((pred == label[test]).float().mean())
 
 
+def context_tokens(feats: torch.Tensor, docs: torch.Tensor, layers: list[int], first: int = 1) -> dict:
+    """{layer: {"t-k": top-1 of a linear probe from the layer's state at t - 1 to the token at t - k}}, anchors
+    t from ``first`` (and from max(BACK), so every t - k is in the document)."""
+    H = feats.shape[-1] // len(layers)
+    t = torch.arange(max(first, max(BACK)), docs.shape[1])
+    out = {}
+    for i, layer in enumerate(layers):
+        x = feats[:, t - 1, i * H : (i + 1) * H].reshape(-1, H)
+        no_anchor = torch.zeros(x.shape[0], dtype=torch.long)
+        out[str(layer)] = {
+            f"t-{k}": fit(x, no_anchor, docs[:, t - k].reshape(-1), 0, steps=800) for k in BACK
+        }
+    return out
+
+
 def probe_target(
-    name: str, path: str, layers: list[int], docs: torch.Tensor, hidden: int, first: int = 1
+    name: str,
+    path: str,
+    layers: list[int],
+    docs: torch.Tensor,
+    hidden: int,
+    first: int = 1,
+    probes: tuple[str, ...] = ("slots",),
 ) -> dict:
     """One ``--target``'s row on ``docs`` (anchors from position ``first``: an own text's completion)."""
     t0 = time.time()
@@ -182,7 +210,9 @@ def probe_target(
     argmax, probs = logits.argmax(-1), logits.softmax(-1)
     next_acc = float((argmax[:, first - 1 : -1] == docs[:, first:]).float().mean())
     row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": next_acc, "slots": {}}
-    for slot in SLOTS:
+    if "context" in probes:
+        row["context"] = context_tokens(feats, docs, layers, first)
+    for slot in SLOTS if "slots" in probes else ():
         x, anchor, label = samples(feats, argmax, docs, slot, first)
         p = at_slot(probs, docs, slot, first)
         row["slots"][slot] = {
@@ -208,11 +238,15 @@ def main(argv=None) -> int:
     p.add_argument(
         "--own-text", type=parse_text, action="append", default=[], help="NAME=FILE (module docstring)"
     )
+    p.add_argument("--probes", default="slots", help="comma-separated: slots, context (module docstring)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    probes = tuple(x for x in a.probes.split(",") if x)
+    if not probes or set(probes) - set(PROBES):
+        p.error(f"--probes: one or more of {', '.join(PROBES)}, not {a.probes!r}")
     own = dict(a.own_text)
     if unknown := set(own) - {n for n, _, _ in a.target}:
         p.error(f"--own-text for no --target: {', '.join(sorted(unknown))}")
@@ -221,18 +255,29 @@ def main(argv=None) -> int:
     rows = []
     for n, d, ls in a.target:
         if n in own:  # the target's own text: anchors in its completions
-            rows.append(probe_target(n, d, ls, own_docs(own[n], a.docs, a.seed), a.hidden, OWN_PROMPT))
+            own_rows = own_docs(own[n], a.docs, a.seed)
+            rows.append(probe_target(n, d, ls, own_rows, a.hidden, OWN_PROMPT, probes))
             rows[-1]["text"] = own[n]
         else:
-            rows.append(probe_target(n, d, ls, docs, a.hidden))
+            rows.append(probe_target(n, d, ls, docs, a.hidden, probes=probes))
     print_table(rows)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
-            json.dump({"docs": a.docs, "seed": a.seed, "hidden": a.hidden, "rows": rows}, f, indent=1)
+            json.dump(
+                {"docs": a.docs, "seed": a.seed, "hidden": a.hidden, "probes": probes, "rows": rows},
+                f,
+                indent=1,
+            )
     return 0
 
 
 def print_table(rows: list[dict]) -> None:
+    for r in rows:
+        for layer, c in r.get("context", {}).items():
+            cells = "  ".join(f"token {k}: {v:.3f}" for k, v in c.items())
+            print(f"{r['target']:10s} layer {layer:3s} from the state at t-1: {cells}")
+    if not any(r["slots"] for r in rows):
+        return
     print(
         f"{'target':10s} {'layers':7s} {'next':>5s}  "
         + "  ".join(f"slot {s}: anchor/lin/mlp/mlp soft, entropy" for s in SLOTS)

@@ -87,3 +87,16 @@ def test_own_text_needs_its_target(capsys):
     assert "--own-text for no --target: b" in capsys.readouterr().err
     with pytest.raises(argparse.ArgumentTypeError):
         probe_states.parse_text("file.jsonl")
+
+
+def test_the_context_probes_read_what_a_layer_keeps_of_the_text_before():
+    g = torch.Generator().manual_seed(0)
+    D, T, V = 40, 64, 12
+    docs = torch.randint(0, V, (D, T), generator=g)
+    keeps = torch.nn.functional.one_hot(docs.roll(1, dims=1), V).float()  # a state keeps its previous token
+    noise = torch.randn(D, T, V, generator=g)  # a state that keeps nothing
+    out = probe_states.context_tokens(torch.cat([keeps, noise], -1), docs, [3, 7])
+    assert out["3"]["t-2"] > 0.95  # the state at t - 1 holds the token at t - 2
+    assert out["3"]["t-4"] < 0.3 and out["7"]["t-2"] < 0.3  # neither holds what was not put in
+    with pytest.raises(SystemExit):
+        probe_states.main(["--target", "a=dir:1,5", "--probes", "slots,nope"])
