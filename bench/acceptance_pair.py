@@ -29,12 +29,12 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer.evaluation.report import paired_ratio, prompt_tokens  # noqa: E402
+from trainer.evaluation.report import ci95, paired_ratio, prompt_tokens  # noqa: E402
 
 MAX_BYTES = 256 * 2**20
 
 
-def _load(path: str) -> dict:
+def load_results(path: str) -> dict:
     if os.path.getsize(path) > MAX_BYTES:
         raise SystemExit(f"{path}: larger than {MAX_BYTES} bytes")
     with open(path, encoding="utf-8") as f:
@@ -98,9 +98,7 @@ def runs_ratio(a: list[dict], b: list[dict], resamples: int = 5000, seed: int = 
         draw_a, draw_b = ([rng.choice(side) for _ in side] for side in (side_a, side_b))
         if not math.isnan(x := ratio(draw_a, draw_b, count)):
             boot.append(x)
-    boot.sort()
-    lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
-    return {"ratio": ratio(side_a, side_b, every), "ci95": [lo, hi], "prompts": n, "runs": [len(a), len(b)],
+    return {"ratio": ratio(side_a, side_b, every), "ci95": ci95(boot), "prompts": n, "runs": [len(a), len(b)],
             "resamples": resamples, "resampled": "prompts and runs"}  # fmt: skip
 
 
@@ -125,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.a or a.b:
         if a.pair or not (a.a and a.b):
             p.error("--a and --b each at least once, and no positional pair beside them")
-        sides = ([(f, _load(f), k) for f, k in side] for side in (a.a, a.b))
+        sides = ([(f, load_results(f), k) for f, k in side] for side in (a.a, a.b))
         print(json.dumps(runs(*sides)))
     elif len(a.pair) == 4:
         ra, ka, rb, kb = a.pair
-        print(json.dumps(pair(_load(ra), ka, _load(rb), kb)))
+        print(json.dumps(pair(load_results(ra), ka, load_results(rb), kb)))
     else:
         p.error("give RESULTS_A KEY_A RESULTS_B KEY_B, or --a / --b")
     return 0

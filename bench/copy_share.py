@@ -29,10 +29,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import target_transfer  # noqa: E402
+from bench.acceptance_pair import load_results  # noqa: E402
 from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
 
 NMIN, NMAX = 3, 12
-MAX_BYTES = 256 * 2**20
 
 
 def copyable(prompt: list[int], new: list[int], nmin: int = NMIN, nmax: int = NMAX) -> list[bool]:
@@ -54,29 +54,32 @@ def _lookup(seq: list[int], nmin: int, nmax: int) -> int | None:
     return None
 
 
-def decode(path: str, prompts: list[list[int]], new: int) -> list[list[int]]:
-    """The target's greedy continuation of each prompt (all of one length), fp32 on the CPU."""
+def decode(path: str, prompts: list[list[int]], new: int, batch: int = 32) -> list[list[int]]:
+    """The target's greedy continuation of each prompt, ``new`` tokens through any end of sequence (as the
+    bench's evaluations, ``--ignore-eos``): the evaluator's loader and the in-process regeneration's batched
+    decoder (``regeneration.local.BatchedTarget``, with no end-of-sequence id), fp32 on the CPU."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from trainer.evaluation.load import load_target_model
+    from trainer.regeneration.local import BatchedTarget
 
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "target")
         target_transfer.fetch_target(path, dest)
-        model = AutoModelForCausalLM.from_pretrained(dest, dtype=torch.float32, use_safetensors=True).eval()
-        ids = torch.tensor(prompts, dtype=torch.long)
-        with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                                 min_new_tokens=new, do_sample=False, pad_token_id=0)  # fmt: skip
-    return out[:, ids.shape[1] :].tolist()
+        target = BatchedTarget(load_target_model(dest, "cpu", torch.float32), set(), pad_id=0)
+        return [
+            row
+            for s in range(0, len(prompts), batch)
+            for row, _ in target.generate(prompts[s : s + batch], new)
+        ]
 
 
 def prompt_acceptance(spec: str, n: int) -> list[float]:
     """``FILE:KEY`` -> that drafter's acceptance per prompt (its evaluation's ``prompt_accept_len``)."""
     path, _, key = spec.rpartition(":")
-    if not path or os.path.getsize(path) > MAX_BYTES:
-        raise SystemExit(f"--results {spec!r}: want FILE:KEY, a results file under {MAX_BYTES} bytes")
-    with open(path, encoding="utf-8") as f:
-        e = (json.load(f).get(key) or {}).get("eval") or {}
+    if not path:
+        raise SystemExit(f"--results {spec!r}: want FILE:KEY")
+    e = (load_results(path).get(key) or {}).get("eval") or {}
     per = e.get("prompt_accept_len")
     if not per or len(per) != n:
         raise SystemExit(f"--results {spec!r}: no per-prompt acceptance for {n} prompts")

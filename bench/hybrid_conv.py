@@ -47,7 +47,7 @@ SWEEP = (
     ("rolling", 128, 1024, 4, 6),
     ("rolling_reset", 64, 1024, 4, 3),  # the kept rows cleared at a document's start, no tap masks
     ("rolling_reset", 64, 512, 2, 3),
-    ("rolling_reset", 128, 512, 2, 3),  # around it (not timed yet)
+    ("rolling_reset", 128, 512, 2, 3),  # around it
     ("rolling_reset", 32, 512, 2, 3),
     ("rolling_reset", 64, 256, 1, 3),
     ("rolling_reset", 64, 512, 4, 3),
@@ -57,7 +57,7 @@ SWEEP = (
     ("rolling_reset", 128, 1024, 4, 3),
     ("rolling_reset", 16, 512, 2, 3),
     ("rolling_reset", 32, 256, 1, 3),
-    ("rolling_reset", 64, 512, 2, 5),  # around 4 stages (not timed yet)
+    ("rolling_reset", 64, 512, 2, 5),  # around 4 stages
     ("rolling_reset", 64, 512, 2, 6),
     ("rolling_reset", 64, 256, 1, 4),
     ("rolling_reset", 32, 512, 2, 4),

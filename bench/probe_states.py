@@ -121,9 +121,7 @@ def samples(feats: torch.Tensor, argmax: torch.Tensor, docs: torch.Tensor, slot:
     T = docs.shape[1]
     t = torch.arange(first, T - slot + 1)
     x = feats[:, t - 1].reshape(-1, feats.shape[-1])
-    anchor = docs[:, t].reshape(-1)
-    label = argmax[:, t + slot - 1].reshape(-1)
-    return x, anchor, label
+    return x, docs[:, t].reshape(-1), at_slot(argmax, docs, slot, first)
 
 
 def at_slot(values: torch.Tensor, docs: torch.Tensor, slot: int, first: int = 1) -> torch.Tensor:

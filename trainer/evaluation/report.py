@@ -115,6 +115,12 @@ def _pool_divergences(out: dict, reports: list[dict]) -> None:
     out.update(divergence.summary(found))
 
 
+def ci95(draws: list[float]) -> list[float]:
+    """The 2.5th and 97.5th percentiles of bootstrap draws (sorted here)."""
+    boot = sorted(draws)
+    return [boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]]
+
+
 def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dict:
     """Drafter B against drafter A, both evaluated on the same prompts (two ``--json`` reports): the ratio of
     their mean acceptance lengths, and its 95% interval by a bootstrap that resamples *prompts*, each drawn
@@ -130,9 +136,8 @@ def paired_ratio(a: dict, b: dict, resamples: int = 10000, seed: int = 0) -> dic
 
     n, rng = len(pa), random.Random(seed)
     draws = (ratio([rng.randrange(n) for _ in range(n)]) for _ in range(resamples))
-    boot = sorted(x for x in draws if not math.isnan(x))  # (a draw of prompts without a step: none to count)
-    lo, hi = boot[int(0.025 * len(boot))], boot[min(len(boot) - 1, int(0.975 * len(boot)))]
-    return {"ratio": ratio(range(n)), "ci95": [lo, hi], "prompts": n, "resamples": resamples}
+    boot = [x for x in draws if not math.isnan(x)]  # (a draw of prompts without a step: none to count)
+    return {"ratio": ratio(range(n)), "ci95": ci95(boot), "prompts": n, "resamples": resamples}
 
 
 def _ties(r: dict) -> str:
