@@ -117,6 +117,13 @@ def _drafter_flags(ap) -> None:
         help="the trainer's --est-anchors for every run (measuring blocks: one run of M consecutive anchors per "
         "row beside the training ones, read by accept_len_est; 0: the walk over the training anchors)",
     )
+    ap.add_argument(
+        "--est-holdout",
+        type=int,
+        default=0,
+        help="the trainer's --est-holdout for every drafter: N training sequences held out, where accept_len_est "
+        "is measured (0: off, the estimate reads text the drafter trains on)",
+    )
 
 
 def _eval_flags(ap) -> None:

@@ -180,7 +180,8 @@ def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anc
             "--drafter-gpus", dev, "--block-size", str(spec.block), "--num-draft-layers", str(spec.layers),
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
-            "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]), *schedule,
+            "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]),
+            "--est-holdout", str(cfg.get("est_holdout", 0)), *schedule,
             *drafter_flags(spec), *fp8_flags(cfg, spec.capture)]  # fmt: skip
     if soft:
         argv += ["--use-soft-labels"]
@@ -357,7 +358,7 @@ def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
     cfg["drafter_seed"] = drafter_seed(a)
     if a.regen_from and a.train_text == "data":
         ap.error("--regen-from takes the target's responses: it needs --train-text generated or compare")
-    cfg["est_anchors"] = a.est_anchors
+    cfg["est_anchors"], cfg["est_holdout"] = a.est_anchors, a.est_holdout
     for key, flag in (
         ("drafter_steps", a.drafter_steps),
         ("prompts", a.eval_prompts),

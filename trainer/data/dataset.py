@@ -15,6 +15,11 @@ or ``--max-batch-size`` sequences. A micro-batch is ONE packed row: sequences co
 of micro-batches runs on across epochs; the global index of a micro-batch is the data cursor a
 checkpoint stores, so a resumed run sees exactly the batches an uninterrupted one would.
 
+Held-out sequences (``--est-holdout N``): ``N`` sequences, drawn once from ``(seed, HOLDOUT_SALT)``, leave the
+epochs; the others are packed with one sequence and the longest held-out one's tokens less room, and micro-batch
+``g`` ends with held-out sequence ``g mod N`` (the row's last document). The trainer measures its estimate
+there and trains nothing on it (``runtime.roles``): a drafter's estimate on text it has never trained on.
+
 Nothing here imports torch except ``MicroBatch.to_tensors``.
 """
 
@@ -231,12 +236,39 @@ class MicroBatch:
         return t(self.input_ids), t(self.loss_mask), t(self.doc_ids), t(self.position_ids)
 
 
-class Plan:
-    """The stream of micro-batches over ``epochs`` epochs; random access by global index."""
+HOLDOUT_SALT = 0x4E1D  # the held-out sequences' draw: default_rng([seed, HOLDOUT_SALT])
 
-    def __init__(self, ds: Dataset, *, seed: int, epochs: int, token_budget: int, max_batch_size: int):
+
+def held_out(n_seqs: int, count: int, seed: int) -> np.ndarray:
+    """The ``count`` held-out sequence indices of a dataset of ``n_seqs`` (sorted; deterministic in seed)."""
+    if not 0 <= count < n_seqs:
+        raise DataError(f"--est-holdout {count}: must be 0 (off) or fewer than the data's {n_seqs} sequences")
+    picked = np.random.default_rng([seed, HOLDOUT_SALT]).choice(n_seqs, size=count, replace=False)
+    return np.sort(picked).astype(np.int64)
+
+
+class Plan:
+    """The stream of micro-batches over ``epochs`` epochs; random access by global index. ``holdout`` N > 0:
+    N held-out sequences, one at the end of every micro-batch (module docstring)."""
+
+    def __init__(
+        self, ds: Dataset, *, seed: int, epochs: int, token_budget: int, max_batch_size: int, holdout: int = 0
+    ):
         self.ds = ds
-        self.epochs = [pack_epoch(ds.lengths, seed, e, token_budget, max_batch_size) for e in range(epochs)]
+        self.holdout = held_out(len(ds), holdout, seed)
+        train = np.setdiff1d(np.arange(len(ds)), self.holdout)
+        room, seqs = token_budget, max_batch_size
+        if holdout:
+            room, seqs = token_budget - int(ds.lengths[self.holdout].max()), max_batch_size - 1
+            longest = int(ds.lengths[train].max())
+            if seqs < 1 or longest > room:
+                raise DataError(
+                    f"--est-holdout {holdout}: a micro-batch holds a held-out sequence beside the others; the "
+                    f"longest held-out ({token_budget - room} tokens) and the longest other ({longest}) need "
+                    f"--token-budget >= {token_budget - room + longest} and --max-batch-size >= 2"
+                )
+        lengths = ds.lengths[train]
+        self.epochs = [[train[b] for b in pack_epoch(lengths, seed, e, room, seqs)] for e in range(epochs)]
         self.starts = [0]
         for b in self.epochs:
             self.starts.append(self.starts[-1] + len(b))
@@ -250,6 +282,7 @@ class Plan:
             epochs=args.epochs,
             token_budget=args.token_budget,
             max_batch_size=args.max_batch_size,
+            holdout=args.est_holdout,
         )
 
     @property
@@ -270,6 +303,8 @@ class Plan:
     def batch(self, g: int) -> MicroBatch:
         e, i = self.locate(g)
         seqs = self.epochs[e][i]
+        if len(self.holdout):
+            seqs = [*seqs, self.holdout[g % len(self.holdout)]]
         ds = self.ds
         ids, mask, docs, pos = [], [], [], []
         for d, s in enumerate(seqs):

@@ -279,6 +279,16 @@ def build_parser() -> argparse.ArgumentParser:
         "anchors (docs/evaluate.md)",
     )
     g.add_argument(
+        "--est-holdout",
+        type=_nonneg_int,
+        default=0,
+        metavar="N",
+        help="hold N sequences of the data out of training and measure accept_len_est on them: every micro-batch "
+        "ends with one (its tokens cost the target's forward, ~its length / --token-budget), where the "
+        "measuring run is drawn; the drafter never trains on them. Without it the estimate reads text the "
+        "drafter has trained on, high after many epochs. 0: off (docs/evaluate.md)",
+    )
+    g.add_argument(
         "--num-draft-layers",
         type=_positive_int,
         default=None,

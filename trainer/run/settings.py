@@ -71,6 +71,7 @@ class Settings:
     max_anchors: int
     anchor_run: int
     est_anchors: int
+    est_holdout: int
     num_draft_layers: int
     mask_token_id: int | None  # None: the target's last vocab id
     target_layer_ids: tuple[int, ...] | None  # None: the reference rule
@@ -209,6 +210,11 @@ RULES = (
         "--max-seq-len",
         lambda s: s.max_seq_len <= s.block_size,
         lambda s: f"must exceed --block-size {s.block_size}",
+    ),
+    Rule(
+        "--est-holdout",
+        lambda s: s.est_holdout > 0 and s.est_anchors == 0,
+        lambda s: "needs --est-anchors >= 2 (the held-out sequences are only measured, by its runs)",
     ),
     Rule("--gamma", lambda s: not s.gamma > 0, lambda s: f"must be > 0, got {s.gamma}"),
     Rule("--noise-start", lambda s: not s.noise_start >= 0, lambda s: f"must be >= 0, got {s.noise_start}"),

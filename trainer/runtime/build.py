@@ -72,6 +72,10 @@ class DrafterBuild:
         cfg = draft_config(a)
         ds.check_vocab(cfg.vocab_size)
         plan = Plan.from_flags(ds, a)
+        if len(plan.holdout):
+            self.log(
+                f"data: {len(plan.holdout)} sequences held out of training for accept_len_est (--est-holdout)"
+            )
         total_steps = total_steps_of(plan, a.grad_accum, self.replicas, a.max_steps)
 
         ddev = self.device
@@ -128,6 +132,7 @@ class DrafterBuild:
             lock=lock,
             anchor_run=a.anchor_run,
             est_anchors=a.est_anchors,
+            est_holdout=a.est_holdout > 0,
             selector_unary_grad=a.selector_unary_grad,
         )
 

@@ -53,6 +53,7 @@ GRAPH_FLAGS = (
     "block_size",
     "max_anchors",
     "est_anchors",
+    "est_holdout",
     "num_draft_layers",
     "target_layer_ids",
     "layer_types",

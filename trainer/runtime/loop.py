@@ -198,8 +198,11 @@ class Trainer:
             accept_len_est_step=m.walk_tokens / m.walk_steps if m.walk_steps else None,
             # judged by the target's own argmax where soft labels carry its logits, else the data
             accept_len_est_vs="target" if a.use_soft_labels else "data",
-            # the blocks the walk read: the measuring runs (--est-anchors) or the training ones
-            accept_len_est_anchors="runs" if a.est_anchors else "training",
+            # the blocks the walk read: the measuring runs (--est-anchors; in held-out sequences with
+            # --est-holdout) or the training ones
+            accept_len_est_anchors=("heldout_runs" if a.est_holdout else "runs")
+            if a.est_anchors
+            else "training",
             accept_len_est_uniform=est_uniform,
             lr=lr,
             grad_norm=m.grad_norm,

@@ -11,7 +11,9 @@
   per micro-batch by the caller). With ``est_anchors`` M > 0 it also draws M *measuring* anchors per row, one
   run of M consecutive candidates, from a second generator seeded from the same micro-batch seed, and runs
   them after the training blocks in the same drafter forward: they carry no loss weight (``dflash_loss``'s
-  ``n_train``) and the acceptance walk (``accept_len_est``) reads only them (docs/evaluate.md). With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
+  ``n_train``) and the acceptance walk (``accept_len_est``) reads only them (docs/evaluate.md). With
+  ``est_holdout`` the row's last document is a held-out one (``data.dataset.Plan``): the measuring run is drawn
+  there and the training anchors everywhere else. With ``ddp`` (a DistributedDataParallel wrapper of the drafter) the
   forward goes through it and the gradient is averaged over the replicas on the step's last micro-batch.
 
 ``launch_lock(devices)``: in one process (target threads beside the drafter) the roles take turns with a lock
@@ -180,6 +182,7 @@ class DrafterRole:
         lock: contextlib.AbstractContextManager | None = None,
         anchor_run: int = 1,
         est_anchors: int = 0,
+        est_holdout: bool = False,
         selector_unary_grad: bool = False,
     ):
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
@@ -191,6 +194,10 @@ class DrafterRole:
         # measuring blocks per row: one run of this many consecutive anchors beside the training ones, drawn
         # by their own generator (the training anchors and noise draw exactly as without them)
         self.est_anchors = est_anchors
+        # the row's last document is held out (data.dataset.Plan): measured there, never trained on
+        if est_holdout and not est_anchors:
+            raise ValueError("est_holdout needs est_anchors >= 2 (the held-out document is only measured)")
+        self.est_holdout = est_holdout
         # DFlash 2: the selector's loss also reaches the drafter through the unary logits (selector_loss)
         self.selector_unary_grad = selector_unary_grad
         self.est_generator = torch.Generator(device=generator.device) if est_anchors else None
@@ -229,10 +236,11 @@ class DrafterRole:
         self.meter.begin()  # after the wait: a late hand-off is not the drafter's busy time
         if seed is not None:
             self.generator.manual_seed(seed)
-        ids, lm, docs = hb.input_ids.to(dev), hb.loss_mask.to(dev), hb.doc_ids.to(dev)
+        train_lm, est_lm = self._masks(hb)  # host copies
+        ids, lm, docs = hb.input_ids.to(dev), train_lm.to(dev), hb.doc_ids.to(dev)
         hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
         final = hb.final.to(dev) if hb.final is not None else None
-        A = anchor_count(hb.doc_ids, hb.loss_mask, self.block_size, self.max_anchors)  # host copies: no sync
+        A = anchor_count(hb.doc_ids, train_lm, self.block_size, self.max_anchors)  # host copies: no sync
         anchors = sample_anchors(
             docs,
             lm,
@@ -244,7 +252,7 @@ class DrafterRole:
         )
         n_train = anchors.shape[1]
         if self.est_anchors:
-            anchors = torch.cat([anchors, self._measuring_anchors(hb, docs, lm, seed)], dim=1)
+            anchors = torch.cat([anchors, self._measuring_anchors(hb, docs, est_lm, seed)], dim=1)
         fwd = self.ddp if self.ddp is not None else self.drafter
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         with no_sync:
@@ -285,14 +293,24 @@ class DrafterRole:
         self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (runtime.gpu_meter)
         return {"loss": loss.detach(), **metrics}
 
-    def _measuring_anchors(self, hb, docs, lm, seed) -> torch.Tensor:
-        """``(B, M')``: one run of ``est_anchors`` consecutive candidates per row (sorted, ``-1`` padding where a
-        row has fewer), from the measuring generator, reseeded from ``seed`` alone (exact resume)."""
+    def _masks(self, hb) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss mask the training anchors are drawn from, the one the measuring run is drawn from), host
+        tensors: both the row's own, or with ``est_holdout`` its last document's tokens only for measuring
+        and the others only for training."""
+        if not self.est_holdout:
+            return hb.loss_mask, hb.loss_mask
+        held = hb.doc_ids == hb.doc_ids.amax(dim=1, keepdim=True)
+        return hb.loss_mask & ~held, hb.loss_mask & held
+
+    def _measuring_anchors(self, hb, docs, est_lm, seed) -> torch.Tensor:
+        """``(B, M')``: one run of ``est_anchors`` consecutive candidates of ``est_lm`` (host) per row (sorted,
+        ``-1`` padding where a row has fewer), from the measuring generator, reseeded from ``seed`` alone
+        (exact resume)."""
         if seed is not None:
             self.est_generator.manual_seed(seed ^ EST_SEED_SALT)
         M = self.est_anchors
-        n = anchor_count(hb.doc_ids, hb.loss_mask, self.block_size, M)  # host copies: no sync
-        return sample_run(docs, lm, self.block_size, M, self.est_generator, num_anchors=n)
+        n = anchor_count(hb.doc_ids, est_lm, self.block_size, M)  # host copies: no sync
+        return sample_run(docs, est_lm.to(docs.device), self.block_size, M, self.est_generator, num_anchors=n)
 
     def clip(self) -> torch.Tensor:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""

@@ -69,7 +69,7 @@ def test_report_json_counts_the_trainers_view(data, capsys):
     assert roles["thinking"]["tokens"] > 0 and roles["thinking"]["trained"] == 0  # --thinking mask
     assert sum(c["tokens"] for c in roles.values()) == sum(len(s["input_ids"]) for s in seqs)
     # packing: the trainer's own plan for these flags
-    flags = argparse.Namespace(seed=0, epochs=1, token_budget=budget, max_batch_size=64)
+    flags = argparse.Namespace(seed=0, epochs=1, token_budget=budget, max_batch_size=64, est_holdout=0)
     plan = Plan.from_flags(load_dir(str(data), max_len), flags)
     pk = r["packing"]
     assert pk["micro_batches"] == plan.total >= math.ceil(r["tokens"] / budget)
