@@ -36,6 +36,8 @@ EXTRA = (
     "3",
     "--est-anchors",  # measuring blocks on (their own generator, seeded per micro-batch): resume stays exact
     "12",
+    "--est-holdout",  # in held-out sequences, one ending each micro-batch (a function of its index)
+    "4",
 )
 
 
@@ -96,7 +98,7 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     assert [s["step"] for s in resumed] == list(range(k + 1, N + 1))
     for s in resumed:
         r = ref_steps[s["step"]]
-        assert s["accept_len_est_anchors"] == r["accept_len_est_anchors"] == "runs"
+        assert s["accept_len_est_anchors"] == r["accept_len_est_anchors"] == "heldout_runs"
         assert (s["accept_len_est_step"], s["accept_len_est_uniform"]) == (
             r["accept_len_est_step"],
             r["accept_len_est_uniform"],

@@ -88,3 +88,51 @@ def test_plan_rows_and_cursor(tmp_path):
         Plan(ds, seed=0, epochs=2, token_budget=35, max_batch_size=8).batch(11).input_ids.tolist()
         == mb.input_ids.tolist()
     )
+
+
+def test_held_out_sequences_end_every_micro_batch_and_are_never_packed_for_training(tmp_path):
+    """``--est-holdout``: N sequences leave the epochs; micro-batch g ends with held-out sequence g mod N (the
+    row's last document), inside the token budget; every other sequence is packed once an epoch, as before."""
+    lines = [f'{{"input_ids": {list(range(i, i + 5 + i % 7))}}}' for i in range(40)]
+    _write(tmp_path, "a.jsonl", lines)
+    ds = load_dir(str(tmp_path), 100)
+    plan = Plan(ds, seed=4, epochs=2, token_budget=40, max_batch_size=5, holdout=3)
+    held = plan.holdout.tolist()
+    assert len(held) == 3 and held == sorted(held)
+    assert Plan(ds, seed=4, epochs=1, token_budget=40, max_batch_size=5, holdout=3).holdout.tolist() == held
+    assert Plan(ds, seed=5, epochs=1, token_budget=40, max_batch_size=5, holdout=3).holdout.tolist() != held
+    for e in range(2):
+        trained = []
+        for g in range(plan.starts[e], plan.starts[e + 1]):
+            mb = plan.batch(g)
+            assert mb.num_tokens <= 40 and mb.doc_ids.max() + 1 <= 5
+            starts = np.flatnonzero(mb.position_ids == 0)
+            seqs = [int(mb.input_ids[i]) for i in starts]  # sequence i starts with token i
+            assert seqs[-1] == held[g % 3] and not set(seqs[:-1]) & set(held)
+            trained += seqs[:-1]
+        assert sorted(trained) == sorted(set(range(40)) - set(held))
+    # off: the plan of old, sequence for sequence
+    plain = Plan(ds, seed=4, epochs=1, token_budget=40, max_batch_size=5)
+    assert len(plain.holdout) == 0
+    assert [b.tolist() for b in plain.epochs[0]] == [b.tolist() for b in pack_epoch(ds.lengths, 4, 0, 40, 5)]
+
+
+@pytest.mark.parametrize(
+    ("holdout", "budget", "batch", "why"),
+    [
+        (40, 40, 5, "fewer than the data's 40"),
+        (3, 20, 5, "--token-budget >= 2"),
+        (3, 40, 1, "--max-batch-size >= 2"),
+    ],
+)
+def test_a_holdout_that_cannot_fit_is_refused_with_what_would(tmp_path, holdout, budget, batch, why):
+    _write(tmp_path, "a.jsonl", [f'{{"input_ids": {list(range(i, i + 5 + i % 7))}}}' for i in range(40)])
+    with pytest.raises(DataError, match=why):
+        Plan(
+            load_dir(str(tmp_path), 100),
+            seed=4,
+            epochs=1,
+            token_budget=budget,
+            max_batch_size=batch,
+            holdout=holdout,
+        )

@@ -119,3 +119,6 @@ def test_rules_name_their_flag(tiny_assets, tmp_path):
     with pytest.raises(FlagError) as e:
         _resolve(tiny_assets, tmp_path, "--gamma", "0")
     assert e.value.flag == "--gamma"
+    with pytest.raises(FlagError) as e:  # held-out sequences that nothing would measure
+        _resolve(tiny_assets, tmp_path, "--est-holdout", "4", "--est-anchors", "0")
+    assert e.value.flag == "--est-holdout"

@@ -28,7 +28,7 @@ def _batch(target, layer_ids):
     return HiddenBatch(0, 0, T, hidden, final, ids, lm, docs)
 
 
-def _step(arch, est_anchors, monkeypatch, before=(), seed=SEED):
+def _step(arch, est_anchors, monkeypatch, before=(), seed=SEED, est_holdout=False):
     """One micro-step (noise on, soft labels) of a fresh tiny drafter: (metrics, grads, the anchors and n_train
     the loss was given)."""
     target = tiny_target()
@@ -49,6 +49,7 @@ def _step(arch, est_anchors, monkeypatch, before=(), seed=SEED):
         max_anchors=MAX_ANCHORS,
         gamma=GAMMA,
         est_anchors=est_anchors,
+        est_holdout=est_holdout,
     )
     hb = _batch(target, cfg.target_layer_ids)
     for s in before:  # earlier micro-batches of a run: a resumed run has not seen them
@@ -98,6 +99,23 @@ def test_measuring_anchors_depend_on_the_micro_batch_seed_alone(monkeypatch):
         _, _, other = _step("dflash", 16, monkeypatch, seed=seed)
         runs.add(tuple(other["anchors"][0, MAX_ANCHORS:].tolist()))
     assert len(runs) > 1
+
+
+def test_with_a_held_out_last_document_it_is_only_measured_and_the_rest_only_trained(monkeypatch):
+    """``--est-holdout``: the row's last document (positions 60..95 here) is a held-out sequence; the training
+    anchors are drawn everywhere else (their blocks inside the first document) and the measuring run there."""
+    got, _, seen = _step("dflash", 16, monkeypatch, est_holdout=True)
+    n, anchors = seen["n_train"], seen["anchors"][0]
+    train, run = anchors[:n][anchors[:n] >= 0], anchors[n:]
+    assert len(train) == MAX_ANCHORS and (train + 3 < 60).all()  # block 4: the anchor and 3 predicted
+    assert (
+        len(run) == 16 and (run >= 60).all() and torch.equal(run, torch.arange(int(run[0]), int(run[0]) + 16))
+    )
+    assert got["walk_steps"] > 0
+    _, _, plain = _step("dflash", 16, monkeypatch)  # the check can fail: without it both documents train
+    assert (plain["anchors"][0, : plain["n_train"]] + 3 >= 60).any()
+    with pytest.raises(ValueError, match="est_holdout needs est_anchors"):
+        _step("dflash", 0, monkeypatch, est_holdout=True)
 
 
 def test_the_measuring_blocks_would_move_the_loss_if_they_had_weight():
