@@ -32,11 +32,12 @@ from bench import copy_share, target_transfer  # noqa: E402
 from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
 
 SEQ = 2 * PROMPT
+RUN = 32  # the trainer's --est-anchors default: one measuring run of 32 consecutive anchors a row
 MAX_LINE = 1 << 20
 
 
-def train_rows(path: str, n: int) -> list[tuple[list[int], list[int]]]:
-    """The first ``n`` full-length (``SEQ`` bytes) ``{prompt, completion}`` rows as (ids, loss mask)."""
+def train_rows(path: str, n: int | None) -> list[tuple[list[int], list[int]]]:
+    """The first ``n`` (None: all) full-length (``SEQ`` bytes) ``{prompt, completion}`` rows as (ids, loss mask)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in iter(lambda: f.readline(MAX_LINE), ""):
@@ -85,8 +86,9 @@ def fresh_rows(target: str, prompts: list[list[int]]) -> list[tuple[list[int], l
     return [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
 
 
-def estimate(model, drafter, head, rows, batch: int = 8) -> float:
-    """The trainer's walk (``dflash_loss``, soft labels) over every completion position of ``rows``: tokens / steps."""
+def estimate(model, drafter, head, rows, batch: int = 8) -> tuple[float, list[list[int]]]:
+    """The trainer's walk (``dflash_loss``, soft labels) over every completion position of ``rows``: (tokens /
+    steps, each row's chains: per anchor, the drafted tokens the target's argmax accepts)."""
     import torch
 
     from trainer.drafting.loss import dflash_loss
@@ -94,6 +96,7 @@ def estimate(model, drafter, head, rows, batch: int = 8) -> float:
 
     layers, bs = list(drafter.cfg.target_layer_ids), drafter.cfg.block_size
     tok = steps = 0
+    chains = []
     for s in range(0, len(rows), batch):
         ids = torch.tensor([r[0] for r in rows[s : s + batch]])
         docs = torch.zeros_like(ids)
@@ -102,8 +105,51 @@ def estimate(model, drafter, head, rows, batch: int = 8) -> float:
             feats, final = capture(model, ids, docs, layers, need_final_hidden=True)
             out = drafter(feats.float(), ids, docs, anchors, head.embed_tokens)
             _, m = dflash_loss(out, head, ids, anchors, 7.0, target_final_hidden=final.float(), n_train=0)
+            chains += _chains(head, out, final.float(), anchors)
         tok, steps = tok + int(m["walk_tokens"]), steps + int(m["walk_steps"])
-    return tok / steps
+    return tok / steps, chains
+
+
+def _chains(head, out, final, anchors) -> list[list[int]]:
+    """Per row, per real anchor: how many slots from slot 1 on match the target's argmax at the position before."""
+    import torch
+
+    pred, want = head.lm_head(out).argmax(-1), head.lm_head(final).argmax(-1)  # (B, A, bs), (B, T)
+    rows = []
+    for b in range(anchors.shape[0]):
+        a = anchors[b][anchors[b] >= 0]
+        label = want[b][a.unsqueeze(1) + torch.arange(1, out.shape[2]) - 1]  # slot k: the target at a + k - 1
+        rows.append((pred[b, : len(a), 1:] == label).long().cumprod(1).sum(1).tolist())
+    return rows
+
+
+def walk(chain: list[int], lo: int, hi: int) -> tuple[int, int]:
+    """(tokens, steps) of a decoding walk over anchors ``lo .. hi - 1``: from ``lo``, each step accepts its chain
+    and the bonus token; the last step may reach past ``hi`` (as ``drafting.acceptance.decode_walk``)."""
+    p = lo
+    tok = steps = 0
+    while p < hi:
+        tok, steps, p = tok + chain[p] + 1, steps + 1, p + chain[p] + 1
+    return tok, steps
+
+
+def run_walk(chains: list[list[int]], m: int) -> float:
+    """The walk over runs of ``m`` consecutive anchors, every run start of every row once (the trainer's
+    measuring runs, ``--est-anchors m``, whose start is drawn uniformly), pooled: tokens / steps."""
+    done = [walk(c, s, s + m) for c in chains for s in range(max(1, len(c) - m + 1))]
+    return sum(t for t, _ in done) / sum(n for _, n in done)
+
+
+def seen_share(rows, seen_rows, n: int = 32) -> float:
+    """The mean share of each row's ``n``-token completion windows found verbatim in ``seen_rows``' completions."""
+
+    def grams(r):
+        c = r[0][r[1].index(1) :]
+        return {tuple(c[i : i + n]) for i in range(len(c) - n + 1)}
+
+    seen = set().union(*(grams(r) for r in seen_rows))
+    shares = [sum(g in seen for g in grams(r)) / max(1, len(grams(r))) for r in rows]
+    return sum(shares) / len(shares)
 
 
 def _anchors(loss_mask: list[int], bs: int):
@@ -146,8 +192,12 @@ def main(argv=None) -> int:
         head = FrozenHead.from_model(model)
         train = train_rows(a.train_text, a.n)
         fresh = fresh_rows(a.target, fresh_prompts(seen_prompts(a.train_text), a.n, a.seed))
-        out = {name: {"sequences": len(rows), "estimate": estimate(model, drafter, head, rows)}
-               for name, rows in (("train", train), ("decoded", decoded_rows(a.decoded, a.n)), ("fresh", fresh))}  # fmt: skip
+        seen = train_rows(a.train_text, None)
+        out = {}
+        for name, rows in (("train", train), ("decoded", decoded_rows(a.decoded, a.n)), ("fresh", fresh)):
+            full, chains = estimate(model, drafter, head, rows)
+            out[name] = {"sequences": len(rows), "estimate": full, f"runs_{RUN}": run_walk(chains, RUN),
+                         "seen_share": seen_share(rows, seen)}  # fmt: skip
     print(json.dumps(out, indent=1))
     return 0
 

@@ -48,10 +48,26 @@ def test_fresh_prompts_are_never_training_prompts():
     assert not {bytes(p).decode("utf-8", "replace") for p in again} & seen
 
 
-def test_the_estimate_is_a_walk_of_at_least_one_and_at_most_a_block_a_step():
+def test_the_estimate_is_the_trainers_walk_and_its_runs_walk_as_the_trainer_does():
+    """``estimate``'s chains, walked here, give the trainer's own walk (``dflash_loss``) to the token; a run walk
+    over one run as long as the row is the full walk; a walk steps by chain + 1 and may end past its run."""
     target = tiny_target()
     drafter, cfg = tiny_drafter(block_size=4)
     ids = torch.randint(0, 250, (3, SEQ), generator=torch.Generator().manual_seed(1)).tolist()
     rows = [(r, [0] * PROMPT + [1] * PROMPT) for r in ids]
-    est = est_seen.estimate(target, drafter.eval(), FrozenHead.from_model(target), rows, batch=2)
-    assert 1.0 <= est <= cfg.block_size
+    full, chains = est_seen.estimate(target, drafter.eval(), FrozenHead.from_model(target), rows, batch=2)
+    assert 1.0 <= full <= cfg.block_size and len(chains) == 3 and len(chains[0]) == SEQ - 4 + 1 - (PROMPT - 1)
+    walks = [est_seen.walk(c, 0, len(c)) for c in chains]
+    assert full == sum(t for t, _ in walks) / sum(n for _, n in walks)
+    assert est_seen.run_walk(chains, len(chains[0])) == full
+    assert est_seen.walk([2, 0, 0, 3, 0], 0, 5) == (3 + 4, 2)  # 0 -> 3 -> past the end
+    assert est_seen.walk([2, 0, 0, 3, 0], 1, 3) == (1 + 1, 2)  # a run of two anchors, one token each
+
+
+def test_seen_share_counts_windows_found_verbatim():
+    row = ([0] * 4 + list(range(40)), [0] * 4 + [1] * 40)
+    assert est_seen.seen_share([row], [row]) == 1.0
+    other = ([0] * 4 + list(range(100, 140)), [0] * 4 + [1] * 40)
+    assert est_seen.seen_share([other], [row]) == 0.0
+    part = ([0] * 4 + list(range(40)) + list(range(200, 224)), [0] * 4 + [1] * 64)
+    assert est_seen.seen_share([part], [row]) == 9 / 33  # windows starting at 0 .. 8 of 0 .. 32
