@@ -236,8 +236,9 @@ class DrafterRole:
         self.meter.begin()  # after the wait: a late hand-off is not the drafter's busy time
         if seed is not None:
             self.generator.manual_seed(seed)
-        train_lm, est_lm = self._masks(hb)  # host copies
-        ids, lm, docs = hb.input_ids.to(dev), train_lm.to(dev), hb.doc_ids.to(dev)
+        ids, lm, docs = hb.input_ids.to(dev), hb.loss_mask.to(dev), hb.doc_ids.to(dev)
+        train_lm, est_lm = self._masks(hb.loss_mask, hb.doc_ids)  # host copies
+        lm, lm_est = self._masks(lm, docs)  # the same on the device (no copy, no sync)
         hidden = add_noise(hb.hidden.to(dev), noise, self.noise_type, self.generator)
         final = hb.final.to(dev) if hb.final is not None else None
         A = anchor_count(hb.doc_ids, train_lm, self.block_size, self.max_anchors)  # host copies: no sync
@@ -252,7 +253,9 @@ class DrafterRole:
         )
         n_train = anchors.shape[1]
         if self.est_anchors:
-            anchors = torch.cat([anchors, self._measuring_anchors(hb, docs, est_lm, seed)], dim=1)
+            anchors = torch.cat(
+                [anchors, self._measuring_anchors(hb.doc_ids, est_lm, docs, lm_est, seed)], dim=1
+            )
         fwd = self.ddp if self.ddp is not None else self.drafter
         no_sync = self.ddp.no_sync() if self.ddp is not None and not sync else contextlib.nullcontext()
         with no_sync:
@@ -293,24 +296,24 @@ class DrafterRole:
         self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (runtime.gpu_meter)
         return {"loss": loss.detach(), **metrics}
 
-    def _masks(self, hb) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the loss mask the training anchors are drawn from, the one the measuring run is drawn from), host
-        tensors: both the row's own, or with ``est_holdout`` its last document's tokens only for measuring
-        and the others only for training."""
+    def _masks(self, loss_mask: torch.Tensor, doc_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the loss mask the training anchors are drawn from, the one the measuring run is drawn from): both the
+        row's own, or with ``est_holdout`` the others' tokens for training and its last document's (the largest
+        doc id: the held-out sequence) for measuring."""
         if not self.est_holdout:
-            return hb.loss_mask, hb.loss_mask
-        held = hb.doc_ids == hb.doc_ids.amax(dim=1, keepdim=True)
-        return hb.loss_mask & ~held, hb.loss_mask & held
+            return loss_mask, loss_mask
+        held = doc_ids == doc_ids.amax(dim=1, keepdim=True)
+        return loss_mask & ~held, loss_mask & held
 
-    def _measuring_anchors(self, hb, docs, est_lm, seed) -> torch.Tensor:
-        """``(B, M')``: one run of ``est_anchors`` consecutive candidates of ``est_lm`` (host) per row (sorted,
-        ``-1`` padding where a row has fewer), from the measuring generator, reseeded from ``seed`` alone
-        (exact resume)."""
+    def _measuring_anchors(self, doc_ids, est_lm, docs, lm_est, seed) -> torch.Tensor:
+        """``(B, M')``: one run of ``est_anchors`` consecutive candidates of the measuring mask per row (sorted,
+        ``-1`` padding where a row has fewer; ``doc_ids`` / ``est_lm`` on the host, ``docs`` / ``lm_est`` on the
+        device), from the measuring generator, reseeded from ``seed`` alone (exact resume)."""
         if seed is not None:
             self.est_generator.manual_seed(seed ^ EST_SEED_SALT)
         M = self.est_anchors
-        n = anchor_count(hb.doc_ids, est_lm, self.block_size, M)  # host copies: no sync
-        return sample_run(docs, est_lm.to(docs.device), self.block_size, M, self.est_generator, num_anchors=n)
+        n = anchor_count(doc_ids, est_lm, self.block_size, M)  # host copies: no sync
+        return sample_run(docs, lm_est, self.block_size, M, self.est_generator, num_anchors=n)
 
     def clip(self) -> torch.Tensor:
         """Clip the accumulated gradient to ``grad_clip`` (0: measure only); returns its norm (a tensor)."""
