@@ -172,17 +172,20 @@ def fit(x, anchor, label, hidden: int, steps: int = 1500, seed: int = 0, soft=No
         return float((pred == label[test]).float().mean())
 
 
-def context_tokens(feats: torch.Tensor, docs: torch.Tensor, layers: list[int], first: int = 1) -> dict:
+def context_tokens(
+    feats: torch.Tensor, docs: torch.Tensor, layers: list[int], first: int = 1, back: tuple[int, ...] = BACK
+) -> dict:
     """{layer: {"t-k": top-1 of a linear probe from the layer's state at t - 1 to the token at t - k}}, anchors
-    t from ``first`` (and from max(BACK), so every t - k is in the document)."""
+    t from ``first`` (and from max(``back``), so every t - k is in the document); ``k`` in ``back`` (1: the state's
+    own token)."""
     H = feats.shape[-1] // len(layers)
-    t = torch.arange(max(first, max(BACK)), docs.shape[1])
+    t = torch.arange(max(first, max(back)), docs.shape[1])
     out = {}
     for i, layer in enumerate(layers):
         x = feats[:, t - 1, i * H : (i + 1) * H].reshape(-1, H)
         no_anchor = torch.zeros(x.shape[0], dtype=torch.long)
         out[str(layer)] = {
-            f"t-{k}": fit(x, no_anchor, docs[:, t - k].reshape(-1), 0, steps=800) for k in BACK
+            f"t-{k}": fit(x, no_anchor, docs[:, t - k].reshape(-1), 0, steps=800) for k in back
         }
     return out
 
@@ -195,6 +198,7 @@ def probe_target(
     hidden: int,
     first: int = 1,
     probes: tuple[str, ...] = ("slots",),
+    back: tuple[int, ...] = BACK,
 ) -> dict:
     """One ``--target``'s row on ``docs`` (anchors from position ``first``: an own text's completion)."""
     t0 = time.time()
@@ -209,7 +213,7 @@ def probe_target(
     next_acc = float((argmax[:, first - 1 : -1] == docs[:, first:]).float().mean())
     row = {"target": name, "dir": path, "layers": layers, "next_token_accuracy": next_acc, "slots": {}}
     if "context" in probes:
-        row["context"] = context_tokens(feats, docs, layers, first)
+        row["context"] = context_tokens(feats, docs, layers, first, back)
     for slot in SLOTS if "slots" in probes else ():
         x, anchor, label = samples(feats, argmax, docs, slot, first)
         p = at_slot(probs, docs, slot, first)
@@ -227,6 +231,16 @@ def probe_target(
     return row
 
 
+def _back(text: str) -> tuple[int, ...]:
+    try:
+        back = tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers >= 1, not {text!r}") from None
+    if not back or min(back) < 1:
+        raise argparse.ArgumentTypeError(f"comma-separated integers >= 1, not {text!r}")
+    return back
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", type=parse_target, action="append", required=True, help="NAME=DIR:L1,L2")
@@ -237,6 +251,12 @@ def main(argv=None) -> int:
         "--own-text", type=parse_text, action="append", default=[], help="NAME=FILE (module docstring)"
     )
     p.add_argument("--probes", default="slots", help="comma-separated: slots, context (module docstring)")
+    p.add_argument(
+        "--back",
+        type=_back,
+        default=BACK,
+        help="the context probes' tokens before the anchor, e.g. 1,2,3 (1: own)",
+    )
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
@@ -254,10 +274,10 @@ def main(argv=None) -> int:
     for n, d, ls in a.target:
         if n in own:  # the target's own text: anchors in its completions
             own_rows = own_docs(own[n], a.docs, a.seed)
-            rows.append(probe_target(n, d, ls, own_rows, a.hidden, OWN_PROMPT, probes))
+            rows.append(probe_target(n, d, ls, own_rows, a.hidden, OWN_PROMPT, probes, a.back))
             rows[-1]["text"] = own[n]
         else:
-            rows.append(probe_target(n, d, ls, docs, a.hidden, probes=probes))
+            rows.append(probe_target(n, d, ls, docs, a.hidden, probes=probes, back=a.back))
     print_table(rows)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:

@@ -98,5 +98,9 @@ def test_the_context_probes_read_what_a_layer_keeps_of_the_text_before():
     out = probe_states.context_tokens(torch.cat([keeps, noise], -1), docs, [3, 7])
     assert out["3"]["t-2"] > 0.95  # the state at t - 1 holds the token at t - 2
     assert out["3"]["t-4"] < 0.3 and out["7"]["t-2"] < 0.3  # neither holds what was not put in
+    own = probe_states.context_tokens(torch.cat([keeps, noise], -1), docs, [3, 7], back=(1, 2))
+    assert own["3"]["t-2"] > 0.95 and own["3"]["t-1"] < 0.3  # it keeps the token before, not its own
+    with pytest.raises(argparse.ArgumentTypeError):
+        probe_states._back("0,2")
     with pytest.raises(SystemExit):
         probe_states.main(["--target", "a=dir:1,5", "--probes", "slots,nope"])
