@@ -181,7 +181,7 @@ def _launch(cfg, work, out, log_name, run, data, spec: Spec, soft, schedule, anc
             "--max-anchors", "256", "--token-budget", str(cfg["budget"]), "--max-seq-len", str(SEQ),
             "--gamma", "7", "--mask-token-id", str(MASK), "--log-every", "50", "--resume", "none",
             "--anchor-run", str(anchor_run), "--est-anchors", str(cfg["est_anchors"]),
-            "--est-holdout", str(cfg.get("est_holdout", 0)), *schedule,
+            "--est-holdout", str(cfg["est_holdout"]), *schedule,
             *drafter_flags(spec), *fp8_flags(cfg, spec.capture)]  # fmt: skip
     if soft:
         argv += ["--use-soft-labels"]

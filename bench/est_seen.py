@@ -29,6 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import copy_share, target_transfer  # noqa: E402
+from bench.acceptance_target import SEQ as CHUNK  # noqa: E402
 from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
 
 SEQ = 2 * PROMPT
@@ -66,7 +67,7 @@ def fresh_prompts(seen: set[str], n: int, seed: int) -> list[list[int]]:
     """``n`` prompts of ``PROMPT`` bytes from chunks of the training files, none a training prompt (``seen``)."""
     train, _, _ = corpus(None)
     out = []
-    for c in chunks(train, len(train) // 512, seed):
+    for c in chunks(train, len(train) // CHUNK, seed):  # every chunk, shuffled
         head = bytes(c[:PROMPT])
         if head.decode("utf-8", "replace") not in seen and len(head) == PROMPT:
             out.append(list(head))
@@ -190,9 +191,9 @@ def main(argv=None) -> int:
         drafter = drafter.float().eval()
         model = load_target(dest, "cpu", torch.float32, list(cfg.target_layer_ids), need_final_hidden=True)
         head = FrozenHead.from_model(model)
-        train = train_rows(a.train_text, a.n)
-        fresh = fresh_rows(a.target, fresh_prompts(seen_prompts(a.train_text), a.n, a.seed))
         seen = train_rows(a.train_text, None)
+        train = seen[: a.n]
+        fresh = fresh_rows(a.target, fresh_prompts(seen_prompts(a.train_text), a.n, a.seed))
         out = {}
         for name, rows in (("train", train), ("decoded", decoded_rows(a.decoded, a.n)), ("fresh", fresh)):
             full, chains = estimate(model, drafter, head, rows)

@@ -157,7 +157,10 @@ def test_the_command_lines_of_the_fp8_drafter_and_of_fp8_serving(tmp_path, monke
 
     launched = []
     monkeypatch.setattr(ba.subprocess, "Popen", lambda argv, **kw: launched.append(argv))
-    work, cfg = str(tmp_path), {**ba.TINY, "est_anchors": 0, "anchor_run": 1, "eval_shards": 2}
+    work, cfg = (
+        str(tmp_path),
+        {**ba.TINY, "est_anchors": 0, "est_holdout": 0, "anchor_run": 1, "eval_shards": 2},
+    )
     (tmp_path / "heldout").mkdir()
     (tmp_path / "heldout" / "prompts.jsonl").write_text(
         "".join(f'{{"input_ids": [{i}]}}\n' for i in range(4))
