@@ -289,7 +289,9 @@ def start_eval(cfg, work, out, spec: Spec, prompts="heldout", prompt_len=PROMPT,
                 "--num-prompts", str(n), "--max-new-tokens", str(cfg["new"]), "--prompt-len",
                 str(prompt_len), "--device", cfg["device"], "--ignore-eos", "--json",
                 *fp8_flags(cfg, serve)]  # fmt: skip
-        if serve == "fp8":  # acceptance only (half the time): the bf16 evaluations time the loop and check it
+        if serve == "fp8" or cfg.get("acceptance_only", False):
+            # acceptance only (a third of the time): the bf16 evaluations (unless --acceptance-only) time the loop
+            # and check it
             argv += ["--no-baseline"]
         elif not name:
             # the main evaluation keeps the text it decoded: the target's own (--frozen-steps scores on it)
@@ -371,7 +373,7 @@ def settle(ap, a) -> tuple[dict, list[tuple[str, int]], list[Spec]]:
         ap.error(f"--eval-shards must be 1 .. the evaluation's prompts ({cfg['prompts']})")
     if a.target_from and a.target_steps:
         ap.error("--target-steps trains a target; --target-from takes a trained one")
-    cfg["eval_shards"] = a.eval_shards
+    cfg["eval_shards"], cfg["acceptance_only"] = a.eval_shards, a.acceptance_only
     speed = a.speed_prompts if a.speed_prompts is not None else (8 if cfg["device"].startswith("cuda") else 0)
     if not 0 <= speed <= cfg["prompts"]:
         ap.error(f"--speed-prompts must be 0 .. the evaluation's prompts ({cfg['prompts']})")
@@ -603,7 +605,7 @@ def speed_alone(cfg, work, out, group: list[Spec], res: dict, save) -> None:
     shards share it), under ``speed_alone``."""
     if not cfg.get("speed_prompts"):
         return
-    quiet = {**cfg, "eval_shards": 1, "prompts": cfg["speed_prompts"]}
+    quiet = {**cfg, "eval_shards": 1, "prompts": cfg["speed_prompts"], "acceptance_only": False}
     for x in group:
         e, key = finish_eval(start_eval(quiet, work, out, x, label="alone")), key_of(x, cfg["target_tag"])
         keep = ("target_tok_s", "spec_tok_s", "speedup", "mean_accept_len", "prompts", "new_tokens", "engine",

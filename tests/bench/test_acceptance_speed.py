@@ -90,6 +90,16 @@ def test_a_shards_progress_is_on_disk_while_it_runs(tmp_path, monkeypatch):
     ba.finish_eval(started)
     assert not list(tmp_path.glob("*.shard*.log"))
     assert (tmp_path / "eval_b8_dflash.log").read_text().count("evaluate: progress") == 2
+    assert not any(
+        "--no-baseline" in s.argv for s in launched
+    )  # the target-only pass: speed and greedy check
+    launched.clear()
+    ba.finish_eval(
+        ba.start_eval(
+            {**cfg, "acceptance_only": True}, str(tmp_path), str(tmp_path), parse_spec("8:2:dflash")
+        )
+    )
+    assert len(launched) == 2 and all("--no-baseline" in s.argv for s in launched)
 
 
 def test_the_training_figures_are_saved_before_the_evaluations_start(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from trainer.drafting.context_back import Tail
 from trainer.drafting.rope import apply_rope
 from trainer.drafting.selector import walk
 from trainer.evaluation.drafter_cache import DrafterProposer, Proposal
@@ -51,9 +52,13 @@ class StaticProposer:
         self.use_graphs = (self.device.type == "cuda") if graphs is None else bool(graphs)
         self.steps: dict = {}  # greedy (True / False) -> graphs.Step
         self.len = 0
+        self.tail = Tail(
+            cfg.context_back
+        )  # the context-back experiment's last features (drafting.context_back)
 
     def reset(self) -> None:
         self.len = 0
+        self.tail.reset()
 
     # -- the computation -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -140,6 +145,7 @@ class StaticProposer:
 
     def propose(self, tokens, new_features, temperature, generator) -> Proposal:
         n, bs = int(new_features.shape[0]), self.block_size
+        new_features = self.tail.push(new_features.to(self.dtype))
         if self.len + n != len(tokens) - 1:
             raise RuntimeError(
                 f"drafter context holds {self.len + n} positions, expected {len(tokens) - 1} "

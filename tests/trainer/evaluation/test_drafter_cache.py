@@ -9,11 +9,13 @@ from tests.support.model_util import random_embed, tiny_drafter
 from trainer.evaluation.drafter_cache import DraftContextCache
 
 
-@pytest.mark.parametrize("layers", [None, ["sliding_attention", "full_attention"]])
-def test_block_equals_the_training_forward_at_the_same_anchor(layers):
-    over = {"block_size": 6}
-    if layers:
-        over.update(layer_types=layers, sliding_window=5)
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5}, {"context_back": 2}],
+    ids=["full", "sliding", "context_back"],
+)
+def test_block_equals_the_training_forward_at_the_same_anchor(extra):
+    over = {"block_size": 6, **extra}
     drafter, cfg = tiny_drafter(**over)
     embed = random_embed()
     torch.manual_seed(3)
