@@ -1,0 +1,191 @@
+"""Issue 35's context-back experiment on the CPU: does DFlash 1 trail on the hybrid target because the hybrid's
+per-position states do not hold the tokens before them (bench/README.md, the ``--back`` probes)?
+
+On one stored target (``--target``: bench/out's parts) two DFlash 1 drafters train side by side on the same
+batches, anchors and initial weights: the plain one and the trainer's ``--context-back N`` one (``fc`` also reads
+the N positions before each context position; trainer/drafting/context_back.py). Not the trainer's loop but its
+parts: ``DFlashDrafter``, ``sample_anchors``, ``dflash_loss`` with the target's soft labels, AdamW with
+``schedule.lr_at``, gradient clipping at 1. The target's states (the default layers) and final hidden states are
+captured once, for the first ``--rows`` sequences of the target's own regenerated text (``--train-text``), and
+kept in bf16. Each drafter is then scored by the trainer's walk (``bench/est_seen.py``'s ``estimate``, every
+completion position an anchor: it read the GPU evaluation's real value within 1% on text the drafter had not
+seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them) continued
+greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
+acceptance per slot (over every anchor), and the context-back drafter's ratio to the plain one.
+
+    PYTHONPATH=. python bench/context_back_cpu.py --target bench/out/hybrid_target \\
+        --train-text bench/out/regen/regenerated.jsonl --out hybrid.json
+
+A smaller schedule than the GPU rows' (``--steps`` of ``--batch`` sequences, 64 anchors a step: their anchor
+density), so its figures compare drafters within this script, not with the GPU rows. CPU, fp32 compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import copy_share, est_seen, target_transfer  # noqa: E402
+from bench.acceptance_target import MASK  # noqa: E402
+from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
+
+BLOCK, LAYERS, GAMMA, LR, WARMUP, WD, CLIP = 8, 2, 7.0, 1e-3, 0.04, 0.01, 1.0
+
+
+def cache_states(model, rows, layers: list[int], batch: int = 16):
+    """The target's states at ``layers`` and its final hidden states for ``rows`` (ids, loss mask): bf16 tensors
+    (N, T, n H) and (N, T, H), and the ids and masks (N, T)."""
+    import torch
+
+    from trainer.target.capture import capture
+
+    ids = torch.tensor([r[0] for r in rows])
+    mask = torch.tensor([r[1] for r in rows])
+    feats, finals = [], []
+    for s in range(0, len(rows), batch):
+        x = ids[s : s + batch]
+        with torch.no_grad():
+            f, fin = capture(model, x, torch.zeros_like(x), layers, need_final_hidden=True)
+        feats.append(f.to(torch.bfloat16))
+        finals.append(fin.to(torch.bfloat16))
+    return torch.cat(feats), torch.cat(finals), ids, mask
+
+
+def make_drafters(target_dir: str, back: int):
+    """The plain DFlash 1 drafter and the context-back one, the layers' weights alike (fc differs in width)."""
+    import torch
+    from transformers import AutoConfig
+
+    from trainer.drafting.config import DraftConfig
+    from trainer.model import DFlashDrafter
+
+    tc = AutoConfig.from_pretrained(target_dir)
+    out = []
+    for cb in (0, back):
+        cfg = DraftConfig.from_target_config(
+            tc, num_draft_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK, context_back=cb
+        )
+        torch.manual_seed(0)
+        out.append(DFlashDrafter(cfg).float().train())
+    plain, wide = out
+    own = {k: v for k, v in plain.state_dict().items() if not k.startswith("fc.")}
+    wide.load_state_dict(own, strict=False)
+    with torch.no_grad():  # the context-back fc starts as the plain one on the position's own features
+        wide.fc.weight.zero_()
+        wide.fc.weight[:, : plain.fc.in_features].copy_(plain.fc.weight)
+    return out
+
+
+def train(drafters, head, cache, steps: int, batch: int, seed: int, log) -> list[list[float]]:
+    """Every drafter on the same batches and anchors; their losses per step."""
+    import torch
+
+    from trainer.drafting.loss import dflash_loss
+    from trainer.drafting.masks import sample_anchors
+    from trainer.run.schedule import lr_at
+
+    feats, finals, ids, mask = cache
+    opts = [torch.optim.AdamW(d.parameters(), lr=LR, weight_decay=WD) for d in drafters]
+    g = torch.Generator().manual_seed(seed)
+    losses: list[list[float]] = [[] for _ in drafters]
+    t0 = time.monotonic()
+    for step in range(steps):
+        pick = torch.randint(0, ids.shape[0], (batch,), generator=g)
+        x, m, docs = ids[pick], mask[pick], torch.zeros(batch, ids.shape[1], dtype=torch.long)
+        anchors = sample_anchors(docs, m, BLOCK, max(1, 64 // batch), generator=g)
+        f, fin = feats[pick].float(), finals[pick].float()
+        lr = lr_at(step, base_lr=LR, total_steps=steps, warmup_ratio=WARMUP)
+        for d, opt, out in zip(drafters, opts, losses, strict=True):
+            loss, _ = dflash_loss(d(f, x, docs, anchors, head.embed_tokens), head, x, anchors, GAMMA,
+                                  target_final_hidden=fin)  # fmt: skip
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(d.parameters(), CLIP)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            out.append(float(loss.detach()))
+        if (step + 1) % 100 == 0:
+            means = [sum(x[-100:]) / 100 for x in losses]
+            log(
+                f"step {step + 1}/{steps} loss {' '.join(f'{v:.3f}' for v in means)} ({time.monotonic() - t0:.0f}s)"
+            )
+    return losses
+
+
+def per_slot(chains: list[list[int]]) -> list[float]:
+    """Conditional acceptance of slots 1 .. BLOCK - 1 over every anchor: P(chain >= k | chain >= k - 1)."""
+    flat = [c for row in chains for c in row]
+    reach = [sum(c >= k for c in flat) for k in range(BLOCK)]
+    return [reach[k] / reach[k - 1] if reach[k - 1] else 0.0 for k in range(1, BLOCK)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", required=True, help="the target: a model directory or bench/out's parts")
+    ap.add_argument("--train-text", required=True, help="the target's regenerated {prompt, completion} JSONL")
+    ap.add_argument("--back", type=int, default=2, help="the context-back drafter's N")
+    ap.add_argument("--rows", type=int, default=3000, help="training sequences cached (256 tokens each)")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch", type=int, default=16, help="sequences a step")
+    ap.add_argument(
+        "--prompts", type=int, default=128, help="held-out evaluation prompts, decoded by the target"
+    )
+    ap.add_argument("--seed", type=int, default=1, help="bench_acceptance.py's --seed: which prompts")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.train_text):
+        raise SystemExit(f"{a.train_text}: not found")
+    import torch
+
+    from trainer.drafting.head import FrozenHead
+    from trainer.target.capture import load_target
+
+    torch.set_num_threads(a.threads)
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{time.monotonic() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dest = os.path.join(tmp, "target")
+        target_transfer.fetch_target(a.target, dest)
+        drafters = make_drafters(dest, a.back)
+        layers = list(drafters[0].cfg.target_layer_ids)
+        model = load_target(dest, "cpu", torch.float32, layers, need_final_hidden=True)
+        head = FrozenHead.from_model(model)
+        rows = est_seen.train_rows(a.train_text, a.rows)
+        cache = cache_states(model, rows, layers)
+        log(f"cached {len(rows)} sequences at layers {layers}")
+        losses = train(drafters, head, cache, a.steps, a.batch, a.seed, log)
+        _, held, _ = corpus(None)
+        prompts = [c[:PROMPT] for c in chunks(held, 4 * a.prompts, a.seed + 2)[: a.prompts]]
+        cont = copy_share.decode(a.target, prompts, PROMPT)
+        text = [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
+        log(f"decoded {len(text)} held-out prompts")
+        res = {}
+        for name, d in zip(("plain", f"context_back_{a.back}"), drafters, strict=True):
+            walk, chains = est_seen.estimate(model, d.eval(), head, text)
+            res[name] = {"walk": walk, "per_slot": per_slot(chains)}
+        for name, curve in zip(("plain", f"context_back_{a.back}"), losses, strict=True):
+            res[name]["loss_per_100"] = [
+                sum(curve[i : i + 100]) / len(curve[i : i + 100]) for i in range(0, len(curve), 100)
+            ]
+        res["ratio"] = res[f"context_back_{a.back}"]["walk"] / res["plain"]["walk"]
+        log("done")
+    out = {"args": vars(a), "layers": layers, **res}
+    print(json.dumps(out, indent=1))
+    if a.out:
+        with open(a.out, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

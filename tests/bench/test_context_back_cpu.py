@@ -1,0 +1,36 @@
+"""bench/context_back_cpu.py: its two drafters start as one function and train on the same batches and anchors,
+so their first losses agree and only what context-back adds parts them; its per-slot figures are the conditional
+acceptance of each slot over every anchor."""
+
+from __future__ import annotations
+
+import torch
+
+from bench import context_back_cpu as cb
+from bench.est_seen import PROMPT, SEQ
+from tests.support.model_util import tiny_target
+from trainer.drafting.head import FrozenHead
+
+
+def test_per_slot_is_each_slots_acceptance_given_the_one_before():
+    chains = [[0, 1, 7], [2, 0]]  # accepted slots per anchor (0 .. 7 of block 8's 7 drafted slots)
+    got = cb.per_slot(chains)
+    assert len(got) == cb.BLOCK - 1
+    assert got[0] == 3 / 5 and got[1] == 2 / 3 and got[2] == 1 / 2 and got[6] == 1.0
+
+
+def test_both_drafters_start_alike_and_train_on_the_same_batches(tmp_path):
+    target = tiny_target()
+    target.save_pretrained(tmp_path / "target")
+    plain, wide = cb.make_drafters(str(tmp_path / "target"), 2)
+    assert wide.cfg.context_back == 2 and wide.fc.in_features == 3 * plain.fc.in_features
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 250, (6, SEQ), generator=g)
+    rows = [(r.tolist(), [0] * PROMPT + [1] * (SEQ - PROMPT)) for r in ids]
+    cache = cb.cache_states(target, rows, list(plain.cfg.target_layer_ids), batch=4)
+    assert cache[0].dtype == torch.bfloat16 and cache[0].shape == (6, SEQ, plain.fc.in_features)
+    head = FrozenHead.from_model(target)
+    losses = cb.train([plain, wide], head, cache, steps=3, batch=2, seed=1, log=lambda msg: None)
+    assert [len(x) for x in losses] == [3, 3]
+    assert abs(losses[0][0] - losses[1][0]) < 1e-5  # one function at the start, on the same batch and anchors
+    assert losses[0][1:] != losses[1][1:]  # then the positions before reach the context-back one
