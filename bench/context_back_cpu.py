@@ -11,10 +11,13 @@ kept in bf16. Each drafter is then scored by the trainer's walk (``bench/est_see
 completion position an anchor: it read the GPU evaluation's real value within 1% on text the drafter had not
 seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them) continued
 greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
-acceptance per slot (over every anchor), and the context-back drafter's ratio to the plain one.
+acceptance per slot (over every anchor), each prompt's walk, and the context-back drafter's ratio to the plain
+one, paired by prompt (``report.paired_ratio``, 95% interval). ``--compare A B`` pairs two runs' drafters (two
+targets, the same prompts) by prompt.
 
     PYTHONPATH=. python bench/context_back_cpu.py --target bench/out/hybrid_target \\
         --train-text bench/out/regen/regenerated.jsonl --out hybrid.json
+    PYTHONPATH=. python bench/context_back_cpu.py --compare dense.json hybrid.json
 
 A smaller schedule than the GPU rows' (``--steps`` of ``--batch`` sequences, 64 anchors a step: their anchor
 density), so its figures compare drafters within this script, not with the GPU rows. CPU, fp32 compute.
@@ -125,6 +128,33 @@ def per_slot(chains: list[list[int]]) -> list[float]:
     return [reach[k] / reach[k - 1] if reach[k - 1] else 0.0 for k in range(1, BLOCK)]
 
 
+def prompt_report(chains: list[list[int]]) -> dict:
+    """Per prompt, the decoding walk over all its completion anchors (``est_seen.walk``), as ``trainer.evaluate``
+    reports prompts: what ``report.paired_ratio`` pairs."""
+    done = [est_seen.walk(c, 0, len(c)) for c in chains]
+    return {
+        "prompts": len(done),
+        "prompt_steps": [n for _, n in done],
+        "prompt_accept_len": [t / n for t, n in done],
+    }
+
+
+def _load(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def compare(path_a: str, path_b: str) -> dict:
+    """Two runs' drafters (two targets, the same prompts): B's over A's, paired by prompt, plain and context-back."""
+    from trainer.evaluation.report import paired_ratio
+
+    a, b = (_load(p) for p in (path_a, path_b))
+    if a["args"]["seed"] != b["args"]["seed"] or a["args"]["prompts"] != b["args"]["prompts"]:
+        raise SystemExit("the two runs decoded other prompts (--seed / --prompts differ)")
+    names = [k for k in a if k == "plain" or k.startswith("context_back_")]
+    return {f"{x}_over_{y}": paired_ratio(a[y], b[x]) for x in names for y in names if x in b and y in b}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True, help="the target: a model directory or bench/out's parts")
@@ -139,12 +169,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1, help="bench_acceptance.py's --seed: which prompts")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"), help="two runs' --out files: B over A, and stop"
+    )
     a = ap.parse_args(argv)
+    if a.compare:
+        print(json.dumps(compare(*a.compare), indent=1))
+        return 0
     if not os.path.exists(a.train_text):
         raise SystemExit(f"{a.train_text}: not found")
     import torch
 
     from trainer.drafting.head import FrozenHead
+    from trainer.evaluation.report import paired_ratio
     from trainer.target.capture import load_target
 
     torch.set_num_threads(a.threads)
@@ -172,12 +209,12 @@ def main(argv=None) -> int:
         res = {}
         for name, d in zip(("plain", f"context_back_{a.back}"), drafters, strict=True):
             walk, chains = est_seen.estimate(model, d.eval(), head, text)
-            res[name] = {"walk": walk, "per_slot": per_slot(chains)}
+            res[name] = {"walk": walk, "per_slot": per_slot(chains), **prompt_report(chains)}
         for name, curve in zip(("plain", f"context_back_{a.back}"), losses, strict=True):
             res[name]["loss_per_100"] = [
                 sum(curve[i : i + 100]) / len(curve[i : i + 100]) for i in range(0, len(curve), 100)
             ]
-        res["ratio"] = res[f"context_back_{a.back}"]["walk"] / res["plain"]["walk"]
+        res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
         log("done")
     out = {"args": vars(a), "layers": layers, **res}
     print(json.dumps(out, indent=1))

@@ -4,6 +4,9 @@ acceptance of each slot over every anchor."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
 from bench import context_back_cpu as cb
@@ -34,3 +37,22 @@ def test_both_drafters_start_alike_and_train_on_the_same_batches(tmp_path):
     assert [len(x) for x in losses] == [3, 3]
     assert abs(losses[0][0] - losses[1][0]) < 1e-5  # one function at the start, on the same batch and anchors
     assert losses[0][1:] != losses[1][1:]  # then the positions before reach the context-back one
+
+
+def test_each_prompt_is_walked_and_two_targets_runs_pair_by_prompt(tmp_path):
+    rep = cb.prompt_report([[0, 1, 0, 2], [7, 0]])
+    # prompt 1: steps at anchors 0 (accepts 0, +1), 1 (1 + 1), 3 (2 + 1): 6 tokens in 3 steps; prompt 2: 8 in 1
+    assert rep == {"prompts": 2, "prompt_steps": [3, 1], "prompt_accept_len": [2.0, 8.0]}
+    other = cb.prompt_report([[0, 3, 0, 2], [7, 0]])
+    runs = []
+    for i, (p, c) in enumerate(((rep, rep), (rep, other))):
+        path = tmp_path / f"r{i}.json"
+        path.write_text(json.dumps({"args": {"seed": 1, "prompts": 2}, "plain": p, "context_back_2": c}))
+        runs.append(str(path))
+    got = cb.compare(*runs)
+    assert got["plain_over_plain"]["ratio"] == 1.0
+    assert got["context_back_2_over_context_back_2"]["ratio"] > 1.0  # B's context-back drafter walks further
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"args": {"seed": 2, "prompts": 2}, "plain": rep}))
+    with pytest.raises(SystemExit, match="other prompts"):
+        cb.compare(runs[0], str(bad))
