@@ -321,7 +321,7 @@ def config_from_json(d: dict) -> DraftConfig:
         attention_bias=bool(d.get("attention_bias", False)),
         arch=arch,
         **{f: (int(dflash[f]) if arch == "dflash2" else None) for f in DFLASH2_FIELDS},
-        context_back=int(dflash.get("context_back", 0)),
+        context_back=int(dflash.get("context_back") or 0),
     )
 
 

@@ -52,9 +52,8 @@ class StaticProposer:
         self.use_graphs = (self.device.type == "cuda") if graphs is None else bool(graphs)
         self.steps: dict = {}  # greedy (True / False) -> graphs.Step
         self.len = 0
-        self.tail = Tail(
-            cfg.context_back
-        )  # the context-back experiment's last features (drafting.context_back)
+        # the context-back experiment's last features (drafting.context_back)
+        self.tail = Tail(cfg.context_back)
 
     def reset(self) -> None:
         self.len = 0

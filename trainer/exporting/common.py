@@ -351,8 +351,8 @@ def context_back(dc: dict, who: str) -> list[Problem]:
 
 def config_checks(top: dict, who: str, dflash_keys, layer_modes) -> tuple[list[Problem], dict, tuple]:
     """The checks every server's ``check`` starts with, in order: the ``dflash_config`` object, structure and
-    numbers, the context-back experiment, sizes, the server's own ``dflash_keys(top, dc, got) -> (problems, ids, n_target)``, layer types,
-    sliding windows and the server's ``layer_modes(top, dc, types) -> problems``. Returns (the problems,
+    numbers, the context-back experiment, sizes, the server's own ``dflash_keys(top, dc, got) -> (problems, ids,
+    n_target)``, layer types, sliding windows and the server's ``layer_modes(top, dc, types) -> problems``. Returns (the problems,
     ``dc``, (got, ids, n_target, types))."""
     dc, out = dflash_of(top)
     out += structure(top, who) + numerics(top) + context_back(dc, who)
