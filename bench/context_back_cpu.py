@@ -157,8 +157,8 @@ def compare(path_a: str, path_b: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", required=True, help="the target: a model directory or bench/out's parts")
-    ap.add_argument("--train-text", required=True, help="the target's regenerated {prompt, completion} JSONL")
+    ap.add_argument("--target", help="the target: a model directory or bench/out's parts")
+    ap.add_argument("--train-text", help="the target's regenerated {prompt, completion} JSONL")
     ap.add_argument("--back", type=int, default=2, help="the context-back drafter's N")
     ap.add_argument("--rows", type=int, default=3000, help="training sequences cached (256 tokens each)")
     ap.add_argument("--steps", type=int, default=1500)
@@ -176,6 +176,8 @@ def main(argv=None) -> int:
     if a.compare:
         print(json.dumps(compare(*a.compare), indent=1))
         return 0
+    if not (a.target and a.train_text):
+        ap.error("--target and --train-text (or --compare A B)")
     if not os.path.exists(a.train_text):
         raise SystemExit(f"{a.train_text}: not found")
     import torch
