@@ -130,6 +130,17 @@ def chunks(data: bytes, n: int, seed: int) -> list[list[int]]:
     return [list(data[s : s + SEQ]) for s in starts[:n]]
 
 
+def heldout_chunks(held: bytes, prompts: int, seed: int) -> list[list[int]]:
+    """The held-out chunks whose heads are the evaluation's prompts for ``--seed`` (four a prompt, in order)."""
+    return chunks(held, 4 * prompts, seed + 2)
+
+
+def heldout_prompts(n: int, seed: int) -> list[list[int]]:
+    """The first ``n`` evaluation prompts of ``--seed`` (the full corpus): their first ``PROMPT`` bytes."""
+    _, held, _ = corpus(None)
+    return [c[:PROMPT] for c in heldout_chunks(held, n, seed)[:n]]
+
+
 def write_jsonl(path: str, seqs: list[list[int]], masks: list[list[int]] | None = None) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -390,7 +401,7 @@ def prepare_corpus(a, cfg, work, res) -> tuple[bytes, bytes, int]:
                      "python": sys.version.split()[0],
                      "sha256": hashlib.sha256(train + b"\0" + held).hexdigest()}  # fmt: skip
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
-    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), chunks(held, 4 * cfg["prompts"], a.seed + 2))
+    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), heldout_chunks(held, cfg["prompts"], a.seed))
     write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))
     n_frozen = a.frozen_steps * cfg["budget"] // SEQ + 64  # chunks for N frozen steps, with room to spare
     if a.frozen_steps:  # held-out chunks in the training format, for the frozen estimate

@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import copy_share, est_seen, target_transfer  # noqa: E402
 from bench.acceptance_target import MASK  # noqa: E402
-from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
+from bench.bench_acceptance import PROMPT, heldout_prompts  # noqa: E402
 
 BLOCK, LAYERS, GAMMA, LR, WARMUP, WD, CLIP = 8, 2, 7.0, 1e-3, 0.04, 0.01, 1.0
 
@@ -203,8 +203,7 @@ def main(argv=None) -> int:
         cache = cache_states(model, rows, layers)
         log(f"cached {len(rows)} sequences at layers {layers}")
         losses = train(drafters, head, cache, a.steps, a.batch, a.seed, log)
-        _, held, _ = corpus(None)
-        prompts = [c[:PROMPT] for c in chunks(held, 4 * a.prompts, a.seed + 2)[: a.prompts]]
+        prompts = heldout_prompts(a.prompts, a.seed)
         cont = copy_share.decode(a.target, prompts, PROMPT)
         text = [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
         log(f"decoded {len(text)} held-out prompts")

@@ -30,7 +30,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import target_transfer  # noqa: E402
 from bench.acceptance_pair import load_results  # noqa: E402
-from bench.bench_acceptance import PROMPT, chunks, corpus  # noqa: E402
+from bench.bench_acceptance import heldout_prompts  # noqa: E402
 
 NMIN, NMAX = 3, 12
 
@@ -124,8 +124,7 @@ def main(argv=None) -> int:
         runs.setdefault(name, []).append(spec)
     if len(targets) != 2 or len(a.target) != 2 or set(runs) != set(targets):
         p.error("two --target NAME=DIR, and --results NAME=FILE:KEY for each of them (and no other)")
-    _, held, _ = corpus(None)
-    prompts = [c[:PROMPT] for c in chunks(held, 4 * a.prompts, a.seed + 2)[: a.prompts]]
+    prompts = heldout_prompts(a.prompts, a.seed)
     shares, accept = {}, {}
     for name, path in targets.items():
         new = decode(path, prompts, a.new)
