@@ -112,7 +112,8 @@ async def test_log_count_is_of_the_lines_shown():
 
 
 def _recording(n_runs: int) -> Recording:
-    entries = [Entry(T0 + i, r, LogLines([f"run {r} line {i}"])) for i in range(20) for r in range(n_runs)]
+    """20 log lines a run, one a second from a second after the record's start (so its start has none)."""
+    entries = [Entry(T0 + 1 + i, r, LogLines([f"run {r} line {i}"])) for i in range(20) for r in range(n_runs)]
     runs = [{"label": f"run{r}", "where": f"h · CT {200 + r}"} for r in range(n_runs)]
     return Recording("mem.rec", {"t": T0, "runs": runs}, entries, [])
 
@@ -125,6 +126,9 @@ async def test_replay_at_home_counts_an_empty_log_and_offers_no_overview_for_one
         assert "Overview" not in footer, footer  # one run: nothing to go back to
         await pilot.press("space", "home")
         await until(pilot, lambda: "following  0 lines" in screen_text(app), 5, "the count at the start")
+        await pilot.pause(0.3)  # and it stays so: no line of the record is shown at its start
+        text = screen_text(app)
+        assert "following  0 lines" in text and "run 0 line" not in text, text
 
 
 async def test_replay_of_two_runs_still_offers_the_overview():
