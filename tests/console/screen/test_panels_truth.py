@@ -113,7 +113,9 @@ async def test_log_count_is_of_the_lines_shown():
 
 def _recording(n_runs: int) -> Recording:
     """20 log lines a run, one a second from a second after the record's start (so its start has none)."""
-    entries = [Entry(T0 + 1 + i, r, LogLines([f"run {r} line {i}"])) for i in range(20) for r in range(n_runs)]
+    entries = [
+        Entry(T0 + 1 + i, r, LogLines([f"run {r} line {i}"])) for i in range(20) for r in range(n_runs)
+    ]
     runs = [{"label": f"run{r}", "where": f"h · CT {200 + r}"} for r in range(n_runs)]
     return Recording("mem.rec", {"t": T0, "runs": runs}, entries, [])
 
