@@ -116,3 +116,11 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     # the resumed run's first save knows how long the last one took
     saving = [e for e in events(cut_dir) if e["name"] == "checkpoint_saving"]
     assert saving[-1]["expected_s"] is not None and saving[-1]["expected_s"] > 0
+
+    # a resume under another data plan is refused, naming the flag: its cursor counts the old plan's micro-batches
+    latest = (cut_dir / "checkpoints" / "latest").read_text()
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--max-steps", str(N + 2), "--est-holdout", "2"))
+    assert rc == 2, out
+    assert "--est-holdout: checkpoint" in out and "trained with --est-holdout 4, not 2" in out, out
+    assert [s["step"] for s in steps(cut_dir)][-1] == N  # no step taken
+    assert (cut_dir / "checkpoints" / "latest").read_text() == latest

@@ -273,6 +273,10 @@ class Plan:
         for b in self.epochs:
             self.starts.append(self.starts[-1] + len(b))
 
+    # The flags that decide which sequences micro-batch g holds: a resume must keep them, or its data cursor
+    # would point into another stream (``--epochs`` is not one: a later epoch leaves the earlier ones as they are)
+    RESUME_FLAGS = ("seed", "token_budget", "max_batch_size", "est_holdout")
+
     @classmethod
     def from_flags(cls, ds: Dataset, args) -> Plan:
         """The plan a run's flags give (``--seed``, ``--epochs``, ``--token-budget``, ``--max-batch-size``)."""

@@ -232,6 +232,7 @@ class DrafterBuild:
                 after.wait()
             optimizer.load_state_dict(opt_state)
 
+        check_plan(self.args, state.get("flags") or {}, path)
         st.optimizer_load = Background(load_optimizer, "load-optimizer")
         restore_rng(state["rng"], st.generator)
         st.step, st.cursor = int(state["step"]), int(state["cursor"])
@@ -251,6 +252,23 @@ def check_config(cfg, flag: str, path: str, saved: dict, advice: str) -> None:
     diff = sorted(k for k in now if now[k] != saved.get(k))
     if diff:
         raise FlagError(flag, f"{path} has a different drafter config ({', '.join(diff)}); {advice}")
+
+
+def check_plan(args, saved: dict, path: str) -> None:
+    """Refuse a resume whose data plan differs from the checkpoint's (``Plan.RESUME_FLAGS``): its data cursor
+    counts micro-batches of the plan it was trained on. A flag the checkpoint predates is not checked, except
+    --est-holdout, which was off before it existed."""
+    for name in Plan.RESUME_FLAGS:
+        was, now = saved.get(name, 0 if name == "est_holdout" else None), getattr(args, name)
+        if was is None or was == now:
+            continue
+        flag = "--" + name.replace("_", "-")
+        raise FlagError(
+            flag,
+            f"checkpoint {path} was trained with {flag} {was}, not {now}: the data plan (which sequences each "
+            f"micro-batch holds, in which order) would change under its data cursor; resume with {flag} {was}, "
+            "or start fresh with --resume none",
+        )
 
 
 def restore_rng(rng: dict, generator) -> None:

@@ -136,3 +136,35 @@ def test_a_holdout_that_cannot_fit_is_refused_with_what_would(tmp_path, holdout,
             max_batch_size=batch,
             holdout=holdout,
         )
+
+
+def test_the_resume_flags_are_those_that_move_the_stream_and_a_resume_must_keep_them(tmp_path):
+    """``Plan.RESUME_FLAGS``: each one changes which sequences the micro-batches hold, so a resume under another
+    value is refused, naming the flag (``build.check_plan``); ``--epochs`` leaves the earlier epochs as they are."""
+    from types import SimpleNamespace
+
+    from trainer.run.flags import FlagError
+    from trainer.runtime.build import check_plan
+
+    lines = [f'{{"input_ids": {list(range(i, i + 5 + i % 7))}}}' for i in range(40)]
+    _write(tmp_path, "a.jsonl", lines)
+    ds = load_dir(str(tmp_path), 100)
+    base = {"seed": 4, "token_budget": 40, "max_batch_size": 5, "est_holdout": 3}
+
+    def stream(epochs=1, **change):
+        flags = SimpleNamespace(**{**base, **change}, epochs=epochs)
+        plan = Plan.from_flags(ds, flags)
+        return [plan.batch(g).input_ids.tolist() for g in range(plan.starts[1])]
+
+    assert set(Plan.RESUME_FLAGS) == set(base)
+    for name, other in (("seed", 5), ("token_budget", 30), ("max_batch_size", 3), ("est_holdout", 2)):
+        assert stream(**{name: other}) != stream(), name
+        with pytest.raises(FlagError) as e:
+            check_plan(SimpleNamespace(**{**base, name: other}), base, "ckpt")
+        assert e.value.flag == "--" + name.replace("_", "-") and f"{base[name]}, not {other}" in str(e.value)
+    assert stream(epochs=3) == stream()  # more epochs: the first is the same
+    check_plan(SimpleNamespace(**base), base, "ckpt")  # the same plan resumes
+    old = {k: v for k, v in base.items() if k != "est_holdout"}  # a checkpoint from before --est-holdout ...
+    check_plan(SimpleNamespace(**{**base, "est_holdout": 0}), old, "ckpt")  # ... had none
+    with pytest.raises(FlagError):
+        check_plan(SimpleNamespace(**base), old, "ckpt")
