@@ -7,7 +7,7 @@ TARGET is [user@]host or a name of the config file's [targets] (console/core/tar
 
 Exit codes: 0 done (stop: the trainer exited after saving); 1 other errors, a declined confirmation;
 2 bad usage (also: a target that names several runs, an unknown name); 3 still running at the
-timeout; 4 no trainer; 5 refused (the PID is no longer that trainer); 6 the trainer exited without a
+timeout; 4 no trainer; 5 refused (the PID is no longer that trainer, or it ignores SIGINT); 6 the trainer exited without a
 checkpoint_saved; 7 refused: the target is read-only in the config. docs/cli.md has the details.
 """
 
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dflash-console",
         description="Drive a DFlash trainer on a remote host (or in a Proxmox container) over one SSH connection.",
         epilog="Exit codes: 0 ok; 1 error or declined; 2 usage; 3 still running at timeout; 4 no trainer; "
-        "5 refused (PID no longer the trainer); 6 exited without a saved checkpoint; 7 the target is read-only.",
+        "5 refused (PID no longer the trainer, or it ignores SIGINT); 6 exited without a saved checkpoint; 7 the target is read-only.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

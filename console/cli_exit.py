@@ -13,7 +13,7 @@ EXIT_ERROR = 1  # other errors, a declined confirmation
 EXIT_USAGE = 2  # bad usage (argparse's code too)
 EXIT_STILL_RUNNING = 3  # still running at the timeout
 EXIT_NO_TRAINER = 4
-EXIT_REFUSED = 5  # the PID is no longer that trainer
+EXIT_REFUSED = 5  # the PID is no longer that trainer, or it ignores SIGINT
 EXIT_NO_CHECKPOINT = 6  # the trainer exited without a checkpoint_saved
 EXIT_READONLY = 7  # refused: the target is `readonly = true` in the config
 EXIT_INTERRUPTED = 130  # Ctrl-C

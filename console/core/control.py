@@ -102,6 +102,11 @@ class Verdict:
     def same(self) -> bool:
         return self.state == "same"
 
+    def ignores(self, sig: str) -> bool:
+        """The process ignores ``sig`` (its /proc status ``SigIgn``, as the helper read it)."""
+        ignored = (self.proc or {}).get("ignores")
+        return isinstance(ignored, list) and sig in ignored
+
     def now_running(self) -> str:
         """What the PID is now, as a refusal says it: its command line and its owner."""
         proc = self.proc or {}
@@ -553,6 +558,8 @@ class StopFollow:
             return ActionResult(Outcome.REFUSED, msg, trainer)
         if v.owner:
             self.phase(StopPhase.VERIFYING, f"pid {pid} {v.owner}")
+        if v.ignores(sig):
+            return self._refuse_ignored(v)
         metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
         self.has_events = trainer.source == "run.json" or bool(
             metrics and (await helper.stat(metrics)).get("exists")
@@ -644,6 +651,20 @@ class StopFollow:
         if names != said_names or (text != said_text and now - said_t >= REPORT_EVERY_S):
             self._said = (names, text, now)  # a new file at once; a growing one every few seconds
             self.phase(StopPhase.SAVING, f"writing in {self.trainer.run_dir}: {text}")
+
+    def _refuse_ignored(self, v: Verdict) -> ActionResult:
+        """The trainer ignores the stop's signal: sending it would only start a wait for the timeout."""
+        pid, sig = self.trainer.pid, self.sig
+        other = "SIGTERM" if sig == "SIGINT" else "SIGINT"
+        msg = (
+            f"refused: pid {pid} ignores {sig} (SigIgn in /proc/{pid}/status), so it cannot stop cleanly; "
+            f"nothing was signalled. A Python program started in the background by a script (`nohup ... &`) "
+            f"inherits SIGINT ignored, and its KeyboardInterrupt never comes; a run the console launches does not. "
+            + ("" if v.ignores(other) else f"If it saves on {other}: `kill -{other[3:]} {pid}`; ")
+            + f"`kill -KILL {pid}` inside the container ends it without a save."
+        )
+        self.phase(StopPhase.REFUSED, msg)
+        return ActionResult(Outcome.REFUSED, msg, self.trainer)
 
     def _timeout(self) -> ActionResult:
         pid = self.trainer.pid

@@ -128,7 +128,7 @@ class Outcome(IntEnum):
     USAGE = 2  # asked wrongly (no run dir, --run-dir and --output-dir differ)
     STILL_RUNNING = 3  # the trainer was still running at the timeout (left running)
     NO_TRAINER = 4
-    REFUSED = 5  # the PID is no longer that trainer: nothing was signalled
+    REFUSED = 5  # the PID is no longer that trainer, or it ignores SIGINT: nothing was signalled
     NO_CHECKPOINT = 6  # the trainer exited without a checkpoint_saved
 
 

@@ -202,6 +202,7 @@ def proc_info(pid):
     except OSError:
         cwd = None
     state = st[0]
+    status = _status(pid)
     return {
         "pid": pid,
         "state": state,
@@ -210,7 +211,8 @@ def proc_info(pid):
         "start_time": st[2],
         "cmdline": cmdline,
         "cwd": cwd,
-        "uid": _uid(pid),
+        "uid": _uid(pid, status),
+        "ignores": _ignored(status),  # of STOP_SIGNALS
     }
 
 
@@ -220,18 +222,38 @@ USER_SCRIPT = "train_dflash_pipeline.py"
 LAUNCHERS = ("python", "torchrun", "accelerate", "deepspeed")
 
 
-def _uid(pid):
-    """The effective uid of PID (the ``Uid:`` line of /proc/PID/status), or None."""
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+def _status(pid):
+    """The lines of /proc/PID/status a check reads ({b"Uid": [...], b"SigIgn": [...], ...}); {} if unreadable."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             raw = f.read(1 << 16)
     except OSError:
-        return None
+        return {}
+    out = {}
     for line in raw.split(b"\n"):
-        if line.startswith(b"Uid:"):
-            parts = line.split()
-            return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-    return None
+        key, _, rest = line.partition(b":")
+        out[key] = rest.split()
+    return out
+
+
+def _uid(pid, status=None):
+    """The effective uid of PID (the ``Uid:`` line of /proc/PID/status), or None."""
+    parts = (status if status is not None else _status(pid)).get(b"Uid", [])
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def _ignored(status):
+    """Which of ``STOP_SIGNALS`` the process ignores (its ``SigIgn`` mask; signal N is bit N - 1). A Python
+    program started in the background by a shell without job control (``nohup ... &`` in a script) inherits
+    SIGINT ignored and keeps it so unless it installs a handler: Ctrl-C's KeyboardInterrupt never comes."""
+    try:
+        bits = int((status.get(b"SigIgn") or [b""])[0], 16)
+    except ValueError:
+        return []
+    return [name for name in STOP_SIGNALS if bits >> (int(getattr(signal, name)) - 1) & 1]
 
 
 def _user(uid):

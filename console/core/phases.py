@@ -17,7 +17,7 @@ class StopPhase(str, enum.Enum):
     SAVED = "saved"  # checkpoint_saved
     EXITED = "exited"  # the process is gone
     TIMEOUT = "timeout"  # still running at the timeout: left running
-    REFUSED = "refused"  # the PID is no longer the trainer: nothing was signalled
+    REFUSED = "refused"  # the PID is no longer the trainer, or it ignores the signal: nothing was signalled
     ERROR = "error"  # the trainer reported an error, or the link did not come back
     RECONNECTING = "reconnecting"  # the link dropped during the stop
     RECONNECTED = "reconnected"  # ... and came back

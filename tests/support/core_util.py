@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,11 +118,20 @@ except KeyboardInterrupt:
 """
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def start_user_script(
-    folder: Path, output_dir: str, args: tuple[str, ...] = ("--epochs", "6"), **env: str
+    folder: Path,
+    output_dir: str,
+    args: tuple[str, ...] = ("--epochs", "6"),
+    ignore_sigint: bool = False,
+    **env: str,
 ) -> subprocess.Popen:
     """Run the stand-in as ``python .../train_dflash_pipeline.py ARGS --output-dir OUTPUT_DIR`` in ``folder``
-    (``env``: STANDIN_* settings). The caller is its parent: its exit status stays readable until reaped."""
+    (``env``: STANDIN_* settings; ``ignore_sigint``: started with SIGINT ignored, as ``nohup ... &`` in a script
+    starts it). The caller is its parent: its exit status stays readable until reaped."""
     script = folder / "train_dflash_pipeline.py"
     script.write_text(USER_SCRIPT)
     p = subprocess.Popen(
@@ -132,6 +142,7 @@ def start_user_script(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_ignore_sigint if ignore_sigint else None,
     )
     assert p.stdout.readline().strip() == "training"
     return p

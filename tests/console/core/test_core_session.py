@@ -185,6 +185,27 @@ def test_options_like_ssh():
     assert not control.is_trainer_cmdline(["bash", "-lc", "python3 train_dflash_pipeline.py"])
 
 
+async def test_a_trainer_that_ignores_sigint_is_refused_at_once_and_told_why(host):
+    """Started with SIGINT ignored (``nohup ... &`` in a script), the script's KeyboardInterrupt never comes:
+    the stop says so at once instead of signalling and waiting out its timeout, and names what else ends it."""
+    p = start_user_script(host.container_dir(CT), "runs/i", ignore_sigint=True)
+    run_dir = host.container_dir(CT) / "runs" / "i"
+    try:
+        async with Session(
+            options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False, streams=False
+        ) as s:
+            phases: list[ActionPhase] = []
+            res = await s.stop_trainer(timeout=60, on_phase=phases.append)
+        assert res.code == Outcome.REFUSED, res
+        assert [ph.phase for ph in phases] == ["verifying", "refused"]
+        assert f"pid {p.pid} ignores SIGINT" in res.message and "nothing was signalled" in res.message
+        assert f"kill -TERM {p.pid}" in res.message  # it does not ignore SIGTERM
+        assert p.poll() is None and list(run_dir.iterdir()) == []  # still training, nothing saved
+    finally:
+        p.kill()
+        p.wait()
+
+
 async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host):
     p = start_user_script(host.container_dir(CT), "runs/z")  # takes 0.4 s to "save" after SIGINT
     run_dir = str(host.container_dir(CT) / "runs" / "z")
