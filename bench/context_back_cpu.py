@@ -49,18 +49,22 @@ def cache_states(model, rows, layers: list[int], batch: int = 16):
 
     ids = torch.tensor([r[0] for r in rows])
     mask = torch.tensor([r[1] for r in rows])
-    feats, finals = [], []
+    feats = finals = None  # allocated once the first batch gives their widths: no second copy at the end
     for s in range(0, len(rows), batch):
         x = ids[s : s + batch]
         with torch.no_grad():
             f, fin = capture(model, x, torch.zeros_like(x), layers, need_final_hidden=True)
-        feats.append(f.to(torch.bfloat16))
-        finals.append(fin.to(torch.bfloat16))
-    return torch.cat(feats), torch.cat(finals), ids, mask
+        if feats is None:
+            feats = torch.empty((*ids.shape, f.shape[-1]), dtype=torch.bfloat16)
+            finals = torch.empty((*ids.shape, fin.shape[-1]), dtype=torch.bfloat16)
+        feats[s : s + len(x)] = f
+        finals[s : s + len(x)] = fin
+    return feats, finals, ids, mask
 
 
 def make_drafters(target_dir: str, back: int):
-    """The plain DFlash 1 drafter and the context-back one, the layers' weights alike (fc differs in width)."""
+    """The plain DFlash 1 drafter and the context-back one, the layers' weights alike (fc differs in width); with
+    ``back`` 0 the plain one alone."""
     import torch
     from transformers import AutoConfig
 
@@ -69,12 +73,14 @@ def make_drafters(target_dir: str, back: int):
 
     tc = AutoConfig.from_pretrained(target_dir)
     out = []
-    for cb in (0, back):
+    for cb in (0, back) if back else (0,):
         cfg = DraftConfig.from_target_config(
             tc, num_draft_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK, context_back=cb
         )
         torch.manual_seed(0)
         out.append(DFlashDrafter(cfg).float().train())
+    if not back:
+        return out
     plain, wide = out
     own = {k: v for k, v in plain.state_dict().items() if not k.startswith("fc.")}
     wide.load_state_dict(own, strict=False)
@@ -159,7 +165,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", help="the target: a model directory or bench/out's parts")
     ap.add_argument("--train-text", help="the target's regenerated {prompt, completion} JSONL")
-    ap.add_argument("--back", type=int, default=2, help="the context-back drafter's N")
+    ap.add_argument("--back", type=int, default=2, help="the context-back drafter's N (0: the plain one alone)")
     ap.add_argument("--rows", type=int, default=3000, help="training sequences cached (256 tokens each)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=16, help="sequences a step")
@@ -208,14 +214,16 @@ def main(argv=None) -> int:
         text = [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
         log(f"decoded {len(text)} held-out prompts")
         res = {}
-        for name, d in zip(("plain", f"context_back_{a.back}"), drafters, strict=True):
+        names = ("plain", f"context_back_{a.back}")[: len(drafters)]
+        for name, d in zip(names, drafters, strict=True):
             walk, chains = est_seen.estimate(model, d.eval(), head, text)
             res[name] = {"walk": walk, "per_slot": per_slot(chains), **prompt_report(chains)}
-        for name, curve in zip(("plain", f"context_back_{a.back}"), losses, strict=True):
+        for name, curve in zip(names, losses, strict=True):
             res[name]["loss_per_100"] = [
                 sum(curve[i : i + 100]) / len(curve[i : i + 100]) for i in range(0, len(curve), 100)
             ]
-        res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
+        if a.back:
+            res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
         log("done")
     out = {"args": vars(a), "layers": layers, **res}
     print(json.dumps(out, indent=1))
