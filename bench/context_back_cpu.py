@@ -19,8 +19,9 @@ targets, the same prompts) by prompt.
         --train-text bench/out/regen/regenerated.jsonl --out hybrid.json
     PYTHONPATH=. python bench/context_back_cpu.py --compare dense.json hybrid.json
 
-A smaller schedule than the GPU rows' (``--steps`` of ``--batch`` sequences, 64 anchors a step: their anchor
-density), so its figures compare drafters within this script, not with the GPU rows. CPU, fp32 compute.
+A smaller schedule than the GPU rows' (``--steps`` of ``--batch`` sequences with ``--anchors-per-seq`` anchors each;
+the GPU rows: 64 sequences of 4 anchors a step, 256 anchors in one packed row of 16,384 tokens), so its figures
+compare drafters within this script, not with the GPU rows. CPU, fp32 compute.
 """
 
 from __future__ import annotations
@@ -90,7 +91,9 @@ def make_drafters(target_dir: str, back: int):
     return out
 
 
-def train(drafters, head, cache, steps: int, batch: int, seed: int, log) -> list[list[float]]:
+def train(
+    drafters, head, cache, steps: int, batch: int, seed: int, log, per_seq: int = 4
+) -> list[list[float]]:
     """Every drafter on the same batches and anchors; their losses per step."""
     import torch
 
@@ -106,7 +109,7 @@ def train(drafters, head, cache, steps: int, batch: int, seed: int, log) -> list
     for step in range(steps):
         pick = torch.randint(0, ids.shape[0], (batch,), generator=g)
         x, m, docs = ids[pick], mask[pick], torch.zeros(batch, ids.shape[1], dtype=torch.long)
-        anchors = sample_anchors(docs, m, BLOCK, max(1, 64 // batch), generator=g)
+        anchors = sample_anchors(docs, m, BLOCK, per_seq, generator=g)
         f, fin = feats[pick].float(), finals[pick].float()
         lr = lr_at(step, base_lr=LR, total_steps=steps, warmup_ratio=WARMUP)
         for d, opt, out in zip(drafters, opts, losses, strict=True):
@@ -151,24 +154,36 @@ def _load(path: str) -> dict:
 
 
 def compare(path_a: str, path_b: str) -> dict:
-    """Two runs' drafters (two targets, the same prompts): B's over A's, paired by prompt, plain and context-back."""
+    """Two runs' drafters (two targets, or one target's drafters trained in two runs; the same prompts): each of
+    B's over each of A's, paired by prompt."""
     from trainer.evaluation.report import paired_ratio
 
     a, b = (_load(p) for p in (path_a, path_b))
     if a["args"]["seed"] != b["args"]["seed"] or a["args"]["prompts"] != b["args"]["prompts"]:
         raise SystemExit("the two runs decoded other prompts (--seed / --prompts differ)")
-    names = [k for k in a if k == "plain" or k.startswith("context_back_")]
-    return {f"{x}_over_{y}": paired_ratio(a[y], b[x]) for x in names for y in names if x in b and y in b}
+
+    def names(run: dict) -> list[str]:
+        return [k for k in run if k == "plain" or k.startswith("context_back_")]
+
+    return {f"{x}_over_{y}": paired_ratio(a[y], b[x]) for x in names(b) for y in names(a)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", help="the target: a model directory or bench/out's parts")
     ap.add_argument("--train-text", help="the target's regenerated {prompt, completion} JSONL")
-    ap.add_argument("--back", type=int, default=2, help="the context-back drafter's N (0: the plain one alone)")
+    ap.add_argument(
+        "--back", type=int, default=2, help="the context-back drafter's N (0: the plain one alone)"
+    )
     ap.add_argument("--rows", type=int, default=3000, help="training sequences cached (256 tokens each)")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--batch", type=int, default=16, help="sequences a step")
+    ap.add_argument(
+        "--context-back-only",
+        action="store_true",
+        help="train the context-back drafter alone (--compare pairs it)",
+    )
+    ap.add_argument("--anchors-per-seq", type=int, default=4, help="anchors a sequence (the GPU rows': 4)")
     ap.add_argument(
         "--prompts", type=int, default=128, help="held-out evaluation prompts, decoded by the target"
     )
@@ -184,6 +199,8 @@ def main(argv=None) -> int:
         return 0
     if not (a.target and a.train_text):
         ap.error("--target and --train-text (or --compare A B)")
+    if a.context_back_only and not a.back:
+        ap.error("--context-back-only needs --back N > 0")
     if not os.path.exists(a.train_text):
         raise SystemExit(f"{a.train_text}: not found")
     import torch
@@ -202,19 +219,22 @@ def main(argv=None) -> int:
         dest = os.path.join(tmp, "target")
         target_transfer.fetch_target(a.target, dest)
         drafters = make_drafters(dest, a.back)
+        names = ["plain", f"context_back_{a.back}"][: len(drafters)]
+        # alone, it trains on the same batches and anchors (drawn whatever trains): it pairs with a --back 0 run
+        if a.context_back_only:
+            drafters, names = drafters[1:], names[1:]
         layers = list(drafters[0].cfg.target_layer_ids)
         model = load_target(dest, "cpu", torch.float32, layers, need_final_hidden=True)
         head = FrozenHead.from_model(model)
         rows = est_seen.train_rows(a.train_text, a.rows)
         cache = cache_states(model, rows, layers)
         log(f"cached {len(rows)} sequences at layers {layers}")
-        losses = train(drafters, head, cache, a.steps, a.batch, a.seed, log)
+        losses = train(drafters, head, cache, a.steps, a.batch, a.seed, log, a.anchors_per_seq)
         prompts = heldout_prompts(a.prompts, a.seed)
         cont = copy_share.decode(a.target, prompts, PROMPT)
         text = [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
         log(f"decoded {len(text)} held-out prompts")
         res = {}
-        names = ("plain", f"context_back_{a.back}")[: len(drafters)]
         for name, d in zip(names, drafters, strict=True):
             walk, chains = est_seen.estimate(model, d.eval(), head, text)
             res[name] = {"walk": walk, "per_slot": per_slot(chains), **prompt_report(chains)}
@@ -222,7 +242,7 @@ def main(argv=None) -> int:
             res[name]["loss_per_100"] = [
                 sum(curve[i : i + 100]) / len(curve[i : i + 100]) for i in range(0, len(curve), 100)
             ]
-        if a.back:
+        if len(drafters) == 2:
             res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
         log("done")
     out = {"args": vars(a), "layers": layers, **res}

@@ -52,6 +52,13 @@ def test_each_prompt_is_walked_and_two_targets_runs_pair_by_prompt(tmp_path):
     got = cb.compare(*runs)
     assert got["plain_over_plain"]["ratio"] == 1.0
     assert got["context_back_2_over_context_back_2"]["ratio"] > 1.0  # B's context-back drafter walks further
+    alone = tmp_path / "alone.json"  # a --context-back-only run pairs with the plain drafter of another run
+    alone.write_text(json.dumps({"args": {"seed": 1, "prompts": 2}, "context_back_2": other}))
+    assert list(cb.compare(runs[0], str(alone))) == [
+        "context_back_2_over_plain",
+        "context_back_2_over_context_back_2",
+    ]
+    assert cb.compare(runs[0], str(alone))["context_back_2_over_plain"]["ratio"] > 1.0
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"args": {"seed": 2, "prompts": 2}, "plain": rep}))
     with pytest.raises(SystemExit, match="other prompts"):
