@@ -63,9 +63,10 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
     # run's checkpoints, so that it runs beside the next run: two independent startups at once)
     arch_dir = tmp_path / "arch"
     shutil.copytree(cut_dir / "checkpoints", arch_dir / "checkpoints")
-    dflash1 = Trainer(tiny_flags(tiny_assets, arch_dir, "--max-steps", str(N + 2), "--arch", "dflash"))
+    plan = ("--seed", "3")  # the data plan's flags stay (a resume under another plan is refused)
+    dflash1 = Trainer(tiny_flags(tiny_assets, arch_dir, *plan, "--max-steps", str(N + 2), "--arch", "dflash"))
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)
-    rc, out = run(tiny_flags(tiny_assets, cut_dir, "--max-steps", str(N + 1)))
+    rc, out = run(tiny_flags(tiny_assets, cut_dir, *plan, "--max-steps", str(N + 1)))
     assert rc == 0, out
     assert dflash1.wait() != 0 and "different drafter config" in dflash1.output, dflash1.output
     assert "arch" in dflash1.output
