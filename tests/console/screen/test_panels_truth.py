@@ -136,5 +136,5 @@ async def test_replay_at_home_counts_an_empty_log_and_offers_no_overview_for_one
 async def test_replay_of_two_runs_still_offers_the_overview():
     app = ReplayApp(_recording(2), run=0, speed=1000.0)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        assert "Overview" in screen_text(app).splitlines()[-1]
+        await until(pilot, lambda: "20 lines" in screen_text(app), 10, "the record played")
+        await until(pilot, lambda: "Overview" in screen_text(app).splitlines()[-1], 10, "the overview's key")
