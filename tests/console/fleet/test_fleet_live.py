@@ -89,7 +89,12 @@ async def test_overview_switching_stop_and_a_lost_host(hosts):
         link_a, link_b = fleet[0].session.link, fleet[2].session.link
         assert fleet[1].session.link is link_a and link_a is not link_b
         assert link_a.opened == 1 and link_b.opened == 1
-        await pilot.pause(0.6)
+        await until(
+            pilot,
+            lambda: all(f"{n} / 100" in screen_text(app) for n in (3, 5, 7)),
+            10,
+            "the three rows' steps",
+        )
         text = screen_text(app)
         for ct, n in ((200, 3), (201, 5), (300, 7)):
             assert f"run{ct}" in text and f"127.0.0.1 · CT {ct}" in text and f"{n} / 100" in text, text
@@ -136,9 +141,8 @@ async def test_overview_switching_stop_and_a_lost_host(hosts):
         await until(pilot, lambda: fleet[2].state.conn.state != "connected", 30, "host b lost")
         step(runs[200][1], 42, 0.5)
         await until(pilot, lambda: fleet[0].state.step == 42, 30, "run 200 still updating")
-        await pilot.pause(0.6)
+        await until(pilot, lambda: "42 / 100" in screen_text(app), 10, "run 200's new step in its row")
         text = screen_text(app)
-        assert "42 / 100" in text
         row_b = next(line for line in text.splitlines() if "run300" in line)
         assert "connecting" in row_b  # reconnecting / connecting, retried on its own
         assert fleet[0].state.conn.state == "connected"

@@ -197,8 +197,7 @@ async def test_deploy_key_deploys_beside_the_running_trainer(host, trainer):
             pilot, lambda: any(e.text.startswith("deployed to ") for e in app.state.events), 60, "the deploy"
         )
         where = next(e.text for e in app.state.events if e.text.startswith("deployed to ")).split(" ", 2)[2]
-        await pilot.pause(0.2)
-        assert "deployed to" in screen_text(app)  # in the panel's events
+        await until(pilot, lambda: "deployed to" in screen_text(app), 10, "the deploy in the panel's events")
         assert (Path(where) / "trainer" / "pipeline.py").is_file()
         await pilot.press("l")  # a launch (and a restart) from here runs the code just deployed
         assert app.screen.query_one("#code_dir").value == where
@@ -244,7 +243,7 @@ async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
         await pilot.press("y")
         # the save is held (see the fixture): the stop gives up at its timeout and says what to do
         await until(pilot, lambda: dlg.done, 60, "the stop to time out")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "it was left running" in screen_text(app), 10, "the stop's verdict shown")
         text = screen_text(app)
         assert dlg.result.code == 3, text
         assert "still running after 4 s; it was left running, not killed" in text
@@ -259,7 +258,7 @@ async def test_stop_dialog_times_out_then_counts_down_to_exited(host, trainer):
         await until(pilot, lambda: "signal_sent" in dlg.phases, 30, "the second signal")
         (run_dir.parent / "release").touch()  # now the held save may finish
         await until(pilot, lambda: dlg.done, 90, "the second stop to finish")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: "✔ checkpoint saved" in screen_text(app), 10, "the stop's end shown")
         text = screen_text(app)
         assert "exited" in dlg.phases and dlg.result.code == 0, text
         assert "✔ trainer exited" in text and "✔ checkpoint saved" in text
@@ -292,6 +291,7 @@ async def test_launch_after_the_run_ended_is_prefilled_from_its_run_json(host, t
         await until(pilot, lambda: app.session.run is not None, 30, "run.json read by the session")
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchDialog), 10, "the launch dialog")
-        await pilot.pause(0.2)
-        assert "prefilled from the last run's run.json" in screen_text(app)
+        await until(
+            pilot, lambda: "prefilled from the last run's run.json" in screen_text(app), 10, "the prefill"
+        )
         assert app.screen.query_one("#flags", Input).value == shlex.join(argv)

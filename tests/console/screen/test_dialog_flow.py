@@ -116,5 +116,6 @@ async def test_a_launch_that_succeeds_closes_the_dialog_and_says_once_what_start
         assert said == ["launched pid 14338 in /runs/a (code /opt/code)"], (
             said
         )  # not "launched, PID 14338: launched pid 14338"
-        await pilot.pause(0.2)
-        assert "launched pid 14338 in /runs/a" in screen_text(app)
+        await until(
+            pilot, lambda: "launched pid 14338 in /runs/a" in screen_text(app), 10, "the launch shown"
+        )

@@ -43,7 +43,7 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, RestartDialog), 30, "the restart dialog")
         dlg = app.screen
-        await pilot.pause(0.2)
+        await until(pilot, lambda: "--resume auto" in screen_text(app), 10, "the restart's command")
         text = screen_text(app)
         assert "Launch the run again?" in text and "--resume auto" in text
         assert f"interpreter: {sys.executable}" in text and f"code directory: {code}" in text
