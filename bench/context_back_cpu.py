@@ -13,7 +13,8 @@ seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_accepta
 greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
 acceptance per slot (over every anchor), each prompt's walk, and the context-back drafter's ratio to the plain
 one, paired by prompt (``report.paired_ratio``, 95% interval). ``--compare A B`` pairs two runs' drafters (two
-targets, the same prompts) by prompt.
+targets, the same prompts) by prompt. ``--decode-with`` another target (and that target's ``--train-text``) trains
+and walks a drafter on one target's states over the other target's text: states and text apart.
 
     PYTHONPATH=. python bench/context_back_cpu.py --target bench/out/hybrid_target \\
         --train-text bench/out/regen/regenerated.jsonl --out hybrid.json
@@ -187,6 +188,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--prompts", type=int, default=128, help="held-out evaluation prompts, decoded by the target"
     )
+    ap.add_argument(
+        "--decode-with",
+        default=None,
+        help="the target whose greedy continuation of the prompts is walked (default --target): with the other "
+        "target's --train-text too, its text with this target's states",
+    )
     ap.add_argument("--seed", type=int, default=1, help="bench_acceptance.py's --seed: which prompts")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
@@ -231,7 +238,7 @@ def main(argv=None) -> int:
         log(f"cached {len(rows)} sequences at layers {layers}")
         losses = train(drafters, head, cache, a.steps, a.batch, a.seed, log, a.anchors_per_seq)
         prompts = heldout_prompts(a.prompts, a.seed)
-        cont = copy_share.decode(a.target, prompts, PROMPT)
+        cont = copy_share.decode(a.decode_with or a.target, prompts, PROMPT)
         text = [(p + list(r), [0] * len(p) + [1] * len(r)) for p, r in zip(prompts, cont, strict=True)]
         log(f"decoded {len(text)} held-out prompts")
         res = {}
