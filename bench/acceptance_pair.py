@@ -17,6 +17,10 @@ acceptance, and its 95% interval by a two-level bootstrap (``runs_ratio``) that 
 as above) and, on each side, the runs: the interval then covers the spread of training too, which a single
 pair's cannot. With two or three runs a side, resampling them understates that spread (by about
 sqrt((n-1)/n)); each run's own acceptance is printed beside it.
+
+``--first N`` pairs the first N prompts of each run, where the runs drew different prompt counts: a seed's
+prompts for a count are the first ones of any larger count (``heldout_chunks`` takes a prefix of one shuffle), so
+a 512-prompt run's first 128 are a 128-prompt run's prompts.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ def load_results(path: str) -> dict:
         return json.load(f)
 
 
-def same_prompts(a: dict, b: dict) -> dict:
-    """What must agree for two runs to have decoded the same prompts: {field: (a's, b's)} where they differ."""
+def same_prompts(a: dict, b: dict, first: int | None = None) -> dict:
+    """What must agree for two runs to have decoded the same prompts (with ``first``: the same first ``first``
+    prompts): {field: (a's, b's)} where they differ."""
     fields = {
         "corpus": lambda r: (r.get("corpus") or {}).get("sha256"),
         "seed": lambda r: r.get("seed"),
@@ -50,21 +55,43 @@ def same_prompts(a: dict, b: dict) -> dict:
         "prompts": lambda r: (r.get("config") or {}).get("prompts"),
         "new_tokens": lambda r: (r.get("config") or {}).get("new"),
     }
+    if first is not None:
+        fields.pop("prompts")
+        short = {k: n for k, n in (("a", _prompts(a)), ("b", _prompts(b))) if n is None or n < first}
+        if short:
+            return {"prompts": (_prompts(a), _prompts(b), f"fewer than --first {first}")}
     return {k: (f(a), f(b)) for k, f in fields.items() if f(a) != f(b) or f(a) is None}
 
 
-def _eval(run: dict, key: str) -> dict:
+def _prompts(run: dict) -> int | None:
+    return (run.get("config") or {}).get("prompts")
+
+
+def _eval(run: dict, key: str, first: int | None = None) -> dict:
     e = run.get(key, {}).get("eval") or {}
     if "prompt_steps" not in e:
         raise SystemExit(f"{key}: no evaluation with per-prompt steps in its results")
-    return e
+    return e if first is None else head(e, first)
 
 
-def pair(a: dict, key_a: str, b: dict, key_b: str) -> dict:
-    differ = same_prompts(a, b)
+def head(e: dict, n: int) -> dict:
+    """An evaluation's first ``n`` prompts as an evaluation of its own: their acceptance over their verify steps
+    (no standard error: it is recomputed by the pairing's bootstrap)."""
+    cut = {
+        "prompt_steps": e["prompt_steps"][:n],
+        "prompt_accept_len": e["prompt_accept_len"][:n],
+        "prompts": n,
+    }
+    steps = sum(cut["prompt_steps"])
+    cut["mean_accept_len"] = sum(prompt_tokens(cut)) / steps if steps else math.nan
+    return cut
+
+
+def pair(a: dict, key_a: str, b: dict, key_b: str, first: int | None = None) -> dict:
+    differ = same_prompts(a, b, first)
     if differ:
         raise SystemExit(f"the runs did not decode the same prompts: {differ}")
-    ea, eb = _eval(a, key_a), _eval(b, key_b)
+    ea, eb = _eval(a, key_a, first), _eval(b, key_b, first)
     ra, rb = ea["mean_accept_len"], eb["mean_accept_len"]
     return {"a": key_a, "b": key_b, "real_a": ra, "real_b": rb, "real_a_se": ea.get("mean_accept_len_se"),
             "real_b_se": eb.get("mean_accept_len_se"), "b_over_a": rb / ra,
@@ -102,13 +129,13 @@ def runs_ratio(a: list[dict], b: list[dict], resamples: int = 5000, seed: int = 
             "resamples": resamples, "resampled": "prompts and runs"}  # fmt: skip
 
 
-def runs(a: list[tuple[str, dict, str]], b: list[tuple[str, dict, str]]) -> dict:
+def runs(a: list[tuple[str, dict, str]], b: list[tuple[str, dict, str]], first: int | None = None) -> dict:
     """``--a`` / ``--b``: each side a list of (file, results, key); every run must share the first's prompts."""
-    first = a[0][1]
+    ref = a[0][1]
     for path, r, _ in a + b:
-        if differ := same_prompts(first, r):
+        if differ := same_prompts(ref, r, first):
             raise SystemExit(f"{path} did not decode the prompts of {a[0][0]}: {differ}")
-    ea, eb = ([_eval(r, k) for _, r, k in side] for side in (a, b))
+    ea, eb = ([_eval(r, k, first) for _, r, k in side] for side in (a, b))
     return {"a": [f"{p}:{k}" for p, _, k in a], "b": [f"{p}:{k}" for p, _, k in b],
             "real_a": [e["mean_accept_len"] for e in ea], "real_b": [e["mean_accept_len"] for e in eb],
             "runs": runs_ratio(ea, eb)}  # fmt: skip
@@ -119,15 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pair", nargs="*", metavar="RESULTS KEY", help="RESULTS_A KEY_A RESULTS_B KEY_B")
     p.add_argument("--a", nargs=2, action="append", metavar=("RESULTS", "KEY"), help="a run of side A")
     p.add_argument("--b", nargs=2, action="append", metavar=("RESULTS", "KEY"), help="a run of side B")
+    p.add_argument("--first", type=int, default=None, help="pair each run's first N prompts only")
     a = p.parse_args(argv)
+    if a.first is not None and a.first < 1:
+        p.error("--first must be >= 1")
     if a.a or a.b:
         if a.pair or not (a.a and a.b):
             p.error("--a and --b each at least once, and no positional pair beside them")
         sides = ([(f, load_results(f), k) for f, k in side] for side in (a.a, a.b))
-        print(json.dumps(runs(*sides)))
+        print(json.dumps(runs(*sides, a.first)))
     elif len(a.pair) == 4:
         ra, ka, rb, kb = a.pair
-        print(json.dumps(pair(load_results(ra), ka, load_results(rb), kb)))
+        print(json.dumps(pair(load_results(ra), ka, load_results(rb), kb, a.first)))
     else:
         p.error("give RESULTS_A KEY_A RESULTS_B KEY_B, or --a / --b")
     return 0

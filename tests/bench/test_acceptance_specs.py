@@ -159,3 +159,22 @@ def test_runs_refuse_other_prompts_and_the_cli_wants_both_sides(tmp_path, capsys
     ):
         with pytest.raises(SystemExit):
             main(argv)
+
+
+def test_first_pairs_a_longer_run_on_its_first_prompts_only():
+    from bench.acceptance_pair import pair, runs
+
+    short = _run([4.0, 2.0], [32, 64])
+    # the longer run's first two prompts read 0.9 x the short run's; its third would pull the ratio down
+    longer = _run([3.6, 1.8, 0.1], [32, 64, 500])
+    with pytest.raises(SystemExit, match="prompts"):
+        pair(short, "k", longer, "k")  # without --first the counts differ
+    out = pair(short, "k", longer, "k", first=2)
+    assert out["paired"]["ratio"] == pytest.approx(0.9) and out["real_b"] == pytest.approx(
+        0.9 * out["real_a"]
+    )
+    assert runs([("a", short, "k")], [("b", longer, "k")], first=2)["runs"]["ratio"] == pytest.approx(0.9)
+    with pytest.raises(SystemExit, match="fewer than --first 3"):
+        pair(short, "k", longer, "k", first=3)  # the short run has no third prompt
+    with pytest.raises(SystemExit, match="seed"):
+        pair(short, "k", _run([3.6, 1.8, 0.1], [32, 64, 500], seed=2), "k", first=2)
