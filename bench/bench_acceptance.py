@@ -122,6 +122,27 @@ def corpus(limit_files: int | None):
     return bytes(train), bytes(held), len(files)
 
 
+def corpus_id(train: bytes, held: bytes, nfiles: int) -> dict:
+    """What names a corpus (results.json's ``corpus``): the corpus is the standard library of the Python that runs
+    the bench, so another Python version (the GPU image's 3.12, a laptop's 3.11) gives other chunks and prompts."""
+    return {"files": nfiles, "train_bytes": len(train), "heldout_bytes": len(held),
+            "python": sys.version.split()[0],
+            "sha256": hashlib.sha256(train + b"\0" + held).hexdigest()}  # fmt: skip
+
+
+def same_corpus(results: dict, where: str) -> None:
+    """Refuse (SystemExit) to pair this machine's prompts with a run's results made on another corpus: the same
+    ``--seed`` then names other prompts, and a per-prompt pairing would pair unrelated text."""
+    theirs = results.get("corpus") or {}
+    mine = corpus_id(*corpus(None))
+    if theirs.get("sha256") != mine["sha256"]:
+        raise SystemExit(
+            f"{where}: made on another corpus (Python {theirs.get('python')}'s standard library, "
+            f"{theirs.get('files')} files) than this machine's (Python {mine['python']}, {mine['files']} "
+            "files): its prompts are not these; pair it only where its Python runs"
+        )
+
+
 def chunks(data: bytes, n: int, seed: int) -> list[list[int]]:
     import random
 
@@ -397,9 +418,7 @@ def prepare_corpus(a, cfg, work, res) -> tuple[bytes, bytes, int]:
     """The corpus's training and held-out bytes, and the files the phases read (training chunks, prompts,
     the frozen passes' held-out chunks); (train, held, the frozen passes' chunk count)."""
     train, held, nfiles = corpus(200 if a.tiny else None)
-    res["corpus"] = {"files": nfiles, "train_bytes": len(train), "heldout_bytes": len(held),
-                     "python": sys.version.split()[0],
-                     "sha256": hashlib.sha256(train + b"\0" + held).hexdigest()}  # fmt: skip
+    res["corpus"] = corpus_id(train, held, nfiles)
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
     write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), heldout_chunks(held, cfg["prompts"], a.seed))
     write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))

@@ -9,8 +9,9 @@ parts: ``DFlashDrafter``, ``sample_anchors``, ``dflash_loss`` with the target's 
 captured once, for the first ``--rows`` sequences of the target's own regenerated text (``--train-text``), and
 kept in bf16. Each drafter is then scored by the trainer's walk (``bench/est_seen.py``'s ``estimate``, every
 completion position an anchor: it read the GPU evaluation's real value within 1% on text the drafter had not
-seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them) continued
-greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
+seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them from this
+machine's corpus: the standard library of the Python running it, so a GPU image's other Python draws other
+prompts) continued greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
 acceptance per slot (over every anchor), each prompt's walk, and the context-back drafter's ratio to the plain
 one, paired by prompt (``report.paired_ratio``, 95% interval). ``--compare A B`` pairs two runs' drafters (two
 targets, the same prompts) by prompt. ``--decode-with`` another target (and that target's ``--train-text``) trains
@@ -37,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import copy_share, est_seen, target_transfer  # noqa: E402
 from bench.acceptance_target import MASK  # noqa: E402
-from bench.bench_acceptance import PROMPT, heldout_prompts  # noqa: E402
+from bench.bench_acceptance import PROMPT, corpus, corpus_id, heldout_prompts  # noqa: E402
 
 BLOCK, LAYERS, GAMMA, LR, WARMUP, WD, CLIP = 8, 2, 7.0, 1e-3, 0.04, 0.01, 1.0
 
@@ -162,6 +163,9 @@ def compare(path_a: str, path_b: str) -> dict:
     a, b = (_load(p) for p in (path_a, path_b))
     if a["args"]["seed"] != b["args"]["seed"] or a["args"]["prompts"] != b["args"]["prompts"]:
         raise SystemExit("the two runs decoded other prompts (--seed / --prompts differ)")
+    ca, cb = (r.get("corpus", {}).get("sha256") for r in (a, b))  # runs before 2026-12-05 lack it: all on one box
+    if ca and cb and ca != cb:
+        raise SystemExit("the two runs decoded other prompts (their corpora, two Pythons' stdlibs, differ)")
 
     def names(run: dict) -> list[str]:
         return [k for k in run if k == "plain" or k.startswith("context_back_")]
@@ -252,7 +256,7 @@ def main(argv=None) -> int:
         if len(drafters) == 2:
             res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
         log("done")
-    out = {"args": vars(a), "layers": layers, **res}
+    out = {"args": vars(a), "corpus": corpus_id(*corpus(None)), "layers": layers, **res}
     print(json.dumps(out, indent=1))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:

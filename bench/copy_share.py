@@ -16,6 +16,9 @@ fitted acceptance (a line each) at either target's mean share.
         --results hybrid=bench/runs/hybrid_h200_1204/results_qwen3_5_block8.json:qwen3_5_h384_block8_dflash
 
 The first ``--target`` is the baseline of the ratio. CPU; ~20 s a target for 128 prompts x 128 tokens.
+The prompts are drawn from this machine's corpus (the standard library of the Python running it), so a results
+file made under another Python (the GPU image's 3.12 against 3.11 here) decoded other prompts: it is refused
+(its ``corpus``). The fourth session's run paired them so, before this check; its per-prompt figures are void.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import target_transfer  # noqa: E402
 from bench.acceptance_pair import load_results  # noqa: E402
-from bench.bench_acceptance import heldout_prompts  # noqa: E402
+from bench.bench_acceptance import heldout_prompts, same_corpus  # noqa: E402
 
 NMIN, NMAX = 3, 12
 
@@ -79,7 +82,9 @@ def prompt_acceptance(spec: str, n: int) -> list[float]:
     path, _, key = spec.rpartition(":")
     if not path:
         raise SystemExit(f"--results {spec!r}: want FILE:KEY")
-    e = (load_results(path).get(key) or {}).get("eval") or {}
+    run = load_results(path)
+    same_corpus(run, f"--results {path}")
+    e = (run.get(key) or {}).get("eval") or {}
     per = e.get("prompt_accept_len")
     if not per or len(per) != n:
         raise SystemExit(f"--results {spec!r}: no per-prompt acceptance for {n} prompts")

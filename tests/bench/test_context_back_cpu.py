@@ -63,3 +63,14 @@ def test_each_prompt_is_walked_and_two_targets_runs_pair_by_prompt(tmp_path):
     bad.write_text(json.dumps({"args": {"seed": 2, "prompts": 2}, "plain": rep}))
     with pytest.raises(SystemExit, match="other prompts"):
         cb.compare(runs[0], str(bad))
+    # the same seed on two Pythons' standard libraries draws other prompts: refused once both runs say so
+    for name, sha in (("here", "a" * 64), ("there", "b" * 64)):
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"args": {"seed": 1, "prompts": 2}, "corpus": {"sha256": sha}, "plain": rep})
+        )
+    with pytest.raises(SystemExit, match="corpora"):
+        cb.compare(str(tmp_path / "here.json"), str(tmp_path / "there.json"))
+    assert (
+        cb.compare(str(tmp_path / "here.json"), str(tmp_path / "here.json"))["plain_over_plain"]["ratio"]
+        == 1.0
+    )

@@ -31,9 +31,24 @@ def test_the_summary_compares_at_equal_share():
     assert sum(n for n, _ in out["targets"]["a"]["quartiles"]) == 4
 
 
+def _here() -> dict:
+    from bench.bench_acceptance import corpus, corpus_id
+
+    return corpus_id(*corpus(None))
+
+
+def test_results_of_another_corpus_are_refused(tmp_path):
+    """The prompts are this machine's stdlib's: a run made under another Python decoded other prompts."""
+    path = tmp_path / "results.json"
+    there = {**_here(), "sha256": "0" * 64, "python": "3.12.3", "files": 574}
+    path.write_text(json.dumps({"corpus": there, "k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
+    with pytest.raises(SystemExit, match=r"another corpus \(Python 3\.12\.3's standard library, 574 files\)"):
+        copy_share.prompt_acceptance(f"{path}:k", 2)
+
+
 def test_results_without_per_prompt_acceptance_and_bad_arguments_are_refused(tmp_path):
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
+    path.write_text(json.dumps({"corpus": _here(), "k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
     assert copy_share.prompt_acceptance(f"{path}:k", 2) == [1.0, 2.0]
     for spec, n in ((f"{path}:k", 3), (f"{path}:missing", 2)):
         with pytest.raises(SystemExit, match="no per-prompt acceptance"):
