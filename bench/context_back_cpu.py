@@ -163,7 +163,9 @@ def compare(path_a: str, path_b: str) -> dict:
     a, b = (_load(p) for p in (path_a, path_b))
     if a["args"]["seed"] != b["args"]["seed"] or a["args"]["prompts"] != b["args"]["prompts"]:
         raise SystemExit("the two runs decoded other prompts (--seed / --prompts differ)")
-    ca, cb = (r.get("corpus", {}).get("sha256") for r in (a, b))  # runs before 2026-12-05 lack it: all on one box
+    ca, cb = (
+        r.get("corpus", {}).get("sha256") for r in (a, b)
+    )  # runs before 2026-12-05 lack it: all on one box
     if ca and cb and ca != cb:
         raise SystemExit("the two runs decoded other prompts (their corpora, two Pythons' stdlibs, differ)")
 
