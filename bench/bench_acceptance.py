@@ -69,6 +69,7 @@ CPU runs the FP8 checkpoint dequantised (FP8 weights, activations not quantised)
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
@@ -130,11 +131,17 @@ def corpus_id(train: bytes, held: bytes, nfiles: int) -> dict:
             "sha256": hashlib.sha256(train + b"\0" + held).hexdigest()}  # fmt: skip
 
 
+@functools.cache
+def local_corpus_id() -> dict:
+    """``corpus_id`` of this machine's full corpus (read once a process)."""
+    return corpus_id(*corpus(None))
+
+
 def same_corpus(results: dict, where: str) -> None:
     """Refuse (SystemExit) to pair this machine's prompts with a run's results made on another corpus: the same
     ``--seed`` then names other prompts, and a per-prompt pairing would pair unrelated text."""
     theirs = results.get("corpus") or {}
-    mine = corpus_id(*corpus(None))
+    mine = local_corpus_id()
     if theirs.get("sha256") != mine["sha256"]:
         raise SystemExit(
             f"{where}: made on another corpus (Python {theirs.get('python')}'s standard library, "

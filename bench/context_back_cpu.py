@@ -38,7 +38,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import copy_share, est_seen, target_transfer  # noqa: E402
 from bench.acceptance_target import MASK  # noqa: E402
-from bench.bench_acceptance import PROMPT, corpus, corpus_id, heldout_prompts  # noqa: E402
+from bench.bench_acceptance import PROMPT, heldout_prompts, local_corpus_id  # noqa: E402
 
 BLOCK, LAYERS, GAMMA, LR, WARMUP, WD, CLIP = 8, 2, 7.0, 1e-3, 0.04, 0.01, 1.0
 
@@ -163,9 +163,8 @@ def compare(path_a: str, path_b: str) -> dict:
     a, b = (_load(p) for p in (path_a, path_b))
     if a["args"]["seed"] != b["args"]["seed"] or a["args"]["prompts"] != b["args"]["prompts"]:
         raise SystemExit("the two runs decoded other prompts (--seed / --prompts differ)")
-    ca, cb = (
-        r.get("corpus", {}).get("sha256") for r in (a, b)
-    )  # runs before 2026-12-05 lack it: all on one box
+    # runs made before 2026-12-05 do not record their corpus: all of them ran on one machine
+    ca, cb = (r.get("corpus", {}).get("sha256") for r in (a, b))
     if ca and cb and ca != cb:
         raise SystemExit("the two runs decoded other prompts (their corpora, two Pythons' stdlibs, differ)")
 
@@ -258,7 +257,7 @@ def main(argv=None) -> int:
         if len(drafters) == 2:
             res["ratio"] = paired_ratio(res["plain"], res[f"context_back_{a.back}"])
         log("done")
-    out = {"args": vars(a), "corpus": corpus_id(*corpus(None)), "layers": layers, **res}
+    out = {"args": vars(a), "corpus": local_corpus_id(), "layers": layers, **res}
     print(json.dumps(out, indent=1))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:

@@ -32,9 +32,9 @@ def test_the_summary_compares_at_equal_share():
 
 
 def _here() -> dict:
-    from bench.bench_acceptance import corpus, corpus_id
+    from bench.bench_acceptance import local_corpus_id
 
-    return corpus_id(*corpus(None))
+    return local_corpus_id()
 
 
 def test_results_of_another_corpus_are_refused(tmp_path):
