@@ -65,9 +65,9 @@ def cache_states(model, rows, layers: list[int], batch: int = 16):
     return feats, finals, ids, mask
 
 
-def make_drafters(target_dir: str, back: int):
+def make_drafters(target_dir: str, back: int, window: int | None = None):
     """The plain DFlash 1 drafter and the context-back one, the layers' weights alike (fc differs in width); with
-    ``back`` 0 the plain one alone."""
+    ``back`` 0 the plain one alone; with ``window`` every draft layer a sliding one of that window."""
     import torch
     from transformers import AutoConfig
 
@@ -78,7 +78,13 @@ def make_drafters(target_dir: str, back: int):
     out = []
     for cb in (0, back) if back else (0,):
         cfg = DraftConfig.from_target_config(
-            tc, num_draft_layers=LAYERS, block_size=BLOCK, mask_token_id=MASK, context_back=cb
+            tc,
+            num_draft_layers=LAYERS,
+            block_size=BLOCK,
+            mask_token_id=MASK,
+            context_back=cb,
+            layer_types=["sliding_attention"] * LAYERS if window else None,
+            sliding_window=window,
         )
         torch.manual_seed(0)
         out.append(DFlashDrafter(cfg).float().train())
@@ -199,6 +205,12 @@ def main(argv=None) -> int:
         help="the target whose greedy continuation of the prompts is walked (default --target): with the other "
         "target's --train-text too, its text with this target's states",
     )
+    ap.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="every draft layer a sliding one of this window: slot k sees the context within it of a + k",
+    )
     ap.add_argument("--seed", type=int, default=1, help="bench_acceptance.py's --seed: which prompts")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
@@ -230,7 +242,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         dest = os.path.join(tmp, "target")
         target_transfer.fetch_target(a.target, dest)
-        drafters = make_drafters(dest, a.back)
+        drafters = make_drafters(dest, a.back, a.window)
         names = ["plain", f"context_back_{a.back}"][: len(drafters)]
         # alone, it trains on the same batches and anchors (drawn whatever trains): it pairs with a --back 0 run
         if a.context_back_only:
