@@ -150,6 +150,30 @@ def same_corpus(results: dict, where: str) -> None:
         )
 
 
+def prompt_record(prompts: list[list[int]]) -> list[str]:
+    """The held-out prompts as results.json keeps them (``heldout_prompts``, hex): a CPU tool on another Python,
+    whose corpus draws other prompts for the seed, reads them back (``prompts_of``)."""
+    return [bytes(p).hex() for p in prompts]
+
+
+def prompts_of(results: dict, n: int, where: str) -> list[list[int]]:
+    """The first ``n`` held-out prompts a run decoded: the ones it recorded, or, for a run from before they were
+    recorded, this machine's draw for its seed where its corpus is this machine's (else SystemExit)."""
+    rec = results.get("heldout_prompts")
+    if rec is None:
+        same_corpus(results, where)
+        return heldout_prompts(n, results.get("seed", 1))
+    if not isinstance(rec, list) or len(rec) < n:
+        raise SystemExit(f"{where}: its heldout_prompts are not a list of at least {n}")
+    try:
+        out = [list(bytes.fromhex(h)) for h in rec[:n] if isinstance(h, str) and len(h) <= 2 * SEQ]
+    except ValueError:
+        out = []
+    if len(out) != n:
+        raise SystemExit(f"{where}: its heldout_prompts are not hex strings of at most {SEQ} bytes")
+    return out
+
+
 def chunks(data: bytes, n: int, seed: int) -> list[list[int]]:
     import random
 
@@ -427,7 +451,9 @@ def prepare_corpus(a, cfg, work, res) -> tuple[bytes, bytes, int]:
     train, held, nfiles = corpus(200 if a.tiny else None)
     res["corpus"] = corpus_id(train, held, nfiles)
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
-    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), heldout_chunks(held, cfg["prompts"], a.seed))
+    held_chunks = heldout_chunks(held, cfg["prompts"], a.seed)
+    res["heldout_prompts"] = prompt_record([c[:PROMPT] for c in held_chunks[: cfg["prompts"]]])
+    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), held_chunks)
     write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))
     n_frozen = a.frozen_steps * cfg["budget"] // SEQ + 64  # chunks for N frozen steps, with room to spare
     if a.frozen_steps:  # held-out chunks in the training format, for the frozen estimate

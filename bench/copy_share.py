@@ -1,8 +1,8 @@
 """Whether one target's own text is easier to draft than another's because it repeats itself (issue 35: the
 dense target's DFlash 1 accepts more than the hybrid's; is it the text?).
 
-Each target decodes the bench's held-out evaluation prompts greedily on the CPU (bench_acceptance.py's
-prompts for ``--seed``: the first ``PROMPT`` bytes of its held-out chunks, ``--new`` tokens, fp32). A token is
+Each target decodes the bench's held-out evaluation prompts greedily on the CPU (the first ``--results`` run's:
+the first ``PROMPT`` bytes of its held-out chunks, ``--new`` tokens, fp32). A token is
 *copyable* when prompt lookup predicts it: the longest suffix (``NMIN``-``NMAX`` tokens) of the text before
 it that occurred earlier is followed there by this token. Per prompt: the copyable share of its new tokens,
 beside the drafter's acceptance on that prompt (``--results``: bench_acceptance results and a drafter key,
@@ -16,9 +16,11 @@ fitted acceptance (a line each) at either target's mean share.
         --results hybrid=bench/runs/hybrid_h200_1204/results_qwen3_5_block8.json:qwen3_5_h384_block8_dflash
 
 The first ``--target`` is the baseline of the ratio. CPU; ~20 s a target for 128 prompts x 128 tokens.
-The prompts are drawn from this machine's corpus (the standard library of the Python running it), so a results
-file made under another Python (the GPU image's 3.12 against 3.11 here) decoded other prompts: it is refused
-(its ``corpus``). The fourth session's run paired them so, before this check; its per-prompt figures are void.
+The prompts are the first ``--results`` run's own: the ones its results.json records (``heldout_prompts``,
+since 2026-12-05), else this machine's draw for its seed, refused where the run's corpus (the standard library of
+the Python that ran it: the GPU image's 3.12 against 3.11 here) is not this machine's; every other run must have
+decoded the same. The fourth session's run paired this machine's prompts with a 3.12 run's acceptance, before
+these checks: its per-prompt figures are void.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import target_transfer  # noqa: E402
 from bench.acceptance_pair import load_results  # noqa: E402
-from bench.bench_acceptance import heldout_prompts, same_corpus  # noqa: E402
+from bench.bench_acceptance import prompts_of  # noqa: E402
 
 NMIN, NMAX = 3, 12
 
@@ -77,17 +79,30 @@ def decode(path: str, prompts: list[list[int]], new: int, batch: int = 32) -> li
         ]
 
 
-def prompt_acceptance(spec: str, n: int) -> list[float]:
-    """``FILE:KEY`` -> that drafter's acceptance per prompt (its evaluation's ``prompt_accept_len``)."""
+def _split(spec: str) -> tuple[str, str]:
     path, _, key = spec.rpartition(":")
     if not path:
         raise SystemExit(f"--results {spec!r}: want FILE:KEY")
+    return path, key
+
+
+def run_prompts(spec: str, n: int) -> list[list[int]]:
+    """The first ``n`` prompts the run of ``FILE:KEY`` decoded (``bench_acceptance.prompts_of``)."""
+    path, _ = _split(spec)
+    return prompts_of(load_results(path), n, f"--results {path}")
+
+
+def prompt_acceptance(spec: str, prompts: list[list[int]]) -> list[float]:
+    """``FILE:KEY`` -> that drafter's acceptance per prompt (its evaluation's ``prompt_accept_len``), refused
+    unless its run decoded ``prompts``."""
+    path, key = _split(spec)
     run = load_results(path)
-    same_corpus(run, f"--results {path}")
+    if prompts_of(run, len(prompts), f"--results {path}") != prompts:
+        raise SystemExit(f"--results {spec!r}: its run decoded other prompts than the first --results'")
     e = (run.get(key) or {}).get("eval") or {}
     per = e.get("prompt_accept_len")
-    if not per or len(per) != n:
-        raise SystemExit(f"--results {spec!r}: no per-prompt acceptance for {n} prompts")
+    if not per or len(per) != len(prompts):
+        raise SystemExit(f"--results {spec!r}: no per-prompt acceptance for {len(prompts)} prompts")
     return per
 
 
@@ -117,7 +132,6 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", action="append", required=True, help="NAME=DIR (two)")
     p.add_argument("--results", action="append", required=True, help="NAME=FILE:KEY (one or more a target)")
-    p.add_argument("--seed", type=int, default=1, help="bench_acceptance.py's --seed: which prompts")
     p.add_argument("--prompts", type=int, default=128)
     p.add_argument("--new", type=int, default=128)
     p.add_argument("--out", default=None)
@@ -129,12 +143,12 @@ def main(argv=None) -> int:
         runs.setdefault(name, []).append(spec)
     if len(targets) != 2 or len(a.target) != 2 or set(runs) != set(targets):
         p.error("two --target NAME=DIR, and --results NAME=FILE:KEY for each of them (and no other)")
-    prompts = heldout_prompts(a.prompts, a.seed)
+    prompts = run_prompts(a.results[0].partition("=")[2], a.prompts)
     shares, accept = {}, {}
     for name, path in targets.items():
         new = decode(path, prompts, a.new)
         shares[name] = [sum(copyable(q, o)) / len(o) for q, o in zip(prompts, new, strict=True)]
-        per = [prompt_acceptance(s, a.prompts) for s in runs[name]]
+        per = [prompt_acceptance(s, prompts) for s in runs[name]]
         accept[name] = [st.mean(x) for x in zip(*per, strict=True)]
     out = summary(shares, accept)
     print(json.dumps(out, indent=1))

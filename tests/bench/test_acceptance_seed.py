@@ -79,3 +79,18 @@ def test_each_drafter_trains_with_its_own_seed_and_records_it(tmp_path, monkeypa
     keys = ("t_block8_dflash", "t_block8_dflash_s2", "t_block8_dflash_s3")
     assert [res[k]["train"]["seed"] for k in keys] == [4, 2, 3]  # in the evaluated results too
     assert all(res[k]["eval"]["mean_accept_len"] == 3.0 for k in keys)
+
+
+def test_results_record_the_prompts_the_evaluation_reads(tmp_path):
+    """results.json keeps the held-out prompts, so a CPU tool on another Python (another stdlib: other prompts
+    for the seed) pairs with the ones this run decoded."""
+    import json
+
+    a, cfg = _settled("--seed", "3")
+    res: dict = {}
+    ba.prepare_corpus(a, cfg, str(tmp_path), res)
+    with open(tmp_path / "heldout" / "prompts.jsonl") as f:
+        read = [json.loads(line)["input_ids"][: ba.PROMPT] for line in f][: cfg["prompts"]]
+    assert len(res["heldout_prompts"]) == cfg["prompts"] and read
+    assert ba.prompts_of(res, cfg["prompts"], "r") == read
+    assert ba.prompts_of(res, 2, "r") == read[:2]

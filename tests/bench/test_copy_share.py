@@ -37,21 +37,43 @@ def _here() -> dict:
     return local_corpus_id()
 
 
-def test_results_of_another_corpus_are_refused(tmp_path):
-    """The prompts are this machine's stdlib's: a run made under another Python decoded other prompts."""
-    path = tmp_path / "results.json"
+def _results(path, prompts=None, corpus=None) -> str:
+    run = {"corpus": corpus or _here(), "seed": 1, "k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}
+    if prompts is not None:
+        run["heldout_prompts"] = [bytes(p).hex() for p in prompts]
+    path.write_text(json.dumps(run))
+    return f"{path}:k"
+
+
+def test_a_run_of_another_corpus_pairs_only_by_the_prompts_it_recorded(tmp_path):
+    """This machine's stdlib draws other prompts for a seed than another Python's: a run made there is paired by
+    the prompts its results.json records, and refused if it records none."""
+    from bench.bench_acceptance import heldout_prompts
+
     there = {**_here(), "sha256": "0" * 64, "python": "3.12.3", "files": 574}
-    path.write_text(json.dumps({"corpus": there, "k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
+    old = _results(tmp_path / "old.json", corpus=there)
     with pytest.raises(SystemExit, match=r"another corpus \(Python 3\.12\.3's standard library, 574 files\)"):
-        copy_share.prompt_acceptance(f"{path}:k", 2)
+        copy_share.run_prompts(old, 2)
+    theirs = [[104, 105], [120, 121, 122]]
+    new = _results(tmp_path / "new.json", prompts=theirs, corpus=there)
+    assert copy_share.run_prompts(new, 2) == theirs
+    assert copy_share.prompt_acceptance(new, theirs) == [1.0, 2.0]
+    with pytest.raises(SystemExit, match="other prompts"):  # a run here decoded this machine's draw instead
+        copy_share.prompt_acceptance(_results(tmp_path / "here.json"), theirs)
+    assert copy_share.run_prompts(_results(tmp_path / "here.json"), 2) == heldout_prompts(2, 1)
+    (tmp_path / "bad.json").write_text(json.dumps({"heldout_prompts": ["zz"], "k": {}}))
+    with pytest.raises(SystemExit, match="not hex"):
+        copy_share.run_prompts(f"{tmp_path / 'bad.json'}:k", 1)
 
 
 def test_results_without_per_prompt_acceptance_and_bad_arguments_are_refused(tmp_path):
+    prompts = [[1, 2], [3]]
+    spec = _results(tmp_path / "results.json", prompts=prompts)
+    assert copy_share.prompt_acceptance(spec, prompts) == [1.0, 2.0]
+    with pytest.raises(SystemExit, match="no per-prompt acceptance"):
+        copy_share.prompt_acceptance(spec.replace(":k", ":missing"), prompts)
+    with pytest.raises(SystemExit, match="not a list of at least 3"):  # it recorded two prompts
+        copy_share.prompt_acceptance(spec, [*prompts, [4]])
     path = tmp_path / "results.json"
-    path.write_text(json.dumps({"corpus": _here(), "k": {"eval": {"prompt_accept_len": [1.0, 2.0]}}}))
-    assert copy_share.prompt_acceptance(f"{path}:k", 2) == [1.0, 2.0]
-    for spec, n in ((f"{path}:k", 3), (f"{path}:missing", 2)):
-        with pytest.raises(SystemExit, match="no per-prompt acceptance"):
-            copy_share.prompt_acceptance(spec, n)
     with pytest.raises(SystemExit):
         copy_share.main(["--target", "a=d1", "--target", "b=d2", "--results", f"a={path}:k"])
