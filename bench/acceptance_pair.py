@@ -52,13 +52,12 @@ def same_prompts(a: dict, b: dict, first: int | None = None) -> dict:
         "corpus": lambda r: (r.get("corpus") or {}).get("sha256"),
         "seed": lambda r: r.get("seed"),
         "size": lambda r: (r.get("config") or {}).get("size"),
-        "prompts": lambda r: (r.get("config") or {}).get("prompts"),
+        "prompts": _prompts,
         "new_tokens": lambda r: (r.get("config") or {}).get("new"),
     }
     if first is not None:
         fields.pop("prompts")
-        short = {k: n for k, n in (("a", _prompts(a)), ("b", _prompts(b))) if n is None or n < first}
-        if short:
+        if any(n is None or n < first for n in (_prompts(a), _prompts(b))):
             return {"prompts": (_prompts(a), _prompts(b), f"fewer than --first {first}")}
     return {k: (f(a), f(b)) for k, f in fields.items() if f(a) != f(b) or f(a) is None}
 

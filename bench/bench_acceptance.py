@@ -132,9 +132,15 @@ def corpus_id(train: bytes, held: bytes, nfiles: int) -> dict:
 
 
 @functools.cache
+def local_corpus() -> tuple[bytes, bytes, int]:
+    """This machine's full corpus, read once a process."""
+    return corpus(None)
+
+
+@functools.cache
 def local_corpus_id() -> dict:
-    """``corpus_id`` of this machine's full corpus (read once a process)."""
-    return corpus_id(*corpus(None))
+    """``corpus_id`` of this machine's full corpus."""
+    return corpus_id(*local_corpus())
 
 
 def same_corpus(results: dict, where: str) -> None:
@@ -187,9 +193,11 @@ def heldout_chunks(held: bytes, prompts: int, seed: int) -> list[list[int]]:
     return chunks(held, 4 * prompts, seed + 2)
 
 
-def heldout_prompts(n: int, seed: int) -> list[list[int]]:
-    """The first ``n`` evaluation prompts of ``--seed`` (the full corpus): their first ``PROMPT`` bytes."""
-    _, held, _ = corpus(None)
+def heldout_prompts(n: int, seed: int, held: bytes | None = None) -> list[list[int]]:
+    """The first ``n`` evaluation prompts of ``--seed`` (of ``held``, by default this machine's full corpus's
+    held-out bytes): their first ``PROMPT`` bytes."""
+    if held is None:
+        held = local_corpus()[1]
     return [c[:PROMPT] for c in heldout_chunks(held, n, seed)[:n]]
 
 
@@ -451,9 +459,8 @@ def prepare_corpus(a, cfg, work, res) -> tuple[bytes, bytes, int]:
     train, held, nfiles = corpus(200 if a.tiny else None)
     res["corpus"] = corpus_id(train, held, nfiles)
     write_jsonl(os.path.join(work, "data", "train.jsonl"), chunks(train, cfg["chunks"], a.seed))
-    held_chunks = heldout_chunks(held, cfg["prompts"], a.seed)
-    res["heldout_prompts"] = prompt_record([c[:PROMPT] for c in held_chunks[: cfg["prompts"]]])
-    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), held_chunks)
+    write_jsonl(os.path.join(work, "heldout", "prompts.jsonl"), heldout_chunks(held, cfg["prompts"], a.seed))
+    res["heldout_prompts"] = prompt_record(heldout_prompts(cfg["prompts"], a.seed, held))
     write_jsonl(os.path.join(work, "train", "prompts.jsonl"), chunks(train, 4 * cfg["prompts"], a.seed + 3))
     n_frozen = a.frozen_steps * cfg["budget"] // SEQ + 64  # chunks for N frozen steps, with room to spare
     if a.frozen_steps:  # held-out chunks in the training format, for the frozen estimate

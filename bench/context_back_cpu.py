@@ -11,9 +11,9 @@ kept in bf16. Each drafter is then scored by the trainer's walk (``bench/est_see
 completion position an anchor: it read the GPU evaluation's real value within 1% on text the drafter had not
 seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them from this
 machine's corpus: the standard library of the Python running it, so a GPU image's other Python draws other
-prompts) continued greedily by the same target: the text a real evaluation decodes. Printed: each drafter's walk, its conditional
-acceptance per slot (over every anchor), each prompt's walk, and the context-back drafter's ratio to the plain
-one, paired by prompt (``report.paired_ratio``, 95% interval). ``--compare A B`` pairs two runs' drafters (two
+prompts) continued greedily by the same target: the text a real evaluation decodes. Printed: each drafter's
+walk, its conditional acceptance per slot (over every anchor), each prompt's walk, and the context-back
+drafter's ratio to the plain one, paired by prompt (``report.paired_ratio``, 95% interval). ``--compare A B`` pairs two runs' drafters (two
 targets, the same prompts) by prompt. ``--decode-with`` another target (and that target's ``--train-text``) trains
 and walks a drafter on one target's states over the other target's text: states and text apart.
 
