@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint demo
+.PHONY: setup test lint demo lab-test
 setup: $(STAMP)
 
 # torch is pinned first: the CPU build lies on this kind of machine's disk; an unpinned
@@ -23,6 +23,10 @@ lint: setup
 
 test: lint
 	$(VENV)/bin/python -m pytest -q
+
+# The lab's own tests (lab/README.md): answered research, never collected by `make test` (testpaths = tests).
+lab-test: setup
+	$(VENV)/bin/python -m pytest -q lab
 
 demo: setup
 	$(VENV)/bin/dflash-console demo

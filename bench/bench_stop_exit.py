@@ -36,14 +36,20 @@ from console.core.options import ConnectOptions  # noqa: E402
 from console.core.session import Session  # noqa: E402
 
 CT = 200
+# The "save" writes a file in its output directory: a trainer without events.jsonl that exits having written
+# nothing new there is reported as stopped without a checkpoint (console/core/control.py).
 STAND_IN = r"""
-import signal, sys, time
+import os, signal, sys, time
 stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+out = sys.argv[sys.argv.index("--output-dir") + 1]
+os.makedirs(out, exist_ok=True)
 print("training", flush=True)
 while not stop:
     time.sleep(0.01)
 time.sleep(0.3)
+with open(os.path.join(out, "checkpoint-%d.bin" % time.time_ns()), "w") as f:
+    f.write("saved")
 """
 
 

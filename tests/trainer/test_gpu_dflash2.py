@@ -194,7 +194,7 @@ def test_pipeline_dflash2_on_one_gpu_stops_on_sigint_and_resumes(tiny_assets, tm
     # only where its kernels do (the resumed process compiles for that step's shapes first), measured 2e-6.
     # Each later step's AdamW update (lr 1e-2) amplifies such bf16 differences: measured up to 1.7e-3 by step 6
     # on an H200, in the tree before and after issue 32 alike, and up to 5e-5 between two uninterrupted runs
-    # (bench/runs/2026-12-02-h200-house2/). A wrong resume (generator, cursor, optimizer) differs by percent.
+    # (bench/results/pipeline_h200_2026-12-02_house2/). A wrong resume (generator, cursor, optimizer) differs by percent.
     for s in resumed:
         r, rel = ref_steps[s["step"]], 1e-4 if s["step"] == k + 1 else 1e-2
         for f in ("loss", "selector_loss", "grad_norm"):

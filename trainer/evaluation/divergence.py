@@ -10,7 +10,7 @@ logits for the two tokens there, from a fresh prefill of prompt + the common pre
 neither decoder's). ``gap`` is how far the target-only token leads; ``rel_gap`` is it over the largest logit's
 magnitude. A near tie is ``rel_gap`` below ``NEAR_TIE``: about twice the relative difference the two decoders'
 paths give the same hidden states in bf16 (0.6-1.1e-2 per layer on the trained hybrid h384 target, one H200,
-bench/capture_vs_serve.py).
+lab/capture_vs_serve.py).
 """
 
 from __future__ import annotations
