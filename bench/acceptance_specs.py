@@ -12,10 +12,7 @@
   hybrid h384 target; 3 and 7 are its attention layers); it is compared with the same spec on the default layers
   where both are trained. A suffix ``@s`` with a seed (``8:2:dflash@s2``) trains that drafter with this seed
   instead of the run's drafter seed (``--drafter-seed``, else ``--seed``), so one run trains several seeds of a
-  drafter side by side (the spread of training itself); it is paired with the same spec without a seed. A suffix
-  ``@cb`` with a count (``8:2:dflash@cb2``) trains the context-back experiment (the trainer's ``--context-back``:
-  ``fc`` also reads the 2 positions before each context position; no server serves it, trainer.evaluate does);
-  it is paired with the same spec without it;
+  drafter side by side (the spread of training itself); it is paired with the same spec without a seed;
 - ``pattern``: the draft layers' attention, one letter a layer: ``S`` sliding window, ``F`` full (the trainer's
   ``--layer-types``), e.g. SpecForge's Qwen3.6-27B recipe ``16:5:dflash:SSSSF``; absent: all full;
 - ``window``: the sliding layers' window (``--sliding-window``), default ``DEFAULT_WINDOW`` (the recipe's 2048;
@@ -48,7 +45,6 @@ class Spec(NamedTuple):
     capture: str | None = None  # "fp8": trained on the FP8 target's hidden states; None: the bf16 target's
     target_layers: tuple[int, ...] | None = None  # --target-layer-ids; None: the trainer's default
     seed: int | None = None  # the drafter's training seed; None: the run's (--drafter-seed, else --seed)
-    context_back: int | None = None  # --context-back; None: off
 
 
 def _int(part: str, what: str, spec: str, low: int) -> int:
@@ -67,7 +63,7 @@ def parse_spec(spec: str) -> Spec:
     if not 2 <= len(parts) <= 5:
         raise ValueError(f"--blocks {spec!r}: expected block:layers[:arch[:pattern[:window]]]")
     block, layers = _int(parts[0], "block", spec, 2), _int(parts[1], "layers", spec, 1)
-    arch, capture, target_layers, seed, back = _arch(parts[2] if len(parts) > 2 else "", spec)
+    arch, capture, target_layers, seed = _arch(parts[2] if len(parts) > 2 else "", spec)
     pattern = parts[3].upper() if len(parts) > 3 and parts[3] else None
     if pattern is not None and (set(pattern) - set(LAYER_LETTERS) or len(pattern) != layers):
         raise ValueError(f"--blocks {spec!r}: pattern {parts[3]!r} must be {layers} letters of S and F")
@@ -76,20 +72,16 @@ def parse_spec(spec: str) -> Spec:
     if window is not None and not sliding:
         raise ValueError(f"--blocks {spec!r}: a window needs a pattern with sliding (S) layers")
     window = window or (DEFAULT_WINDOW if sliding else None)
-    return Spec(block, layers, arch, None, pattern, window, capture, target_layers, seed, back)
+    return Spec(block, layers, arch, None, pattern, window, capture, target_layers, seed)
 
 
-def _arch(
-    part: str, spec: str
-) -> tuple[str | None, str | None, tuple[int, ...] | None, int | None, int | None]:
-    """``arch[@dtype][@tA-B..][@sN][@cbN]`` -> (arch or None, capture: "fp8" or None for bf16, target layer ids
-    or None, the drafter's seed or None, its context back or None)."""
+def _arch(part: str, spec: str) -> tuple[str | None, str | None, tuple[int, ...] | None, int | None]:
+    """``arch[@dtype][@tA-B..][@sN]`` -> (arch or None, capture: "fp8" or None for bf16, target layer ids or
+    None, the drafter's seed or None)."""
     arch, *mods = part.split("@")
-    dtype, layers, seed, back = "", None, None, None
+    dtype, layers, seed = "", None, None
     for m in mods:
-        if m.startswith("cb") and back is None:
-            back = _int(m[2:], "context back", spec, 1)
-        elif m.startswith("s") and seed is None:
+        if m.startswith("s") and seed is None:
             seed = _int(m[1:], "seed", spec, 0)
         elif m.startswith("t") and layers is None:
             layers = tuple(_int(x, "target layer", spec, 0) for x in m[1:].split("-"))
@@ -100,10 +92,9 @@ def _arch(
         else:
             raise ValueError(
                 f"--blocks {spec!r}: capture dtype {m!r} is not one of {', '.join(CAPTURE_DTYPES)} (nor "
-                "target layers such as t3-7, nor a seed such as s2, nor a context back such as cb2), or is "
-                "given twice"
+                "target layers such as t3-7, nor a seed such as s2), or is given twice"
             )
-    return arch or None, ("fp8" if dtype == "fp8" else None), layers, seed, back
+    return arch or None, ("fp8" if dtype == "fp8" else None), layers, seed
 
 
 def parse_specs(blocks: str, train_text: str) -> list[Spec]:
@@ -128,7 +119,6 @@ def _name(spec: Spec) -> str:
     out += f"_{spec.capture}cap" if spec.capture else ""
     out += f"_{_layers_tag(spec)}" if spec.target_layers else ""
     out += f"_s{spec.seed}" if spec.seed is not None else ""
-    out += f"_cb{spec.context_back}" if spec.context_back else ""
     return out + (f"_{spec.text}" if spec.text else "")
 
 
@@ -160,8 +150,6 @@ def drafter_flags(spec: Spec) -> list[str]:
         argv += ["--sliding-window", str(spec.window)]
     if spec.target_layers:
         argv += ["--target-layer-ids", ",".join(map(str, spec.target_layers))]
-    if spec.context_back:
-        argv += ["--context-back", str(spec.context_back)]
     return argv
 
 
@@ -187,9 +175,6 @@ def comparisons(group: list[Spec], target: str) -> list[tuple[str, str, str]]:
             pairs.append(
                 (key_of(s._replace(seed=None), target), key_of(s, target), f"s{s.seed}_over_run_seed")
             )
-        if s.context_back and s._replace(context_back=None) in group:
-            what = f"cb{s.context_back}_over_plain"
-            pairs.append((key_of(s._replace(context_back=None), target), key_of(s, target), what))
         if s.target_layers and s._replace(target_layers=None) in group:
             what = f"{_layers_tag(s)}_over_default_layers"
             pairs.append((key_of(s._replace(target_layers=None), target), key_of(s, target), what))

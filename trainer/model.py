@@ -1,7 +1,6 @@
 """DFlashDrafter: the DFlash block-diffusion drafter (Qwen3-style layers fed with target hidden states).
 
-``DFlashDrafter(cfg)`` has ``fc`` (``num_captured * hidden -> hidden``, no bias; wider with the
-``context_back`` experiment, ``drafting.context_back``), ``hidden_norm``,
+``DFlashDrafter(cfg)`` has ``fc`` (``num_captured * hidden -> hidden``, no bias), ``hidden_norm``,
 ``layers`` (``cfg.num_draft_layers`` Qwen3 decoder layers: RMSNorm, GQA attention with ``q_norm``/``k_norm``,
 RoPE, SwiGLU) and a final ``norm``; parameter names follow the published checkpoints (z-lab / vLLM /
 SGLang), so ``state_dict()`` is what ``save_drafter`` (below) writes. It owns no embedding and no lm_head:
@@ -63,7 +62,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.drafting import context_back, masks
+from trainer.drafting import masks
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.config import DFLASH2_FIELDS, DraftConfig
 from trainer.drafting.dflash2_conv import GroupedDynamicConv
@@ -183,7 +182,7 @@ class DFlashDrafter(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.fc = nn.Linear(cfg.fc_in_features, cfg.hidden_size, bias=False)
+        self.fc = nn.Linear(cfg.num_captured * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_draft_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -255,8 +254,7 @@ class DFlashDrafter(nn.Module):
         rope_q = self._rope(pos_q, dtype)
         rope_ctx = self._rope(pos_ctx, dtype)
 
-        features = context_back.expand(target_hidden.to(dtype), doc_ids, cfg.context_back)
-        ctx = self.hidden_norm(self.fc(features))
+        ctx = self.hidden_norm(self.fc(target_hidden.to(dtype)))
 
         # one mask per distinct window among the layers
         build = masks.flex_block_mask if attn_impl == "flex" else masks.dense_mask
@@ -294,6 +292,11 @@ def config_from_json(d: dict) -> DraftConfig:
     ):
         if value is None:
             raise ValueError(f"drafter config.json has no {name}")
+    if dflash.get("context_back"):  # the removed --context-back experiment (lab/context_back/): fc reads more
+        raise ValueError(
+            f"drafter config.json has dflash_config.context_back={dflash['context_back']!r}: the trainer no longer "
+            "builds that experiment's drafter (its fc reads the positions before each one; lab/context_back/)"
+        )
     n = int(d["num_hidden_layers"])
     arch = "dflash2" if "DFlash2DraftModel" in (d.get("architectures") or []) else "dflash"
     if arch == "dflash2":
@@ -321,7 +324,6 @@ def config_from_json(d: dict) -> DraftConfig:
         attention_bias=bool(d.get("attention_bias", False)),
         arch=arch,
         **{f: (int(dflash[f]) if arch == "dflash2" else None) for f in DFLASH2_FIELDS},
-        context_back=int(dflash.get("context_back") or 0),
     )
 
 

@@ -70,25 +70,9 @@ def test_target_layers_become_the_trainers_flag_a_name_and_a_comparison_with_the
     assert [(x.capture, x.target_layers) for x in twin] == [(None, (3, 7)), ("fp8", (3, 7))]
 
 
-def test_a_context_back_becomes_the_trainers_flag_a_name_and_a_comparison_with_the_plain_drafter():
-    s = parse_spec("8:2:dflash@cb2@s3")
-    assert (s.context_back, s.seed) == (2, 3) and parse_spec("8:2:dflash@s3@cb2") == s
-    assert tag_of(s) == "b8_dflash_s3_cb2" and key_of(s, "h") == "h_block8_dflash_s3_cb2"
-    args = build_parser().parse_args(
-        ["--target-model", "t", "--data-dir", "d", "--output-dir", "o", *drafter_flags(s)]
-    )
-    assert args.context_back == 2
-    assert "--context-back" not in drafter_flags(parse_spec("8:2:dflash"))
-    pairs = {
-        (a, b): what for a, b, what in comparisons(parse_specs("8:2:dflash,8:2:dflash@cb2", "data"), "t")
-    }
-    assert pairs[("t_block8_dflash", "t_block8_dflash_cb2")] == "cb2_over_plain"
-
-
 @pytest.mark.parametrize(
     "bad, says",
-    [("8:2:dflash@cb0", "context back"), ("8:2:dflash@cbx", "context back"), ("8:2:dflash@cb1@cb2", "twice"),
-     ("8:2:dflash@t3-3", "distinct"), ("8:2:dflash@tx", "target layer"), ("8:2:dflash@fp4", "not one of"),
+    [("8:2:dflash@t3-3", "distinct"), ("8:2:dflash@tx", "target layer"), ("8:2:dflash@fp4", "not one of"),
      ("8:2:dflash@fp8@fp8", "twice"), ("8:2:dflash@t-1", "target layer")],
 )  # fmt: skip
 def test_bad_modifiers_are_refused(bad, says):

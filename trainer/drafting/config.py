@@ -17,9 +17,6 @@ API (stable; the pipeline codes against it):
 - ``arch``: ``"dflash"`` (DFlash 1, the default) or ``"dflash2"``, whose four fields ``conv_kernel_size``,
   ``conv_group_size``, ``selector_rank``, ``selector_top_k`` (``DFLASH2_DEFAULTS``: 2, 16, 256, 16) are None on
   DFlash 1; ``dflash2_fields(arch, given)`` fills them.
-- ``context_back`` (default 0): an experiment, not a server's format (``drafting.context_back``): ``fc`` reads
-  each context position's features beside those of the ``context_back`` positions before it
-  (``fc_in_features``); ``trainer.export --check`` fails such a drafter for every server.
 - ``to_dict()`` / ``from_dict()``: plain JSON-able dict round trip.
 """
 
@@ -34,7 +31,6 @@ ARCHS = ("dflash", "dflash2")
 DFLASH2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 # the published DFlash 2 defaults (z-lab drafters; vllm-project/speculators DFlash2SpeculatorConfig)
 DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
-MAX_CONTEXT_BACK = 8
 
 
 class ConfigError(ValueError):
@@ -112,9 +108,6 @@ class DraftConfig:
     conv_group_size: int | None = None  # channels sharing one dynamic coefficient
     selector_rank: int | None = None  # rank of the candidate selector's bilinear term
     selector_top_k: int | None = None  # candidates kept per block position
-    # an experiment no server reads (drafting.context_back): each context position's features beside those of
-    # the positions up to this many before it, in its document; 0 (the default): the features alone
-    context_back: int = 0
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -187,15 +180,6 @@ class DraftConfig:
                 "layer_types", "layer_types has sliding_attention layers but sliding_window is None"
             )
         self._validate_arch()
-        if (
-            not isinstance(self.context_back, int)
-            or isinstance(self.context_back, bool)
-            or not (0 <= self.context_back <= MAX_CONTEXT_BACK)
-        ):
-            raise ConfigError(
-                "context_back",
-                f"context_back must be an integer 0..{MAX_CONTEXT_BACK}, got {self.context_back!r}",
-            )
         if self.rope_scaling is not None:
             rtype = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
             if rtype not in _ROPE_TYPES:
@@ -240,11 +224,6 @@ class DraftConfig:
     def num_captured(self) -> int:
         return len(self.target_layer_ids)
 
-    @property
-    def fc_in_features(self) -> int:
-        """``fc``'s input width: the captured features, and ``context_back`` more copies of them."""
-        return self.num_captured * self.hidden_size * (1 + self.context_back)
-
     def window_of(self, layer_idx: int) -> int | None:
         """The sliding window of draft layer ``layer_idx`` (None on full-attention layers)."""
         return self.sliding_window if self.layer_types[layer_idx] == "sliding_attention" else None
@@ -275,7 +254,6 @@ class DraftConfig:
         sliding_window: int | None = None,
         arch: str = "dflash",
         dflash2: dict[str, int | None] | None = None,
-        context_back: int = 0,
     ) -> DraftConfig:
         tc = text_config_of(target_config)
         mt = getattr(tc, "model_type", None)
@@ -323,7 +301,6 @@ class DraftConfig:
             attention_bias=bool(getattr(tc, "attention_bias", False)),
             arch=arch,
             **dflash2_fields(arch, dflash2),
-            context_back=context_back,
         )
 
 

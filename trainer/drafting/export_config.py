@@ -73,8 +73,6 @@ def _dflash(cfg: DraftConfig) -> dict:
         out.update({n: getattr(cfg, n) for n in DFLASH2_FIELDS})
     if "sliding_attention" in cfg.layer_types:
         out["causal"] = False
-    if cfg.context_back:  # an experiment no server reads: the check fails it (exporting.common.context_back)
-        out["context_back"] = cfg.context_back
     return out
 
 

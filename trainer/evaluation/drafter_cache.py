@@ -23,7 +23,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from trainer.drafting.context_back import Tail
 from trainer.drafting.rope import apply_rope
 from trainer.drafting.selector import walk
 
@@ -36,7 +35,6 @@ class DraftContextCache:
         self.k: list[torch.Tensor | None] = [None] * len(drafter.layers)
         self.v: list[torch.Tensor | None] = [None] * len(drafter.layers)
         self.len = 0
-        self.tail = Tail(drafter.cfg.context_back)
 
     @torch.no_grad()
     def extend(self, features: torch.Tensor) -> None:
@@ -46,7 +44,7 @@ class DraftContextCache:
             return
         d = self.drafter
         dtype = d.fc.weight.dtype
-        ctx = d.hidden_norm(d.fc(self.tail.push(features.to(dtype)).unsqueeze(0)))
+        ctx = d.hidden_norm(d.fc(features.unsqueeze(0).to(dtype)))
         pos = torch.arange(self.len, self.len + n, device=features.device).unsqueeze(0)
         cos, sin = d._rope(pos, dtype)
         for i, layer in enumerate(d.layers):

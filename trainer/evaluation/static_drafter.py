@@ -24,7 +24,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from trainer.drafting.context_back import Tail
 from trainer.drafting.rope import apply_rope
 from trainer.drafting.selector import walk
 from trainer.evaluation.drafter_cache import DrafterProposer, Proposal
@@ -52,12 +51,9 @@ class StaticProposer:
         self.use_graphs = (self.device.type == "cuda") if graphs is None else bool(graphs)
         self.steps: dict = {}  # greedy (True / False) -> graphs.Step
         self.len = 0
-        # the context-back experiment's last features (drafting.context_back)
-        self.tail = Tail(cfg.context_back)
 
     def reset(self) -> None:
         self.len = 0
-        self.tail.reset()
 
     # -- the computation -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -144,7 +140,6 @@ class StaticProposer:
 
     def propose(self, tokens, new_features, temperature, generator) -> Proposal:
         n, bs = int(new_features.shape[0]), self.block_size
-        new_features = self.tail.push(new_features.to(self.dtype))
         if self.len + n != len(tokens) - 1:
             raise RuntimeError(
                 f"drafter context holds {self.len + n} positions, expected {len(tokens) - 1} "

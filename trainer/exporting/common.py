@@ -334,28 +334,13 @@ def logit_extras(dc: dict, who: str) -> list[Problem]:
     return out
 
 
-def context_back(dc: dict, who: str) -> list[Problem]:
-    """The trainer's context-back experiment (``drafting.context_back``): no server feeds ``fc`` the features of
-    the positions before each one, so such a drafter cannot be served."""
-    v = dc.get("context_back", 0)
-    if v is None or (is_int(v) and v == 0):
-        return []
-    return [
-        error(
-            "dflash_config.context_back",
-            f"{shown(v)}: a trainer experiment (fc reads the positions before each one); {who} feeds fc one "
-            "position's features, so it would serve another function than was trained",
-        )
-    ]
-
-
 def config_checks(top: dict, who: str, dflash_keys, layer_modes) -> tuple[list[Problem], dict, tuple]:
     """The checks every server's ``check`` starts with, in order: the ``dflash_config`` object, structure and
-    numbers, the context-back experiment, sizes, the server's own ``dflash_keys(top, dc, got) -> (problems, ids,
-    n_target)``, layer types, sliding windows and the server's ``layer_modes(top, dc, types) -> problems``. Returns (the problems,
+    numbers, sizes, the server's own ``dflash_keys(top, dc, got) -> (problems, ids, n_target)``, layer types,
+    sliding windows and the server's ``layer_modes(top, dc, types) -> problems``. Returns (the problems,
     ``dc``, (got, ids, n_target, types))."""
     dc, out = dflash_of(top)
-    out += structure(top, who) + numerics(top) + context_back(dc, who)
+    out += structure(top, who) + numerics(top)
     p, got = sizes(top)
     out += p
     p, ids, n_target = dflash_keys(top, dc, got)

@@ -93,7 +93,6 @@ RESOLVABLE = (
         Resolvable(name, "--" + name.replace("_", "-"), None, None, _dflash(name), only="dflash2")
         for name in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
     ),
-    Resolvable("context_back", "--context-back", 0, 0, _dflash("context_back")),
 )
 
 
@@ -341,13 +340,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dflash2: the selector's loss also trains the drafter through its unary logits (speculators' "
         "objective; default: they enter detached, trained by the DFlash loss alone)",
-    )
-    g.add_argument(
-        "--context-back",
-        type=_nonneg_int,
-        default=None,
-        help="an experiment no server can serve (docs/model.md): fc also reads the N positions before each "
-        "context position (default 0; resuming: the checkpoint's)",
     )
     g.add_argument("--noise-start", type=finite_float, default=0.0)
     g.add_argument("--noise-end", type=finite_float, default=0.0)

@@ -85,7 +85,6 @@ class Settings:
     selector_rank: int | None
     selector_top_k: int | None
     selector_unary_grad: bool
-    context_back: int  # the experiment of drafting.context_back (0: off)
     noise_start: float
     noise_end: float
     noise_type: str

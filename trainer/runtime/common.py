@@ -75,7 +75,6 @@ def draft_config(args):
             sliding_window=args.sliding_window,
             arch=getattr(args, "arch", None) or "dflash",
             dflash2=dflash2_flags(args),
-            context_back=getattr(args, "context_back", None) or 0,
         )
     except ValueError as e:
         raise FlagError(flag_for_setting(e), str(e)) from None

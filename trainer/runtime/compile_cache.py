@@ -67,7 +67,6 @@ GRAPH_FLAGS = (
     "conv_group_size",
     "selector_rank",
     "selector_top_k",
-    "context_back",
 )
 
 

@@ -171,6 +171,23 @@ def test_export_round_trip_is_bit_exact(tmp_path):
         assert torch.equal(drafter(*args), loaded(*args))
 
 
+def test_a_drafter_of_the_removed_context_back_experiment_is_refused_by_its_key(tmp_path):
+    # written by the trainer's former --context-back N (now lab/context_back/): an fc wider than this drafter's
+    drafter, cfg = tiny_drafter()
+    save_drafter(drafter, cfg, tmp_path)
+    conf = json.loads((tmp_path / "config.json").read_text())
+    for value in (0, None):  # never written by the trainer, but the same function as a plain drafter
+        conf["dflash_config"]["context_back"] = value
+        (tmp_path / "config.json").write_text(json.dumps(conf))
+        assert load_drafter(tmp_path)[1] == cfg
+    conf["dflash_config"]["context_back"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    with pytest.raises(ValueError, match=r"dflash_config\.context_back=2"):
+        load_drafter(tmp_path)
+    with pytest.raises(ValueError, match=r"unknown DraftConfig settings: \['context_back'\]"):
+        DraftConfig.from_dict({**cfg.to_dict(), "context_back": 2})
+
+
 def test_export_layout_is_the_reference_one(tmp_path):
     from safetensors import safe_open
     from transformers import Qwen3Config

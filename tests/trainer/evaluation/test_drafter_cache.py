@@ -11,8 +11,8 @@ from trainer.evaluation.drafter_cache import DraftContextCache
 
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5}, {"context_back": 2}],
-    ids=["full", "sliding", "context_back"],
+    [{}, {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5}],
+    ids=["full", "sliding"],
 )
 def test_block_equals_the_training_forward_at_the_same_anchor(extra):
     over = {"block_size": 6, **extra}

@@ -17,7 +17,6 @@ CONFIGS = {
     "dflash": {},
     "sliding": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 5},
     "dflash2": {"arch": "dflash2", "dflash2": {"selector_rank": 8, "selector_top_k": 4}},
-    "context_back": {"context_back": 2},  # the experiment: fc also reads the two positions before
 }
 
 

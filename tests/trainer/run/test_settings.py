@@ -60,7 +60,6 @@ def test_run_json_drafter_record_names_the_resolved_settings(tiny_assets, tmp_pa
         "conv_group_size": None,
         "selector_rank": None,
         "selector_top_k": None,
-        "context_back": 0,
     }
 
 
@@ -71,14 +70,11 @@ def test_a_resume_takes_the_checkpoints_drafter_unless_given(tiny_assets):
         "architectures": ["DFlash2DraftModel"],
         "num_hidden_layers": 3,
         "block_size": 12,
-        "dflash_config": {"mask_token_id": 7, "conv_kernel_size": 3, "selector_rank": 64, "context_back": 2},
+        "dflash_config": {"mask_token_id": 7, "conv_kernel_size": 3, "selector_rank": 64},
     }
     got = resolve_drafter(unset, info, saved)
     inherited = {"arch": "dflash2", "block_size": 12, "num_draft_layers": 3, "mask_token_id": 7}
-    assert got == {**unset, **inherited, "conv_kernel_size": 3, "selector_rank": 64, "context_back": 2}
-    # a checkpoint from before the experiment: off
-    old = {**saved, "dflash_config": {"mask_token_id": 7}}
-    assert resolve_drafter(unset, info, old)["context_back"] == 0
+    assert got == {**unset, **inherited, "conv_kernel_size": 3, "selector_rank": 64}
     # given flags win; an explicit --arch dflash takes none of the DFlash 2 fields (they would be refused)
     got = resolve_drafter({**unset, "arch": "dflash", "block_size": 4}, info, saved)
     assert (got["arch"], got["block_size"], got["num_draft_layers"], got["selector_rank"]) == (
@@ -101,7 +97,6 @@ def test_a_resume_takes_the_checkpoints_drafter_unless_given(tiny_assets):
         (dict(layer_types=["sliding_attention"], sliding_window=-1), "--sliding-window"),
         (dict(arch="dflash2", dflash2={"conv_kernel_size": 9}, block_size=4), "--conv-kernel-size"),
         (dict(arch="dflash2", dflash2={"selector_top_k": 10**7}), "--selector-top-k"),
-        (dict(context_back=9), "--context-back"),
     ],
 )
 def test_a_drafter_config_error_names_the_flag_of_its_rule(kwargs, flag):

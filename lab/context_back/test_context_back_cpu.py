@@ -1,4 +1,4 @@
-"""bench/context_back_cpu.py: its two drafters start as one function and train on the same batches and anchors,
+"""lab/context_back/context_back_cpu.py: its two drafters start as one function and train on the same batches and anchors,
 so their first losses agree and only what context-back adds parts them; its per-slot figures are the conditional
 acceptance of each slot over every anchor."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from bench import context_back_cpu as cb
-from bench.est_seen import PROMPT, SEQ
+from lab.context_back import context_back_cpu as cb
+from lab.est_seen import PROMPT, SEQ
 from tests.support.model_util import tiny_target
 from trainer.drafting.head import FrozenHead
 
@@ -26,7 +26,7 @@ def test_both_drafters_start_alike_and_train_on_the_same_batches(tmp_path):
     target = tiny_target()
     target.save_pretrained(tmp_path / "target")
     plain, wide = cb.make_drafters(str(tmp_path / "target"), 2)
-    assert wide.cfg.context_back == 2 and wide.fc.in_features == 3 * plain.fc.in_features
+    assert wide.back == 2 and wide.fc.in_features == 3 * plain.fc.in_features
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 250, (6, SEQ), generator=g)
     rows = [(r.tolist(), [0] * PROMPT + [1] * (SEQ - PROMPT)) for r in ids]

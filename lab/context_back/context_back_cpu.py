@@ -2,12 +2,12 @@
 per-position states do not hold the tokens before them (bench/README.md, the ``--back`` probes)?
 
 On one stored target (``--target``: bench/out's parts) two DFlash 1 drafters train side by side on the same
-batches, anchors and initial weights: the plain one and the trainer's ``--context-back N`` one (``fc`` also reads
-the N positions before each context position; trainer/drafting/context_back.py). Not the trainer's loop but its
+batches, anchors and initial weights: the plain one and the context-back one of back N (``fc`` also reads the N
+positions before each context position; ``lab.context_back.drafter``). Not the trainer's loop but its
 parts: ``DFlashDrafter``, ``sample_anchors``, ``dflash_loss`` with the target's soft labels, AdamW with
 ``schedule.lr_at``, gradient clipping at 1. The target's states (the default layers) and final hidden states are
 captured once, for the first ``--rows`` sequences of the target's own regenerated text (``--train-text``), and
-kept in bf16. Each drafter is then scored by the trainer's walk (``bench/est_seen.py``'s ``estimate``, every
+kept in bf16. Each drafter is then scored by the trainer's walk (``lab/est_seen.py``'s ``estimate``, every
 completion position an anchor: it read the GPU evaluation's real value within 1% on text the drafter had not
 seen) on the bench's held-out evaluation prompts (``--seed``'s, as bench_acceptance.py draws them from this
 machine's corpus: the standard library of the Python running it, so a GPU image's other Python draws other
@@ -17,9 +17,9 @@ drafter's ratio to the plain one, paired by prompt (``report.paired_ratio``, 95%
 targets, the same prompts) by prompt. ``--decode-with`` another target (and that target's ``--train-text``) trains
 and walks a drafter on one target's states over the other target's text: states and text apart.
 
-    PYTHONPATH=. python bench/context_back_cpu.py --target bench/out/hybrid_target \\
+    PYTHONPATH=. python lab/context_back/context_back_cpu.py --target bench/out/hybrid_target \\
         --train-text bench/out/regen/regenerated.jsonl --out hybrid.json
-    PYTHONPATH=. python bench/context_back_cpu.py --compare dense.json hybrid.json
+    PYTHONPATH=. python lab/context_back/context_back_cpu.py --compare dense.json hybrid.json
 
 A smaller schedule than the GPU rows' (``--steps`` of ``--batch`` sequences with ``--anchors-per-seq`` anchors each;
 the GPU rows: 64 sequences of 4 anchors a step, 256 anchors in one packed row of 16,384 tokens), so its figures
@@ -35,10 +35,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import copy_share, est_seen, target_transfer  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench import target_transfer  # noqa: E402
 from bench.acceptance_target import MASK  # noqa: E402
 from bench.bench_acceptance import PROMPT, heldout_prompts, local_corpus_id  # noqa: E402
+from lab import copy_share, est_seen  # noqa: E402
 
 BLOCK, LAYERS, GAMMA, LR, WARMUP, WD, CLIP = 8, 2, 7.0, 1e-3, 0.04, 0.01, 1.0
 
@@ -66,31 +67,31 @@ def cache_states(model, rows, layers: list[int], batch: int = 16):
 
 
 def make_drafters(target_dir: str, back: int, window: int | None = None):
-    """The plain DFlash 1 drafter and the context-back one, the layers' weights alike (fc differs in width); with
-    ``back`` 0 the plain one alone; with ``window`` every draft layer a sliding one of that window."""
+    """The plain DFlash 1 drafter and the context-back one (``ContextBackDrafter``), the layers' weights alike (fc
+    differs in width); with ``back`` 0 the plain one alone; with ``window`` every draft layer a sliding one of
+    that window."""
     import torch
     from transformers import AutoConfig
 
+    from lab.context_back.drafter import ContextBackDrafter
     from trainer.drafting.config import DraftConfig
     from trainer.model import DFlashDrafter
 
     tc = AutoConfig.from_pretrained(target_dir)
-    out = []
-    for cb in (0, back) if back else (0,):
-        cfg = DraftConfig.from_target_config(
-            tc,
-            num_draft_layers=LAYERS,
-            block_size=BLOCK,
-            mask_token_id=MASK,
-            context_back=cb,
-            layer_types=["sliding_attention"] * LAYERS if window else None,
-            sliding_window=window,
-        )
-        torch.manual_seed(0)
-        out.append(DFlashDrafter(cfg).float().train())
+    cfg = DraftConfig.from_target_config(
+        tc,
+        num_draft_layers=LAYERS,
+        block_size=BLOCK,
+        mask_token_id=MASK,
+        layer_types=["sliding_attention"] * LAYERS if window else None,
+        sliding_window=window,
+    )
+    torch.manual_seed(0)
+    plain = DFlashDrafter(cfg).float().train()
     if not back:
-        return out
-    plain, wide = out
+        return [plain]
+    wide = ContextBackDrafter(cfg, back).float().train()
+    out = [plain, wide]
     own = {k: v for k, v in plain.state_dict().items() if not k.startswith("fc.")}
     wide.load_state_dict(own, strict=False)
     with torch.no_grad():  # the context-back fc starts as the plain one on the position's own features
