@@ -15,7 +15,7 @@ asked whether that is why it trails on the hybrid target. No server computes it 
   ``(1 + back) n H`` inputs that expands what it is given); its ``forward`` takes the same arguments as the
   product's and hands ``fc`` the batch's ``doc_ids``. Training's forward only: the trainer's decoding engines,
   export and checks do not know it (they did while it was the trainer's ``--context-back``, up to commit
-  2434fda).
+  56109e7).
 """
 
 from __future__ import annotations
