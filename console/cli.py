@@ -235,12 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _session(args: argparse.Namespace, **kw):
+    from console.core.place import HOST, from_flags
     from console.core.session import Session
 
     target = getattr(args, "target", None)
+    places = from_flags(vars(args))
     return Session(
         target.options if target is not None else options_from_args(args),
-        ct=args.ct,
+        place=target.place if target is not None else (places[0] if places else HOST),
         run_dir=getattr(args, "run_dir", None),
         streams=False,
         telemetry=False,
@@ -265,13 +267,14 @@ def env_from_pairs(pairs: list[str]) -> dict[str, str]:
 def resolve_targets(args):
     """The runs the positionals name (console/core/targets.py); ConfigError for a bad config file."""
     from console.core.config_file import load
+    from console.core.place import from_flags
     from console.core.targets import resolve
 
     base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
     return resolve(
         list(args.host),
         base,
-        cts=args.ct or None,
+        places=from_flags(vars(args)) or None,
         run_dir=getattr(args, "run_dir", None),
         readonly=getattr(args, "readonly", False),
         config=load(),
@@ -286,11 +289,12 @@ def resolve_one_target(args):
     """The one run the positional names (a config name or HOST [--ct N]); ConfigError when it is not
     exactly one run or the config file is unusable."""
     from console.core.config_file import load
+    from console.core.place import from_flags
     from console.core.targets import resolve_one
 
     base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
     target, _named = resolve_one(
-        args.host, base, ct=args.ct, run_dir=getattr(args, "run_dir", None), config=load()
+        args.host, base, places=from_flags(vars(args)), run_dir=getattr(args, "run_dir", None), config=load()
     )
     return target
 
@@ -333,7 +337,6 @@ def _connect_failed(args, e: Exception) -> int:
 def _single(args, target) -> None:
     """Point the one-run commands' flags at ``target`` (a config name or HOST --ct N)."""
     args.target = target
-    args.ct = target.ct
     args.run_dir = target.run_dir
     if hasattr(args, "readonly"):
         args.readonly = target.readonly
@@ -398,7 +401,9 @@ async def cmd_status_many(args, targets) -> int:
 
     async def one(t):
         try:
-            async with Session(t.options, ct=t.ct, run_dir=t.run_dir, streams=False, telemetry=False) as s:
+            async with Session(
+                t.options, place=t.place, run_dir=t.run_dir, streams=False, telemetry=False
+            ) as s:
                 return await collect(s), None
         except Exception as e:  # noqa: BLE001 - said on its line; the other targets go on
             return None, str(e) or type(e).__name__
@@ -742,8 +747,8 @@ def cmd_connect(args) -> int:
         sessions = [r.session for r in runs]
     else:
         t = targets[0]
-        session = Session(t.options, ct=t.ct, run_dir=t.run_dir, readonly=t.readonly)
-        target = t.options.host + (f" · CT {t.ct}" if t.ct is not None else "")
+        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly)
+        target = t.where
         if t.label and t.label != t.name:
             target = f"{t.label} · {target}"
         app = ConsoleApp(session, readonly=t.readonly, target=target, health=hooks)

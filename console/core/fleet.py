@@ -51,7 +51,7 @@ def build_runs(
     for t in targets:
         s = session_factory(
             t.options,
-            ct=t.ct,
+            place=t.place,
             run_dir=t.run_dir,
             readonly=t.readonly,
             link=links.get(t.options),

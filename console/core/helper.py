@@ -1,7 +1,8 @@
 """Client of the remote helper (helper_program.py) over one SSH exec channel.
 
-``Helper.start(conn, ct=...)`` runs ``[pct exec N --] python3 -c PROGRAM`` (quoted with shlex.join),
-waits for the hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
+``Helper.start(conn, place=...)`` runs ``python3 -c PROGRAM`` where the trainer lives (the host, or a
+container through its exec prefix: console/core/place.py), quoted with shlex.join; waits for the
+hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
 answer, ``helper.stream(op, on_push, **args)`` for a request that pushes data until cancelled.
 When the channel closes every pending call fails with :class:`HelperGone`; a call not answered within its
 limit (:func:`call_limit`) fails with :class:`HelperTimeout`, naming the request.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import asyncssh
 
 from console.core.helper_program import program_text
+from console.core.place import HOST, Place
 from console.core.sanitize import clean_text, loads
 
 
@@ -75,12 +77,9 @@ class HelperStartError(RuntimeError):
     """The helper did not come up (no python3, no such container, ...)."""
 
 
-def helper_command(ct: int | None, python: str = "python3") -> str:
-    """The remote command line that starts the helper, quoted from an argument list."""
-    argv = [python, "-c", program_text()]
-    if ct is not None:
-        argv = ["pct", "exec", str(int(ct)), "--", *argv]
-    return shlex.join(argv)
+def helper_command(place: Place, python: str = "python3") -> str:
+    """The remote command line that starts the helper in ``place``, quoted from an argument list."""
+    return place.command([python, "-c", program_text()])
 
 
 def b64decode(text: str) -> bytes:
@@ -91,7 +90,7 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-async def _read_hello(process: asyncssh.SSHClientProcess, ct: int | None, python: str) -> dict:
+async def _read_hello(process: asyncssh.SSHClientProcess, place: Place, python: str) -> dict:
     junk: list[bytes] = []
     while True:
         line = await process.stdout.readline()
@@ -100,8 +99,9 @@ async def _read_hello(process: asyncssh.SSHClientProcess, ct: int | None, python
             with contextlib.suppress(Exception):
                 err = await asyncio.wait_for(process.stderr.read(), 2)
             text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
-            where = f"container {ct}" if ct is not None else "the host"
-            raise HelperStartError(f"could not start the helper ({python}) on {where}: {text or 'no output'}")
+            raise HelperStartError(
+                f"could not start the helper ({python}) on {place.describe}: {text or 'no output'}"
+            )
         try:
             msg = json.loads(line)
         except ValueError:
@@ -145,13 +145,13 @@ class Helper:
         cls,
         conn: asyncssh.SSHClientConnection,
         *,
-        ct: int | None = None,
+        place: Place = HOST,
         python: str = "python3",
         timeout: float = 30.0,
     ) -> Helper:
-        process = await conn.create_process(helper_command(ct, python), encoding=None)
+        process = await conn.create_process(helper_command(place, python), encoding=None)
         try:
-            hello = await asyncio.wait_for(_read_hello(process, ct, python), timeout)
+            hello = await asyncio.wait_for(_read_hello(process, place, python), timeout)
         except asyncio.TimeoutError as e:
             process.close()
             raise HelperStartError(f"the helper did not answer within {timeout:.0f} s") from e

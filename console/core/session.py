@@ -33,6 +33,7 @@ from console.core.helper import Helper, HelperError, HelperGone
 from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
+from console.core.place import HOST, Place
 from console.core.restart_trust import refusal, restart_concerns
 from console.core.ssh import backoff, connect
 from console.core.streams import FileTail, LineSplitter, start_offset
@@ -57,7 +58,7 @@ class Session:
         self,
         options: ConnectOptions,
         *,
-        ct: int | None = None,
+        place: Place = HOST,
         run_dir: str | None = None,
         readonly: bool = False,
         gpu_interval_ms: int = 500,
@@ -72,7 +73,7 @@ class Session:
         self.options = options
         # a console.core.hostlink.HostLink when several sessions share one connection to a host
         self.link = link
-        self.ct = ct
+        self.place = place  # where the trainer lives: the host, or Proxmox(200) (console/core/place.py)
         self.run_dir = run_dir
         self.readonly = readonly
         self.python = python
@@ -90,7 +91,9 @@ class Session:
         self._closing = False
         self._supervisor: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
-        self._telemetry = Telemetry(self._emit, ct=ct, interval_ms=gpu_interval_ms) if telemetry else None
+        self._telemetry = (
+            Telemetry(self._emit, place=place, interval_ms=gpu_interval_ms) if telemetry else None
+        )
         self._metrics_tail: FileTail | None = None
         self._log_tail: FileTail | None = None
         self._followed: list[FileTail] = []  # tails of callers (Session.follow), re-attached on reconnect
@@ -134,7 +137,7 @@ class Session:
 
     @property
     def where(self) -> str:
-        return self.options.display + (f" CT {self.ct}" if self.ct is not None else "")
+        return self.place.at(self.options.display, " ")
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class Session:
     async def _connect(self) -> None:
         conn = await (self.link.acquire() if self.link is not None else connect(self.options))
         try:
-            helper = await Helper.start(conn, ct=self.ct, python=self.python)
+            helper = await Helper.start(conn, place=self.place, python=self.python)
         except BaseException:
             self._drop_conn(conn)
             raise

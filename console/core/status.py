@@ -16,6 +16,7 @@ from console.core.events import Gpu
 from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
+from console.core.place import from_json, to_json
 from console.core.session import Session
 from console.core.startup_fold import StartupFold, StartupView
 from console.core.startup_fold import line as startup_line
@@ -28,7 +29,7 @@ async def collect(session: Session) -> dict:
     run_dir = session.run_dir
     out: dict = {
         "host": session.options.display,
-        "ct": session.ct,
+        **to_json(session.place),  # "ct": the container (None on the host)
         "helper": {k: helper.hello.get(k) for k in ("pid", "python", "python_version", "hostname", "pidfd")},
         "run_dir": run_dir,
         "trainer": None,
@@ -132,8 +133,7 @@ def accept_part(acc: dict | None) -> str | None:
 def format_text(st: dict) -> str:
     now = st["t"]
     lines = [
-        f"host: {st['host']}"
-        + (f"  CT {st['ct']}" if st["ct"] is not None else "")
+        from_json(st).at(f"host: {st['host']}", "  ")
         + f"  (helper pid {st['helper']['pid']} on {st['helper']['hostname']})"
     ]
     tr = st["trainer"]

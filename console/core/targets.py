@@ -3,7 +3,7 @@ of a host; the config file's ``[targets]`` section names them::
 
     [targets.main]
     host = "10.1.2.6"        # [user@]host or a Host alias of ~/.ssh/config (required)
-    container = 200          # Proxmox container (pct exec); absent: the host itself
+    container = 200          # Proxmox container (console/core/place.py); absent: the host itself
     user = "root"
     port = 22
     key = "~/.ssh/id_ed25519"
@@ -14,7 +14,8 @@ of a host; the config file's ``[targets]`` section names them::
     readonly = true          # hide every changing action for this run
 
 ``resolve(names, ...)`` turns the command line's positionals into targets: a name of the config is
-that target, anything else is a host (with each ``--ct`` given, or the host itself).
+that target, anything else is a host (with each ``--ct`` given, or the host itself). Where in the host
+the trainer lives (``container``, ``--ct``) is a :class:`~console.core.place.Place`.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 
 from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
+from console.core.place import CONFIG_KEYS, HOST, KINDS, Place, PlaceError, from_config, parse
 
 KEYS = {
     "host": str,
-    "container": int,
     "user": str,
     "port": int,
     "key": str,
@@ -43,7 +44,7 @@ KEYS = {
 class Target:
     name: str
     options: ConnectOptions
-    ct: int | None = None
+    place: Place = HOST
     run_dir: str | None = None
     label: str = ""
     readonly: bool = False
@@ -51,7 +52,7 @@ class Target:
     @property
     def where(self) -> str:
         """host · CT N (what the overview and the dialogs name)."""
-        return self.options.host + (f" · CT {self.ct}" if self.ct is not None else "")
+        return self.place.at(self.options.host)
 
     @property
     def title(self) -> str:
@@ -67,14 +68,23 @@ def targets_from_config(data: dict, path: Path | str | None = None) -> dict[str,
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: [targets.{name}] must be a table")
         for key, value in entry.items():
+            if key in CONFIG_KEYS:  # where the trainer lives: checked by its one parser
+                try:
+                    parse(key, value)
+                except PlaceError as e:
+                    raise ConfigError(f"{where}: [targets.{name}] {e}") from None
+                continue
             kind = KEYS.get(key)
             if kind is None:
-                raise ConfigError(
-                    f"{where}: [targets.{name}] has no setting {key!r} (known: {', '.join(sorted(KEYS))})"
-                )
+                known = ", ".join(sorted({*KEYS, *CONFIG_KEYS}))
+                raise ConfigError(f"{where}: [targets.{name}] has no setting {key!r} (known: {known})")
             ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
             if not ok:
                 raise ConfigError(f"{where}: [targets.{name}] {key} must be a {kind.__name__}, not {value!r}")
+        try:
+            from_config(entry)
+        except PlaceError as e:
+            raise ConfigError(f"{where}: [targets.{name}] {e}") from None
         if "host" not in entry:
             raise ConfigError(f"{where}: [targets.{name}] needs a host")
         out[name] = entry
@@ -94,7 +104,7 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
     return Target(
         name=name,
         options=opts,
-        ct=entry.get("container"),
+        place=from_config(entry),
         run_dir=entry.get("run_dir"),
         label=entry.get("label", name),
         readonly=entry.get("readonly", False),
@@ -103,16 +113,17 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
 
 def ct_with_name(name: str, path: Path | str | None = None) -> str:
     """The one message for ``--ct`` given with a config name (its entry names its container)."""
+    flags = " / ".join(k.FLAG for k in KINDS if k.FLAG)
     return (
         f"{name} is a target of {path or config_path()} (its entry names its container); "
-        "--ct goes with a HOST, not a target name"
+        f"{flags} goes with a HOST, not a target name"
     )
 
 
 def resolve(
     names: list[str],
     base: ConnectOptions,
-    cts: list[int] | None = None,
+    places: list[Place] | None = None,
     run_dir: str | None = None,
     readonly: bool = False,
     config: dict | None = None,
@@ -120,10 +131,11 @@ def resolve(
 ) -> list[Target]:
     """Targets for the positionals ``names``: a config name is that target (the command line's
     connection flags fill in what it does not set; ``--readonly`` makes it read-only); any other
-    name is ``[user@]host``, one target per ``--ct`` (or the host itself), with ``--run-dir``. ``--ct``
-    with config names only is a :class:`ConfigError` (:func:`ct_with_name`)."""
+    name is ``[user@]host``, one target per place of ``places`` (the ``--ct`` flags; none: the host
+    itself), with ``--run-dir``. ``places`` with config names only is a :class:`ConfigError`
+    (:func:`ct_with_name`)."""
     named = targets_from_config(config or {}, path)
-    if cts and all(name in named for name in names):  # no HOST for the --ct to go with
+    if places and all(name in named for name in names):  # no HOST for the --ct to go with
         raise ConfigError(ct_with_name(names[0], path))
     out: list[Target] = []
     for name in names:
@@ -141,12 +153,12 @@ def resolve(
             known_hosts=base.known_hosts,
             jump=base.jump,
         )
-        for ct in cts or [None]:
-            label = name if ct is None else f"{name}/{ct}"
-            out.append(Target(label, opts, ct, run_dir, label, readonly))
+        for place in places or [HOST]:
+            label = f"{name}/{place.short}" if place.short else name
+            out.append(Target(label, opts, place, run_dir, label, readonly))
     seen: set[tuple] = set()
     for t in out:
-        key = (t.options.display, t.ct, t.run_dir)
+        key = (t.options.display, t.place.key, t.run_dir)
         if key in seen:
             raise ConfigError(f"{t.where} ({t.run_dir or 'any run dir'}) is given twice")
         seen.add(key)
@@ -156,24 +168,26 @@ def resolve(
 def resolve_one(
     name: str,
     base: ConnectOptions,
-    ct: list[int] | None = None,
+    places: list[Place] | None = None,
     run_dir: str | None = None,
     config: dict | None = None,
     path: Path | str | None = None,
 ) -> tuple[Target, bool]:
     """The one run of ``stop``/``restart``/``launch``/``deploy``/``logs``: ``name``
-    through :func:`resolve`, and whether it is a config name. A config name takes no ``--ct`` (the
+    through :func:`resolve`, and whether it is a config name. A config name takes no ``places`` (the
     entry names its container); ``--run-dir`` fills in an entry without ``run_dir`` and must match
     one that has it. Anything that names more than one run is a :class:`ConfigError`."""
     named = targets_from_config(config or {}, path)
     is_name = name in named
-    if is_name and ct:
+    if is_name and places:
         raise ConfigError(ct_with_name(name, path))
-    found = resolve([name], base, cts=ct or None, run_dir=run_dir, config=config, path=path)
-    if len(found) != 1:
+    found = resolve([name], base, places=places or None, run_dir=run_dir, config=config, path=path)
+    if len(found) != 1:  # several places of a HOST
         runs = ", ".join(t.where for t in found)
+        given = " ".join(f for p in places or [] for f in p.flags())
+        one = " / ".join(sorted({str(type(p).FLAG) for p in places or []}))
         raise ConfigError(
-            f"{name} with --ct {' --ct '.join(map(str, ct or []))} names {len(found)} runs ({runs}); this command acts on one: give one --ct"
+            f"{name} with {given} names {len(found)} runs ({runs}); this command acts on one: give one {one}"
         )
     t = found[0]
     if is_name and run_dir is not None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
 from collections.abc import Callable
 
 import asyncssh
 
 from console.core.events import Gpu, GpuSample, TelemetryState
+from console.core.place import HOST, Place
 from console.core.sanitize import clean_text
 
 FIELDS = "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
@@ -28,10 +28,9 @@ def nvidia_smi_argv(interval_ms: int | None = 500) -> list[str]:
     return argv
 
 
-def remote_command(argv: list[str], ct: int | None) -> str:
-    if ct is not None:
-        argv = ["pct", "exec", str(int(ct)), "--", *argv]
-    return shlex.join(argv)
+def remote_command(argv: list[str], place: Place) -> str:
+    """``argv`` as the SSH channel runs it in ``place`` (console/core/place.py)."""
+    return place.command(argv)
 
 
 def _num(text: str) -> float | None:
@@ -69,9 +68,11 @@ def parse_output(text: str) -> list[Gpu]:
 class Telemetry:
     """Runs nvidia-smi on its own channel and calls ``emit`` with GpuSample / TelemetryState."""
 
-    def __init__(self, emit: Callable[[object], None], *, ct: int | None, interval_ms: int = 500) -> None:
+    def __init__(
+        self, emit: Callable[[object], None], *, place: Place = HOST, interval_ms: int = 500
+    ) -> None:
         self.emit = emit
-        self.ct = ct
+        self.place = place
         self.interval_ms = interval_ms
         self._task: asyncio.Task | None = None
         self._proc: asyncssh.SSHClientProcess | None = None
@@ -90,7 +91,7 @@ class Telemetry:
         self._proc = None
 
     async def _run(self, conn: asyncssh.SSHClientConnection) -> None:
-        cmd = remote_command(nvidia_smi_argv(self.interval_ms), self.ct)
+        cmd = remote_command(nvidia_smi_argv(self.interval_ms), self.place)
         try:
             self._proc = proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
         except (asyncssh.Error, OSError) as e:

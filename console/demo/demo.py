@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import sys
@@ -21,11 +22,13 @@ from pathlib import Path
 from console.core import control
 from console.core.events import ActionPhase, ConnState, Outcome
 from console.core.options import ConnectOptions
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.demo.processes import MARKER_ENV, STOP_TIMEOUT, end_marked
 from console.devhost import DevHost
 
 CT = 200
+PLACE = Proxmox(CT)  # the devhost's container the demo's trainer lives in
 MARKER_FILE = ".dflash-demo"
 TINY = "tiny"  # in the container
 RUN = "runs/demo"  # in the container
@@ -166,18 +169,18 @@ class Demo:
         )
 
     def session(self, **kw) -> Session:
-        return Session(self.options(), ct=CT, run_dir=self.run_dir, **kw)
+        return Session(self.options(), place=PLACE, run_dir=self.run_dir, **kw)
 
     @property
     def target(self) -> str:
-        return f"demo · 127.0.0.1:{self.host.port} · CT {CT}" if self.host else "demo"
+        return PLACE.at(f"demo · 127.0.0.1:{self.host.port}") if self.host else "demo"
 
     def cli_hint(self) -> str:
         """The dflash-console flags that reach the demo's host from another terminal."""
         h = self.host
         return (
             f"dflash-console status {h.host} -p {h.port} -l {h.user} -i {h.client_key_path} "
-            f"--known-hosts {h.known_hosts_path} -F /dev/null --ct {CT}"
+            f"--known-hosts {h.known_hosts_path} -F /dev/null {shlex.join(PLACE.flags())}"
         )
 
     # --- setup: tiny assets, deploy, launch ---
@@ -286,7 +289,7 @@ class Demo:
         return clean
 
     async def _stop_trainer(self, run_dir: str, say: Say) -> bool:
-        session = Session(self.options(), ct=CT, run_dir=run_dir, streams=False, telemetry=False)
+        session = Session(self.options(), place=PLACE, run_dir=run_dir, streams=False, telemetry=False)
         try:
             await asyncio.wait_for(session.start(), 30)
         except Exception as e:  # the sweep after it still ends the trainer

@@ -22,6 +22,7 @@ from console.core.helper import (
     b64decode,
     call_limit,
 )
+from console.core.place import Proxmox
 from console.core.ssh import connect
 from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, start_time, start_user_script, wait_until
@@ -39,7 +40,7 @@ async def host(tmp_path):
 @pytest.fixture
 async def helper(host):
     conn = await connect(options_for(host))
-    hp = await Helper.start(conn, ct=CT)
+    hp = await Helper.start(conn, place=Proxmox(CT))
     yield hp
     await hp.close()
     conn.close()
@@ -171,7 +172,7 @@ async def test_unknown_op_and_missing_file_are_errors_not_crashes(helper):
 
 async def test_helper_dies_with_its_channel(host):
     conn = await connect(options_for(host))
-    hp = await Helper.start(conn, ct=CT)
+    hp = await Helper.start(conn, place=Proxmox(CT))
     pid = hp.pid
     assert alive(pid)
     conn.close()  # the link goes: stdin EOF, the helper leaves
@@ -185,7 +186,7 @@ async def test_no_such_container_is_said(host):
     conn = await connect(options_for(host))
     try:
         with pytest.raises(HelperStartError, match="container 999.*does not exist"):
-            await Helper.start(conn, ct=999)
+            await Helper.start(conn, place=Proxmox(999))
     finally:
         conn.close()
 

@@ -14,6 +14,7 @@ from console.core import control
 from console.core.devices import join_devices
 from console.core.events import ActionPhase, Gpu, Outcome, TelemetryState
 from console.core.options import ConnectOptions
+from console.core.place import Proxmox
 from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
 from console.core.telemetry import nvidia_smi_argv, parse_gpu_line, parse_output
@@ -32,7 +33,9 @@ async def test_pid_that_became_another_program_is_refused(host):
     p = start_user_script(host.container_dir(CT), "runs/x")
     run_dir = str(host.container_dir(CT) / "runs" / "x")
     try:
-        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
+        async with Session(
+            options_for(host), place=Proxmox(CT), run_dir=run_dir, telemetry=False, streams=False
+        ) as s:
             assert s.trainer is not None and s.trainer.pid == p.pid and s.trainer.source == "cmdline"
             os.kill(p.pid, signal.SIGUSR1)  # it execs `sleep 30`: same PID, same start time, other program
             cmdline = Path(f"/proc/{p.pid}/cmdline")
@@ -54,7 +57,7 @@ async def test_user_script_stop_watches_its_output_dir_and_sees_the_exit(host):
     p = start_user_script(host.container_dir(CT), "runs/y", STANDIN_SAVE_S="1.5")
     run_dir = str(host.container_dir(CT) / "runs" / "y")
     try:
-        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=run_dir, telemetry=False) as s:
             phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=30, on_phase=phases.append)
             assert res.code == Outcome.OK, res
@@ -84,7 +87,7 @@ async def test_user_script_that_writes_nothing_or_fails_is_no_checkpoint(host, e
     p = start_user_script(host.container_dir(CT), "runs/z", STANDIN_SAVE_S="0.1", **env)
     run_dir = str(host.container_dir(CT) / "runs" / "z")
     try:
-        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False) as s:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=run_dir, telemetry=False) as s:
             res = await s.stop_trainer(timeout=30)
         assert res.code == Outcome.NO_CHECKPOINT and said in res.message, res
         assert p.wait(5) == int(env.get("STANDIN_RC", "0"))
@@ -95,7 +98,9 @@ async def test_user_script_that_writes_nothing_or_fails_is_no_checkpoint(host, e
 
 
 async def test_readonly_session_refuses_every_change(host, tmp_path):
-    async with Session(options_for(host), ct=CT, run_dir=str(tmp_path), readonly=True, telemetry=False) as s:
+    async with Session(
+        options_for(host), place=Proxmox(CT), run_dir=str(tmp_path), readonly=True, telemetry=False
+    ) as s:
         for call in (
             s.stop_trainer(),
             s.restart_trainer(),
@@ -110,7 +115,7 @@ async def test_readonly_session_refuses_every_change(host, tmp_path):
 
 async def test_no_nvidia_smi_is_a_state_not_a_crash(host, tmp_path):
     seen: list = []
-    async with Session(options_for(host), ct=CT, run_dir=str(tmp_path)) as s:
+    async with Session(options_for(host), place=Proxmox(CT), run_dir=str(tmp_path)) as s:
         s.subscribe(seen.append)
         for _ in range(200):
             if any(isinstance(e, TelemetryState) for e in seen):
@@ -123,14 +128,14 @@ async def test_no_nvidia_smi_is_a_state_not_a_crash(host, tmp_path):
 
 async def test_jump_host_and_unknown_key(host, tmp_path):
     opts = options_for(host, jump=f"{host.user}@127.0.0.1:{host.port}")
-    async with Session(opts, ct=CT, run_dir=str(tmp_path), telemetry=False, streams=False) as s:
+    async with Session(opts, place=Proxmox(CT), run_dir=str(tmp_path), telemetry=False, streams=False) as s:
         r = await s.helper.run(["pwd"])
         assert r["stdout"].strip() == str(host.container_dir(CT))
     (tmp_path / "kh").write_text("")
     bad = options_for(host)
     bad.known_hosts = str(tmp_path / "kh")
     with pytest.raises(HostKeyRefused, match=host.host_fingerprint.replace("+", r"\+")):
-        await Session(bad, ct=CT, telemetry=False).start()
+        await Session(bad, place=Proxmox(CT), telemetry=False).start()
 
 
 def test_nvidia_smi_lines_parse_and_join_by_uuid():
@@ -192,7 +197,7 @@ async def test_a_trainer_that_ignores_sigint_is_refused_at_once_and_told_why(hos
     run_dir = host.container_dir(CT) / "runs" / "i"
     try:
         async with Session(
-            options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False, streams=False
+            options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False, streams=False
         ) as s:
             phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=60, on_phase=phases.append)
@@ -210,7 +215,9 @@ async def test_stop_timeout_leaves_the_trainer_running_and_says_what_to_do(host)
     p = start_user_script(host.container_dir(CT), "runs/z")  # takes 0.4 s to "save" after SIGINT
     run_dir = str(host.container_dir(CT) / "runs" / "z")
     try:
-        async with Session(options_for(host), ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
+        async with Session(
+            options_for(host), place=Proxmox(CT), run_dir=run_dir, telemetry=False, streams=False
+        ) as s:
             phases: list[ActionPhase] = []
             res = await s.stop_trainer(timeout=0.1, on_phase=phases.append)
             assert res.code == Outcome.STILL_RUNNING, res
@@ -255,7 +262,9 @@ async def test_restart_refuses_what_only_run_json_vouches_for_unless_trusted(hos
     run_dir.mkdir(parents=True)
     code = other_code(tmp_path / "code")
     run_json_for(run_dir, ct_dir, code)
-    async with Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False, streams=False) as s:
+    async with Session(
+        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False, streams=False
+    ) as s:
         plan, concerns, trainer = await s.plan_restart()
         assert trainer is None and plan.code_dir == code and len(concerns) == 1 and code in concerns[0]
         res = await s.restart_trainer(wait_s=30)  # nobody confirmed it
@@ -277,7 +286,7 @@ async def test_a_checkouts_package_folder_is_read_as_the_checkout(host, tmp_path
     named = tmp_path / "trainer"
     (named / "trainer").mkdir(parents=True)
     (named / "trainer" / "pipeline.py").write_text("")
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         helper = s.need_helper()
         assert await control.resolve_code_folder(helper, str(ROOT / "trainer")) == str(ROOT)
         assert await control.resolve_code_folder(helper, str(ROOT)) == str(ROOT)

@@ -6,6 +6,7 @@ import asyncio
 import sys
 
 from console.core.events import ConnState, LogLines, Record
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.streams import LineSplitter
 from console.devhost import DevHost
@@ -45,7 +46,7 @@ async def test_server_restart_mid_stream_loses_and_doubles_nothing(tmp_path):
             elif isinstance(ev, ConnState):
                 states.append(ev.state)
 
-        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         s.subscribe(on)
         await s.start()
         writer = await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(run), str(N))
@@ -82,7 +83,7 @@ async def test_subscribe_replays_only_the_current_state(tmp_path):
         run = tmp_path / "run"
         run.mkdir()
         (run / "metrics.jsonl").write_text('{"t": 1, "kind": "step", "step": 1}\n')
-        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         first: list = []
         s.subscribe(first.append)
         await s.start()
@@ -108,7 +109,7 @@ async def test_a_call_racing_the_connect_attaches_the_tails_once(tmp_path):
         run.mkdir()
         (run / "train.log").write_bytes(b"")
         lines: list[str] = []
-        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         s.subscribe(lambda ev: lines.extend(ev.lines) if isinstance(ev, LogLines) else None)
         starting = asyncio.create_task(s.start())
         try:
@@ -148,7 +149,7 @@ async def test_a_train_log_the_helper_refuses_to_follow_is_said_in_the_log_pane(
             elif isinstance(ev, Record):
                 steps.append(ev.record["step"])
 
-        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         s.subscribe(on)
         await s.start()
         try:

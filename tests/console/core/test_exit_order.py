@@ -11,6 +11,7 @@ import pytest
 
 from console.core.events import Record, TrainerFound
 from console.core.health import Health
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost import DevHost
 from tests.support.core_util import CT, options_for
@@ -48,7 +49,7 @@ async def test_a_clean_finish_that_exits_at_once_never_rings_trainer_exit(host, 
             raised.extend(ch.alert.key for ch in health.evaluate() if ch.kind == "started")
 
     try:
-        async with Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False) as s:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False) as s:
             s.subscribe(on_event)
             await _until(lambda: s.trainer is not None and health.f.started, 30, "the trainer and `started`")
             release.touch()

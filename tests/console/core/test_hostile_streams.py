@@ -12,6 +12,7 @@ import time
 
 from console.core.events import LogLines, Record
 from console.core.metrics import MAX_RECORD, MetricsParser
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.state import ConsoleState
 from console.core.streams import MAX_LINE, LineSplitter
@@ -80,7 +81,7 @@ async def test_session_survives_hostile_metrics_and_a_rotated_log(tmp_path, capl
 
     async with DevHost(tmp_path / "host") as h:
         h.add_container(CT)
-        s = Session(options_for(h), ct=CT, run_dir=str(run), telemetry=False)
+        s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         s.subscribe(on)
         records: list[dict] = []
         s.subscribe(lambda ev: records.append(ev.record) if isinstance(ev, Record) else None)

@@ -11,6 +11,7 @@ import pytest
 
 from console.app import ConsoleApp
 from console.core.events import ActionPhase, Outcome
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.state import ConsoleState
 from console.devhost import DevHost
@@ -46,7 +47,9 @@ async def test_fast_save_every_phase_in_order_in_the_session_and_the_dialog(host
         dlg.on_phase(ph)
 
     try:
-        async with Session(options_for(host), ct=CT, run_dir=str(folder / "run"), telemetry=False) as s:
+        async with Session(
+            options_for(host), place=Proxmox(CT), run_dir=str(folder / "run"), telemetry=False
+        ) as s:
             res = await s.stop_trainer(timeout=30, on_phase=on_phase)
     finally:
         out = _reap(p)
@@ -69,7 +72,7 @@ async def test_link_down_until_the_trainer_exited_screen_reports_it_from_the_run
     folder = host.container_dir(CT)
     release = tmp_path / "release"
     p = start_contract_trainer(folder, folder / "run", STANDIN_MODE="hold", STANDIN_RELEASE=str(release))
-    session = Session(options_for(host), ct=CT, run_dir=str(folder / "run"), telemetry=False)
+    session = Session(options_for(host), place=Proxmox(CT), run_dir=str(folder / "run"), telemetry=False)
     app = ConsoleApp(session, target=f"devhost · CT {CT}")
     try:
         async with app.run_test(size=(120, 36)) as pilot:

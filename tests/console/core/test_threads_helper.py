@@ -14,6 +14,7 @@ import pytest
 from console.core import pyspy, threads
 from console.core.events import TrainerInfo
 from console.core.helper import Helper
+from console.core.place import Proxmox
 from console.core.ssh import connect
 from console.core.threads import Sampler, ThreadsError
 from console.devhost import DevHost
@@ -39,7 +40,7 @@ async def host(tmp_path):
 @pytest.fixture
 async def helper(host):
     conn = await connect(options_for(host))
-    hp = await Helper.start(conn, ct=CT)
+    hp = await Helper.start(conn, place=Proxmox(CT))
     yield hp
     await hp.close()
     conn.close()

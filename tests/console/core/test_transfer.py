@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.transfer import PART, CopyError, copy_dir
 from console.devhost import DevHost
@@ -42,7 +43,7 @@ async def test_copy_survives_two_dropped_links_and_ends_byte_identical(host, tmp
     seen = []
     drops = []
 
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
 
         def on_progress(p):
             seen.append(p)
@@ -99,7 +100,7 @@ async def test_a_symlinked_export_or_entry_is_refused_naming_its_target(host, tm
     other.mkdir()
     (other / "config.json").write_bytes(b"{}")
     (other / "key").symlink_to(secret / "id_ed25519")
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         with pytest.raises(CopyError, match=f"is a symbolic link \\(to {secret}\\)"):
             await copy_dir(s.need_helper, str(step / "export"), tmp_path / "a")
         with pytest.raises(CopyError, match=f"key is a symbolic link \\(to {secret / 'id_ed25519'}\\)"):
@@ -125,7 +126,7 @@ async def test_a_planted_part_symlink_is_never_written_through_and_modes_stay_na
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / ("adapter.bin" + PART)).symlink_to(victim)
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         await copy_dir(s.need_helper, str(src), dest)
     assert victim.read_bytes() == b"precious"
     assert (dest / "adapter.bin").read_bytes() == b"weights" * 1000 and not (
@@ -145,7 +146,7 @@ async def test_a_symlinked_folder_in_the_destination_is_refused(host, tmp_path):
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "sub").symlink_to(elsewhere)
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         with pytest.raises(CopyError, match=f"sub is a symbolic link \\(to {elsewhere}\\)"):
             await copy_dir(s.need_helper, str(src), dest)
     assert not list(elsewhere.iterdir())
@@ -156,6 +157,6 @@ async def test_a_fifo_in_the_export_is_refused_at_once(host, tmp_path):
     src.mkdir()
     (src / "config.json").write_bytes(b"{}")
     os.mkfifo(src / "model.safetensors")
-    async with Session(options_for(host), ct=CT, telemetry=False, streams=False) as s:
+    async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         with pytest.raises(CopyError, match="model.safetensors is a FIFO, not a regular file"):
             await asyncio.wait_for(copy_dir(s.need_helper, str(src), tmp_path / "dest"), 60)

@@ -17,6 +17,7 @@ import pytest
 
 from console.core.compare import latest
 from console.core.fleet import build_runs
+from console.core.place import Proxmox
 from console.core.record import read
 from console.core.targets import Target
 from console.devhost.thread import DevHostThread
@@ -64,7 +65,7 @@ def two_runs(tmp_path):
         proc = start_user_script(folder, str(live))
         try:
             targets = [
-                Target(label, options_for(h), ct, str(d), label)
+                Target(label, options_for(h), Proxmox(ct), str(d), label)
                 for label, ct, d in (("ended \x1b]0;pwned\x07run", 200, ended), ("live-run", 201, live))
             ]
             yield build_runs(targets, telemetry=False), live

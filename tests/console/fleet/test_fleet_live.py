@@ -15,6 +15,7 @@ import pytest
 
 from console.core.fleet import build_runs
 from console.core.options import ConnectOptions
+from console.core.place import Proxmox
 from console.core.targets import Target
 from console.devhost.thread import DevHostThread
 from console.screens.overview import OverviewScreen
@@ -67,7 +68,7 @@ def step(run_dir, n: int, loss: float) -> None:
 
 def target(h, ct: int, run_dir, label: str, readonly: bool = False) -> Target:
     opts: ConnectOptions = options_for(h)
-    return Target(label, opts, ct, str(run_dir), label, readonly)
+    return Target(label, opts, Proxmox(ct), str(run_dir), label, readonly)
 
 
 async def test_overview_switching_stop_and_a_lost_host(hosts):

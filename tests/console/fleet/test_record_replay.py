@@ -14,6 +14,7 @@ import time
 import pytest
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.record import Recorder, read
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
@@ -70,7 +71,9 @@ async def test_replay_shows_what_the_live_screen_showed(tmp_path):
         (run_dir / "train.log").write_text("")
         proc = start_user_script(folder, str(run_dir))
         try:
-            session = Session(options_for(h), ct=CT, run_dir=str(run_dir), readonly=True, telemetry=False)
+            session = Session(
+                options_for(h), place=Proxmox(CT), run_dir=str(run_dir), readonly=True, telemetry=False
+            )
             recorder = Recorder(path, [{"label": "r", "where": f"127.0.0.1 · CT {CT}"}], clock=clock)
             session.subscribe(recorder.subscriber(0))
             app = ConsoleApp(session, readonly=True, target="t", clock=clock)

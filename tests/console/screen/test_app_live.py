@@ -17,6 +17,7 @@ import pytest
 
 from console.app import ConsoleApp
 from console.core.options import ConnectOptions
+from console.core.place import Proxmox
 from console.core.session import ReadOnlyError, Session
 from console.devhost.thread import DevHostThread
 from console.screens.stop_dialog import StopDialog
@@ -63,7 +64,7 @@ def trainer(host, tiny_assets):
     }
 
     async def launch():
-        async with Session(options(host), ct=CT, run_dir=str(run_dir), telemetry=False) as s:
+        async with Session(options(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False) as s:
             res = await s.launch(
                 tiny_flags(tiny_assets, run_dir, "--epochs", "1000"), code_dir=str(ROOT), env=env, wait_s=120
             )
@@ -86,7 +87,9 @@ def alive(pid: int) -> bool:
 
 
 def make_app(host, run_dir: Path, readonly: bool = False) -> ConsoleApp:
-    session = Session(options(host), ct=CT, run_dir=str(run_dir), readonly=readonly, telemetry=False)
+    session = Session(
+        options(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=readonly, telemetry=False
+    )
     return ConsoleApp(session, readonly=readonly, target=f"devhost · CT {CT}")
 
 
@@ -172,7 +175,7 @@ async def test_a_host_that_is_down_at_start_is_retried_until_it_is_up(tmp_path):
         known_hosts=str(h.known_hosts_path),
         config_files=[],
     )
-    app = ConsoleApp(Session(opts, ct=CT, telemetry=False), target="devhost")
+    app = ConsoleApp(Session(opts, place=Proxmox(CT), telemetry=False), target="devhost")
     try:
         async with app.run_test(size=SIZE) as pilot:
             await until(

@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Input
 
 from console.app import ConsoleApp
 from console.core.checkpoints import scan
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.alerts import AlertsScreen
@@ -39,7 +40,7 @@ def host(tmp_path, monkeypatch):
 
 async def test_sigkill_raises_a_critical_alert_within_a_second_and_check_exits_2(host, tiny_assets, tmp_path):
     run_dir = host.container_dir(CT) / "run"
-    session = Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False)
+    session = Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False)
     hooks = HealthHooks(disk_interval_s=0.5)
     app = ConsoleApp(session, target="devhost", health=hooks)
     pid = None

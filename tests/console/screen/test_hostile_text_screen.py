@@ -10,6 +10,7 @@ import json
 import pytest
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.checkpoints_dialog import CheckpointsScreen
@@ -59,7 +60,7 @@ def hostile(tmp_path):
 
 async def test_gpu_table_checkpoints_and_stop_dialog_show_clean_text(hostile):
     h, run, p = hostile
-    session = Session(options_for(h), ct=CT, run_dir=str(run))
+    session = Session(options_for(h), place=Proxmox(CT), run_dir=str(run))
     app = ConsoleApp(session, target=f"devhost · CT {CT}")
     async with app.run_test(size=SIZE) as pilot:
         st = app.state

@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.launch_dialog import LaunchDialog
@@ -51,7 +52,9 @@ def leftovers():
 async def test_launch_then_s_at_the_first_figures_then_y_then_q(host, tiny_assets, leftovers):
     run_dir = host.container_dir(CT) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    app = ConsoleApp(Session(options(host), ct=CT, run_dir=str(run_dir), telemetry=False), target="devhost")
+    app = ConsoleApp(
+        Session(options(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False), target="devhost"
+    )
     quits: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
         await until(

@@ -12,6 +12,7 @@ import pytest
 from textual.widgets import Input
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.restart_dialog import RestartDialog
@@ -35,7 +36,7 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
     run_dir.mkdir(parents=True)
     code = other_code(tmp_path / "code")
     run_json_for(run_dir, ct_dir, code)
-    session = Session(options_for(host), ct=CT, run_dir=str(run_dir), telemetry=False)
+    session = Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False)
     app = ConsoleApp(session, target=f"devhost · CT {CT}")
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer_known, 30, "the look for a trainer")

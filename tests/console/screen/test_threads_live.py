@@ -15,6 +15,7 @@ import signal
 import pytest
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.threads import rows
 from console.devhost.thread import DevHostThread
@@ -99,7 +100,9 @@ def test_cli_dump_on_a_readonly_target(host, trainer, tmp_path, monkeypatch):
 
 async def test_screen_shows_the_run_live_and_a_dump(host, trainer):
     run_dir, t = trainer
-    session = Session(options_for(host), ct=CT, run_dir=str(run_dir), readonly=True, telemetry=False)
+    session = Session(
+        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=True, telemetry=False
+    )
     app = ConsoleApp(session, readonly=True, target="devhost")
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer is not None, 60, "the trainer")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from console.app import ConsoleApp
+from console.core.place import Proxmox
 from console.core.session import Session
 from console.devhost.thread import DevHostThread
 from console.screens.threads import ThreadsScreen
@@ -41,7 +42,9 @@ def run(host, tmp_path):
 
 async def test_threads_view_hostile_name_exit_fold_and_no_pyspy(host, run):
     p, child, run_dir = run
-    session = Session(options_for(host), ct=CT, run_dir=str(run_dir), readonly=True, telemetry=False)
+    session = Session(
+        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=True, telemetry=False
+    )
     app = ConsoleApp(session, readonly=True, target="devhost")
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.trainer is not None, 30, "the trainer")
