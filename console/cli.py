@@ -40,11 +40,14 @@ from console.cli_exit import (  # noqa: F401  (the exit codes are part of this m
 )
 from console.cli_record import cmd_record_logs, cmd_record_status, cmd_replay, is_record
 from console.cli_threads import add_threads_parser, cmd_threads
-from console.core import control
+from console.core.control_error import ControlError
+from console.core.deploy import bundled_trainer_files
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
+from console.core.finding import visible_trainers
 from console.core.options import options_from_args
 from console.core.phases import StopPhase
 from console.core.startup_fold import StartupPrinter
+from console.core.trainer_argv import flag_value
 
 
 def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = False) -> None:
@@ -256,7 +259,7 @@ def env_from_pairs(pairs: list[str]) -> dict[str, str]:
     for p in pairs:
         k, sep, v = p.partition("=")
         if not sep or not k:
-            raise control.ControlError(f"--env wants KEY=VALUE, got {p!r}", Outcome.USAGE)
+            raise ControlError(f"--env wants KEY=VALUE, got {p!r}", Outcome.USAGE)
         env[k] = v
     return env
 
@@ -384,7 +387,7 @@ async def several_trainers(args, s) -> int | None:
     visible on the target (a command must not pick one of them silently); else None."""
     if args.run_dir is not None:
         return None
-    found = await control.visible_trainers(s.need_helper())
+    found = await visible_trainers(s.need_helper())
     if len({t.run_dir for t in found}) < 2:
         return None
     err(f"{len(found)} trainers are running on {s.where}; say which with --run-dir:")
@@ -430,12 +433,12 @@ async def cmd_check(args) -> int:
 
     try:
         cfg = health_config()
-        key = control.bundled_trainer_files()[0]
+        key = bundled_trainer_files()[0]
         async with _session(args) as s:
-            found = [] if args.run_dir is not None else await control.visible_trainers(s.need_helper())
+            found = [] if args.run_dir is not None else await visible_trainers(s.need_helper())
             if len({t.run_dir for t in found}) > 1:  # which one is to be judged? never a silent pick
                 dirs = ", ".join(f"pid {t.pid} {t.run_dir}" for t in found)
-                raise control.ControlError(f"{len(found)} trainers are running ({dirs}); give --run-dir")
+                raise ControlError(f"{len(found)} trainers are running ({dirs}); give --run-dir")
             code, text = await check(s, cfg, key)
     except Exception as e:  # noqa: BLE001 - every failure to look is UNKNOWN (ConfigError, connection...)
         code, text = UNKNOWN, line("unknown", f"cannot check: {e}")
@@ -463,7 +466,7 @@ async def cmd_launch(args) -> int:
         )
         return EXIT_USAGE
     env = env_from_pairs(args.env)
-    out = control.flag_value(flags, "--output-dir")
+    out = flag_value(flags, "--output-dir")
     if args.run_dir is None and out is not None:
         args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
     printer = _startup_printer(args)
@@ -581,7 +584,7 @@ async def cmd_restart(args) -> int:
             return _report(await s.stop_trainer(timeout=args.timeout))  # 4, or 5 for a stale run.json pid
         try:
             plan, concerns, tr = await s.plan_restart(args.code_dir)
-        except control.ControlError as e:
+        except ControlError as e:
             err(f"not restarted, nothing was done: {e}")
             return exit_code(e.outcome)
         if tr is not None:
@@ -716,7 +719,7 @@ def cmd_connect(args) -> int:
         err("connect: the screen needs a terminal; without one use `status`, `logs -f` or `status --check`")
         return EXIT_USAGE
     try:
-        hooks = HealthHooks(health_config(), control.bundled_trainer_files()[0])
+        hooks = HealthHooks(health_config(), bundled_trainer_files()[0])
     except ConfigError as e:
         err(str(e))
         return EXIT_USAGE
@@ -840,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         code = EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`status --json | head`): nothing more to say
         code = EXIT_ERROR
-    except control.ControlError as e:
+    except ControlError as e:
         err(str(e))
         code = exit_code(e.outcome)
     except ConnectError as e:

@@ -12,7 +12,7 @@ without a ``drafter`` record or an argv.
 
 from __future__ import annotations
 
-from console.core.control import flag_value
+from console.core.trainer_argv import flag_value
 
 NAMES = {"dflash": "DFlash 1", "dflash2": "DFlash 2"}
 LEGACY_BLOCK = {"dflash": 16, "dflash2": 8}  # frozen: runs without a drafter record only

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from console.core.events import ActionPhase, DiskInfo, Event, Gpu, GpuSample, Record, TrainerFound
 from console.core.formatting import fmt_bytes, fmt_duration
+from console.core.numeric import number
 from console.core.phases import SIGNALLED, StopPhase
 
 OK, NOTE, WARNING, CRITICAL = "ok", "note", "warning", "critical"
@@ -71,10 +72,6 @@ class Alert:
 class Change:
     kind: str  # started | escalated | cleared
     alert: Alert
-
-
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -215,7 +212,7 @@ class Health:
         """Fold one metrics.jsonl record; ``recv`` is when it arrived (default: now; a one-shot check
         that reads history passes the record's own time)."""
         self._recv = recv
-        f, kind, t = self.f, rec.get("kind"), _num(rec.get("t"))
+        f, kind, t = self.f, rec.get("kind"), number(rec.get("t"))
         if t is not None:
             f.last_rec_t = t if f.last_rec_t is None else max(f.last_rec_t, t)
         if kind == "step":
@@ -225,7 +222,7 @@ class Health:
         elif kind == "event":
             self._on_event(rec, t)
         elif kind == "eval":
-            v = _num(rec.get("accept_len"))  # the eval record's field (docs/run-directory.md)
+            v = number(rec.get("accept_len"))  # the eval record's field (docs/run-directory.md)
             if v is not None and math.isfinite(v):
                 f.accept_last = v
                 f.accept_best = v if f.accept_best is None else max(f.accept_best, v)
@@ -243,7 +240,7 @@ class Health:
             f.step = step
         if "loss" in rec:
             loss = rec.get("loss")
-            bad = loss is None or (_num(loss) is not None and not math.isfinite(loss))
+            bad = loss is None or (number(loss) is not None and not math.isfinite(loss))
             f.loss_bad = (loss if loss is not None else float("nan")) if bad else None
             if not bad:
                 f.nan_skipped_step = None
@@ -254,7 +251,7 @@ class Health:
             return
         c = self.config
         tok = sum(
-            _num(d.get("tok_s")) or 0.0
+            number(d.get("tok_s")) or 0.0
             for d in rec.get("devices") or []
             if isinstance(d, dict) and d.get("role") == "drafter"
         )

@@ -1,4 +1,4 @@
-"""Client of the remote helper (helper_program.py) over one SSH exec channel.
+"""Client of the remote helper (console/core/helper_program/) over one SSH exec channel.
 
 ``Helper.start(conn, place=...)`` runs ``python3 -c PROGRAM`` where the trainer lives (the host, or a
 container through its exec prefix: console/core/place.py), quoted with shlex.join; waits for the

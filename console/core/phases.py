@@ -1,6 +1,6 @@
 """The phases of a stop (and of the launch a restart does after it): what ``ActionPhase.phase`` says.
 
-One list for control.py (which emits them), the session, the CLI's countdown, the health rules and the
+One list for stop.py (which emits them), the session, the CLI's countdown, the health rules and the
 stop dialog (which read them). A ``StopPhase`` is a ``str``: it compares equal to its value, so a phase
 read back from a recording (a plain string) is the same phase (:meth:`StopPhase.of`).
 """

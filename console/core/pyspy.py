@@ -1,5 +1,5 @@
 """``py-spy dump`` of one process of the run, through the helper (its ``pyspy`` op,
-console/core/helper_program.py): the Python stack of every thread, what ``py-spy dump --pid PID`` prints
+console/core/helper_program/run_threads.py): the Python stack of every thread, what ``py-spy dump --pid PID`` prints
 in a second SSH session today.
 
 py-spy must be in the container: on the helper's PATH or beside the run's interpreter (a virtualenv's

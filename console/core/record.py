@@ -31,6 +31,7 @@ from console.core.events import (
     TelemetryState,
     TrainerFound,
 )
+from console.core.numeric import number
 from console.core.sanitize import MAX_DEPTH, BadJson, loads
 from console.core.typed import build
 
@@ -200,7 +201,7 @@ class Reader:
                 if kind == "event":
                     entry = self._entry(obj)
                 elif kind == "note":
-                    self.notes.append((_num(obj.get("t")), str(obj.get("text", ""))))
+                    self.notes.append((number(obj.get("t")) or 0.0, str(obj.get("text", ""))))
             except (TypeError, ValueError, KeyError) as e:
                 self._bad(str(e))
             if entry is not None:
@@ -278,7 +279,3 @@ class Reader:
             if self.line <= 1:
                 raise RecordError(f"{self.path}: not a dflash-console record ({e})") from e
             self.torn = True
-
-
-def _num(v: object) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0

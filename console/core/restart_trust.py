@@ -1,7 +1,7 @@
 """What a restart would run on run.json's word alone: the reasons it needs its own confirmation.
 
 A restart relaunches the interpreter, code directory, working directory and environment that run.json
-names (control.restart_plan). Whoever can write the run directory can write run.json, so a restart
+names (restart_plan). Whoever can write the run directory can write run.json, so a restart
 shows all of it first (``RestartPlan.lines``), and each of these needs a confirmation of its own
 (``--trust-run-json`` in the CLI, a typed ``trust`` on the screen; ``--yes`` or ``y`` alone does not
 cover it):
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import posixpath
 
-from console.core import control
+from console.core.deploy import code_folder, deployed_base, is_deployed_path
 from console.core.events import TrainerInfo
 from console.core.helper import Helper, HelperError
+from console.core.launching import RestartPlan
 
 # the environment run.json records (mirrors trainer/run/rundir.py ENV_KEYS / ENV_PREFIXES)
 RECORDED_ENV = (
@@ -78,29 +79,29 @@ async def _interpreter(
     return [f"the interpreter {python} ({mine or 'not found'}) is not the one {what} runs ({seen})"]
 
 
-async def _code(helper: Helper, plan: control.RestartPlan) -> list[str]:
-    base = control.deployed_base(helper)
+async def _code(helper: Helper, plan: RestartPlan) -> list[str]:
+    base = deployed_base(helper)
     out = []
     code = plan.code_dir
     if code and not plan.code_given:
-        complete = control.is_deployed_path(code, base) and (
+        complete = is_deployed_path(code, base) and (
             await helper.stat(posixpath.join(code, ".complete"))
         ).get("exists")
         if not complete:
             out.append(f"the code directory {code} (run.json's) is not a deployed code folder ({base}/HASH)")
     for entry in (plan.env.get("PYTHONPATH") or "").split(":"):
-        if entry and control.code_folder(entry) != code and not control.is_deployed_path(entry, base):
+        if entry and code_folder(entry) != code and not is_deployed_path(entry, base):
             out.append(f"PYTHONPATH also holds {entry}")
     return out
 
 
-def _env(plan: control.RestartPlan) -> list[str]:
+def _env(plan: RestartPlan) -> list[str]:
     odd = [k for k in sorted(plan.env) if k not in RECORDED_ENV and not k.startswith(RECORDED_PREFIXES)]
     return [f"run.json's env sets {k}, which the trainer never records" for k in odd]
 
 
 async def restart_concerns(
-    helper: Helper, plan: control.RestartPlan, trainer: TrainerInfo | None, run: dict | None
+    helper: Helper, plan: RestartPlan, trainer: TrainerInfo | None, run: dict | None
 ) -> list[str]:
     """Why ``plan`` needs its own confirmation ([] when run.json asks for nothing unusual)."""
     return [*await _code(helper, plan), *await _interpreter(helper, plan.python, trainer, run), *_env(plan)]

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import asyncssh
 
-from console.core import control, pyspy, threads
+from console.core import deploy, finding, launching, pyspy, remote_files, threads, trainer_argv
+from console.core.control_error import ControlError
 from console.core.events import (
     ActionPhase,
     ActionResult,
@@ -36,6 +37,7 @@ from console.core.phases import StopPhase
 from console.core.place import HOST, Place
 from console.core.restart_trust import refusal, restart_concerns
 from console.core.ssh import backoff, connect
+from console.core.stop import StopFollow
 from console.core.streams import FileTail, LineSplitter, start_offset
 from console.core.telemetry import Telemetry
 from console.core.threads import ThreadsError
@@ -179,7 +181,7 @@ class Session:
             raise
         self.conn, self.helper = conn, helper
         if self.run_dir and not posixpath.isabs(self.run_dir):
-            self.run_dir = control.resolve(self.run_dir, helper.home)
+            self.run_dir = trainer_argv.resolve(self.run_dir, helper.home)
         try:
             await self._refresh_trainer()
             if self.streams:
@@ -284,7 +286,7 @@ class Session:
 
     async def _refresh_trainer(self) -> TrainerInfo | None:
         helper = self.need_helper()
-        trainer, run = await control.find_trainer(helper, self.run_dir)
+        trainer, run = await finding.find_trainer(helper, self.run_dir)
         if trainer is None and self.trainer is not None:  # it exited while we were not watching
             await self._trainer_exited(helper, self.trainer)
         if run is not None:
@@ -433,11 +435,11 @@ class Session:
         return await self._refresh_trainer()
 
     async def stop_trainer(self, timeout: float = 120.0, on_phase=None, sig: str = "SIGINT") -> ActionResult:
-        """Stop cleanly (see control.stop); the result's code says how it ended."""
+        """Stop cleanly (see console/core/stop.py); the result's code says how it ended."""
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         if trainer is None:
-            stale = await control.stale_run_pid(helper, self.run, self.run_dir)
+            stale = await finding.stale_run_pid(helper, self.run, self.run_dir)
             if stale is not None:
                 msg = (
                     f"refused: run.json names pid {stale['pid']}, but that pid is no longer the trainer "
@@ -456,9 +458,9 @@ class Session:
     async def _stop(
         self, helper: Helper, trainer: TrainerInfo, timeout: float, phase, sig: str
     ) -> ActionResult:
-        """control.StopFollow across dropped links: after a drop it waits for the supervisor's reconnect
+        """StopFollow across dropped links: after a drop it waits for the supervisor's reconnect
         (backoff) and goes on with the new helper; the trainer is signalled once, never again."""
-        follow = control.StopFollow(trainer, timeout=timeout, on_phase=phase, sig=sig)
+        follow = StopFollow(trainer, timeout=timeout, on_phase=phase, sig=sig)
         try:
             return await follow.start(helper)
         except HelperGone as e:
@@ -496,18 +498,18 @@ class Session:
 
     async def plan_restart(
         self, code_dir: str | None = None
-    ) -> tuple[control.RestartPlan, list[str], TrainerInfo | None]:
+    ) -> tuple[launching.RestartPlan, list[str], TrainerInfo | None]:
         """(what a restart would launch, why it needs its own confirmation (restart_trust), the trainer
-        it would stop first); :class:`control.ControlError` when it could not be launched again."""
+        it would stop first); :class:`ControlError` when it could not be launched again."""
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         run = self.run
         if run is None and self.run_dir:
-            run = await control.read_run_json(helper, self.run_dir)
+            run = await finding.read_run_json(helper, self.run_dir)
         recorded = ((trainer.run if trainer and trainer.run else None) or run or {}).get("code_dir")
-        old = await control.resolve_code_folder(helper, recorded) if isinstance(recorded, str) else None
-        code_dir = await control.resolve_code_folder(helper, code_dir)
-        plan = control.restart_plan(trainer, run, code_dir, old_folder=old)
+        old = await deploy.resolve_code_folder(helper, recorded) if isinstance(recorded, str) else None
+        code_dir = await deploy.resolve_code_folder(helper, code_dir)
+        plan = launching.restart_plan(trainer, run, code_dir, old_folder=old)
         return plan, await restart_concerns(helper, plan, trainer, run), trainer
 
     async def restart_trainer(
@@ -517,26 +519,26 @@ class Session:
         code_dir: str | None = None,
         wait_s: float = 300.0,
         on_startup=None,
-        shown: control.RestartPlan | None = None,
+        shown: launching.RestartPlan | None = None,
         trusted: tuple[str, ...] | list[str] = (),
     ) -> ActionResult:
         """Stop cleanly, then launch the same run (run.json) with ``--resume auto``: planned once
         (:meth:`plan_restart`), before anything is stopped; the stop survives a dropped link (_stop).
         What only run.json vouches for (console/core/restart_trust.py) is refused unless each such
         concern is in ``trusted`` (what the operator confirmed); a plan that is no longer ``shown`` (what
-        the prompt showed) is refused too. The interpreter's preflight (control.preflight) runs before
+        the prompt showed) is refused too. The interpreter's preflight (deploy.preflight) runs before
         the stop."""
         helper = self._writable()
         phase = self._phase_fn(on_phase)
         try:  # refuse before stopping when it could not be launched again
             plan, concerns, trainer = await self.plan_restart(code_dir)
             if shown is not None and plan != shown:
-                raise control.ControlError("run.json changed after it was shown; look again")
+                raise ControlError("run.json changed after it was shown; look again")
             unconfirmed = [c for c in concerns if c not in trusted]
             if unconfirmed:
                 return ActionResult(Outcome.ERROR, refusal(unconfirmed), self.trainer)
-            await control.preflight(helper, plan.python, env=plan.env, cwd=plan.cwd)
-        except control.ControlError as e:
+            await deploy.preflight(helper, plan.python, env=plan.env, cwd=plan.cwd)
+        except ControlError as e:
             return ActionResult(e.outcome, f"not restarted, nothing was done: {e}", self.trainer)
         if trainer is not None:
             res = await self._stop(helper, trainer, timeout, phase, "SIGINT")
@@ -547,7 +549,7 @@ class Session:
             trainer = None
             helper = self.need_helper()
         try:
-            res = await control.relaunch(
+            res = await launching.relaunch(
                 helper,
                 plan,
                 check=False,
@@ -555,7 +557,7 @@ class Session:
                 on_status=lambda s: phase(ActionPhase(StopPhase.LAUNCHING, s, None, time.time())),
                 on_startup=on_startup,
             )
-        except control.ControlError as e:
+        except ControlError as e:
             return ActionResult(e.outcome, str(e), trainer)
         except HelperGone as e:
             return ActionResult(
@@ -576,10 +578,10 @@ class Session:
         on_status: Callable[[str], None] | None = None,
         on_startup: Callable[[dict], None] | None = None,
     ) -> ActionResult:
-        """Start the trainer with ``flags`` (see control.launch); never raises for a refusal."""
+        """Start the trainer with ``flags`` (see launching.launch); never raises for a refusal."""
         helper = self._writable()
         try:
-            res = await control.launch(
+            res = await launching.launch(
                 helper,
                 flags,
                 run_dir=self.run_dir,
@@ -590,7 +592,7 @@ class Session:
                 on_status=on_status,
                 on_startup=on_startup,
             )
-        except control.ControlError as e:
+        except ControlError as e:
             return ActionResult(e.outcome, str(e))
         if res.trainer is not None:
             await self._adopt(res.trainer)
@@ -606,7 +608,7 @@ class Session:
     async def deploy(self, python: str | None = None) -> str:
         """Copy the bundled trainer into a new versioned code dir in the container; returns it."""
         helper = self._writable()
-        return await control.deploy(helper, python or self.python)
+        return await deploy.deploy(helper, python or self.python)
 
     async def sample_threads(self) -> dict:
         """One sample of the trainer's processes and threads (console/core/threads.py: Sampler makes
@@ -634,4 +636,4 @@ class Session:
         helper = self.need_helper()
         if not self.log_path:
             return [], 0
-        return await control.tail_lines_at(helper, self.log_path, n)
+        return await remote_files.tail_lines_at(helper, self.log_path, n)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from console.core.events import ActionPhase, ActionResult, Event, TrainerInfo
 
 if TYPE_CHECKING:
-    from console.core.control import RestartPlan
+    from console.core.launching import RestartPlan
 
 
 class ScreenSession(Protocol):

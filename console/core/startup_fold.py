@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from console.core.formatting import fmt_bytes, fmt_duration
+from console.core.numeric import number
 
 PHASE_TEXT = {
     "starting": "starting",
@@ -23,10 +24,6 @@ PHASE_TEXT = {
     "compiling": "compiling",
     "queue_filling": "waiting for the first hidden states",
 }
-
-
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass
@@ -65,7 +62,7 @@ class StartupFold:
 
     def apply(self, rec: dict) -> bool:
         """Fold one record; True when it was a start-up record."""
-        kind, t = rec.get("kind"), _num(rec.get("t"))
+        kind, t = rec.get("kind"), number(rec.get("t"))
         if kind == "step":  # it trains (a trainer from before start-up records never says first_step)
             if self.active:
                 self.active = False
@@ -78,11 +75,11 @@ class StartupFold:
         elif kind != "event":
             return False
         if name == "started":
-            self.reset(t, _num(rec.get("expected_first_step_s")))
+            self.reset(t, number(rec.get("expected_first_step_s")))
             self.seen = True
         elif name == "startup":
             if not self.seen:  # the tail began after `started`: count from this record's elapsed_s
-                el = _num(rec.get("elapsed_s"))
+                el = number(rec.get("elapsed_s"))
                 self.reset(None if t is None or el is None else t - el)
                 self.seen = True
             self._phase(rec, t)
@@ -90,8 +87,8 @@ class StartupFold:
             if not self.seen:
                 self.seen = True
             self.active = False
-            self.first_step_s = _num(rec.get("seconds"))
-            self.expected = _num(rec.get("expected_s")) if self.expected is None else self.expected
+            self.first_step_s = number(rec.get("seconds"))
+            self.expected = number(rec.get("expected_s")) if self.expected is None else self.expected
         elif name == "stopped":
             self.active = False
         else:
@@ -102,7 +99,7 @@ class StartupFold:
         phase = rec.get("phase")
         if not isinstance(phase, str):
             return
-        self.last_elapsed = _num(rec.get("elapsed_s"))
+        self.last_elapsed = number(rec.get("elapsed_s"))
         if phase == "compile_cache":
             self.cache = rec.get("state") if isinstance(rec.get("state"), str) else None
             if self.phase == "starting":
@@ -111,14 +108,14 @@ class StartupFold:
         self.phase = phase
         self.detail = ""
         if phase == "loading_target":
-            b, tot = _num(rec.get("bytes")), _num(rec.get("total_bytes"))
+            b, tot = number(rec.get("bytes")), number(rec.get("total_bytes"))
             self.bytes, self.total = b, tot if tot else self.total
             if b is not None and t is not None:
                 if self._load is None:
                     self._load = (t, b)
                 self._last_load = (t, b)
         elif phase == "target_loaded":
-            self.bytes = self.total = _num(rec.get("bytes")) or self.total
+            self.bytes = self.total = number(rec.get("bytes")) or self.total
         elif phase == "compiling":
             part = rec.get("part")
             self.detail = str(part) if isinstance(part, str) else ""

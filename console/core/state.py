@@ -28,6 +28,7 @@ from console.core.events import (
 from console.core.formatting import fmt_bytes
 from console.core.health import Health
 from console.core.metrics import headline_tok_s
+from console.core.numeric import number
 from console.core.startup_fold import StartupFold, StartupView
 
 
@@ -63,10 +64,6 @@ class Conn:
     retry_in: float | None = None
     retry_at: float | None = None  # clock time of the next attempt
     since: float = 0.0
-
-
-def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass
@@ -218,7 +215,7 @@ class ConsoleState:
     def apply_record(self, rec: dict) -> None:
         """Fold one metrics.jsonl record; unknown kinds and fields are ignored."""
         kind = rec.get("kind")
-        t = _num(rec.get("t"))
+        t = number(rec.get("t"))
         self.records += 1
         if kind == "step":
             self._on_step(rec, t)
@@ -248,10 +245,10 @@ class ConsoleState:
             self.total_steps = total
         for name in ("epoch", "loss", "accept_len", "accept_len_est", "lr", "grad_norm"):
             if name in rec:
-                setattr(self, name, _num(rec.get(name)))
+                setattr(self, name, number(rec.get(name)))
         acc = rec.get("acc")
         if isinstance(acc, list):
-            self.acc = [v for v in (_num(a) for a in acc) if v is not None]
+            self.acc = [v for v in (number(a) for a in acc) if v is not None]
         self.last_step_t = t
         if self.step is not None and self.loss is not None:
             self.loss_hist.append((self.step, self.loss))
@@ -259,11 +256,11 @@ class ConsoleState:
             self.accept_est_hist.append((self.step, self.accept_len_est))
 
     def _on_eval(self, rec: dict, t: float | None) -> None:
-        value, step = _num(rec.get("accept_len")), rec.get("step")
+        value, step = number(rec.get("accept_len")), rec.get("step")
         if value is None:
             return
         self.eval_accept_len = value
-        self.eval_accept_len_se = _num(rec.get("accept_len_se"))
+        self.eval_accept_len_se = number(rec.get("accept_len_se"))
         self.eval_step = step if isinstance(step, int) and not isinstance(step, bool) else None
         if self.eval_step is not None:
             self.eval_hist.append((self.eval_step, value))
@@ -289,7 +286,7 @@ class ConsoleState:
         sums: dict[tuple, list[float]] = {}
         for _, ds in self._tp:
             for d in ds:
-                v = _num(d.get("tok_s"))
+                v = number(d.get("tok_s"))
                 if v is not None:
                     sums.setdefault((d.get("device"), d.get("uuid"), d.get("role")), []).append(v)
         out = []
@@ -305,7 +302,7 @@ class ConsoleState:
         self.tok_s = headline_tok_s({"devices": devs})
         roles: dict[str, float] = {}
         for d in devs:
-            v = _num(d.get("tok_s"))
+            v = number(d.get("tok_s"))
             role = d.get("role")
             if v is not None and isinstance(role, str):
                 roles[role] = roles.get(role, 0.0) + v
@@ -313,8 +310,8 @@ class ConsoleState:
         q = rec.get("queue")
         if isinstance(q, dict):
             depth, cap = q.get("depth"), q.get("capacity")
-            self.queue_depth = int(depth) if _num(depth) is not None else None
-            self.queue_capacity = int(cap) if _num(cap) is not None else None
+            self.queue_depth = int(depth) if number(depth) is not None else None
+            self.queue_capacity = int(cap) if number(cap) is not None else None
         self.last_throughput_t = t
         if t is not None:
             self.tok_hist.append((t, self.tok_s, roles))
@@ -330,7 +327,7 @@ class ConsoleState:
             self._event(t, f"stop requested ({rec.get('signal')})", "warn")
         elif name == "checkpoint_saving":
             self.saving_since = t
-            self.saving_expected_s = _num(rec.get("expected_s"))
+            self.saving_expected_s = number(rec.get("expected_s"))
             exp = self.saving_expected_s
             self._event(
                 t,
@@ -343,7 +340,7 @@ class ConsoleState:
             step = rec.get("step")
             self.ckpt_step = step if isinstance(step, int) else None
             self.ckpt_path = rec.get("path") if isinstance(rec.get("path"), str) else None
-            self.ckpt_seconds = _num(rec.get("seconds"))
+            self.ckpt_seconds = number(rec.get("seconds"))
             secs = self.ckpt_seconds
             self._event(
                 t,
@@ -371,7 +368,7 @@ class ConsoleState:
         if phase == "compile_cache" and rec.get("state") == "stale":
             self._event(t, f"compile cache not reused: {rec.get('reason')}", "warn")
         elif phase == "first_step":
-            secs = _num(rec.get("seconds"))
+            secs = number(rec.get("seconds"))
             self._event(t, "first step" + (f" {secs:.1f} s after launch" if secs is not None else ""))
 
     def note(self, text: str, level: str = "info") -> None:
@@ -417,8 +414,8 @@ class ConsoleState:
     def _join(row: DeviceRow, d: dict) -> None:
         row.device = d.get("device") if isinstance(d.get("device"), str) else None
         row.role = d.get("role") if isinstance(d.get("role"), str) else None
-        row.tok_s = _num(d.get("tok_s"))
-        row.busy = _num(d.get("busy"))
+        row.tok_s = number(d.get("tok_s"))
+        row.busy = number(d.get("busy"))
 
     def steps_per_s(self) -> float | None:
         """Step rate over the recent step records (record time, not the clock)."""

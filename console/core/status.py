@@ -9,7 +9,6 @@ from __future__ import annotations
 import shlex
 import time
 
-from console.core import control
 from console.core.devices import join_devices
 from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.events import Gpu
@@ -17,6 +16,7 @@ from console.core.formatting import fmt_age
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.place import from_json, to_json
+from console.core.remote_files import recent_records
 from console.core.session import Session
 from console.core.startup_fold import StartupFold, StartupView
 from console.core.startup_fold import line as startup_line
@@ -57,7 +57,7 @@ async def collect(session: Session) -> dict:
         }
     if run_dir:
         fold = StartupFold()
-        for rec in await control.recent_records(helper, run_dir):
+        for rec in await recent_records(helper, run_dir):
             fold.apply(rec)
             kind = rec.get("kind")
             if kind == "step":

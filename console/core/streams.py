@@ -2,7 +2,7 @@
 
 :class:`FileTail` is the console's one follower of a remote file: the session's metrics.jsonl and
 train.log, ``logs -f`` (through ``Session.follow``) and the event follow of a stop or launch
-(console/core/control.py). It follows through the current helper (``attach``); when the link drops,
+(console/core/stop.py, launching.py). It follows through the current helper (``attach``); when the link drops,
 the next helper resumes it from the same offset, so nothing is lost or delivered twice. ``drain``
 stops following and reads what is left up to the end of the file.
 :class:`LineSplitter` turns the byte chunks into complete lines (a partial last line waits).

@@ -33,7 +33,8 @@ def remote_command(argv: list[str], place: Place) -> str:
     return place.command(argv)
 
 
-def _num(text: str) -> float | None:
+def _smi_number(text: str) -> float | None:
+    """A field of nvidia-smi's CSV as a float; None for an empty one or what it prints for none."""
     text = text.strip()
     if not text or text.startswith("[") or text in ("N/A", "-"):
         return None  # [N/A], [Not Supported], [Unknown Error]
@@ -53,11 +54,11 @@ def parse_gpu_line(line: str) -> Gpu | None:
         index=int(parts[0]),
         uuid=parts[1],
         name=parts[2],
-        util=_num(parts[3]),
-        mem_used=_num(parts[4]),
-        mem_total=_num(parts[5]),
-        power=_num(parts[6]),
-        temp=_num(parts[7]),
+        util=_smi_number(parts[3]),
+        mem_used=_smi_number(parts[4]),
+        mem_total=_smi_number(parts[5]),
+        power=_smi_number(parts[6]),
+        temp=_smi_number(parts[7]),
     )
 
 

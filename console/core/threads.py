@@ -1,7 +1,7 @@
 """The trainer's processes and threads, from the inside: the threads view (``t``) and ``dflash-console
 threads``, headless.
 
-The helper's ``threads`` op (console/core/helper_program.py) reads, for the trainer (the pid and start
+The helper's ``threads`` op (console/core/helper_program/run_threads.py) reads, for the trainer (the pid and start
 time the session knows, from run.json) and its descendants (its workers), every thread's
 ``/proc/PID/task/TID/stat``: tid, OS name (comm), state, utime + stime in clock ticks. One sample has no
 rates: :class:`Sampler` keeps the previous sample and turns tick deltas into CPU% (ticks / SC_CLK_TCK /

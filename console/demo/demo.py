@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from console.core import control
+from console.core.deploy import bundled_trainer_dir
 from console.core.events import ActionPhase, ConnState, Outcome
 from console.core.options import ConnectOptions
 from console.core.place import Proxmox
@@ -198,7 +198,7 @@ class Demo:
         env = dict(
             os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **{MARKER_ENV: self.token}
         )
-        code = str(control.bundled_trainer_dir().parent)
+        code = str(bundled_trainer_dir().parent)
         env["PYTHONPATH"] = code + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         t0 = time.monotonic()
         with open(log, "ab") as logf:

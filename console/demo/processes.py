@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from console.core import control
+from console.core.trainer_argv import is_trainer_cmdline
 
 MARKER_ENV = "DFLASH_DEMO"
 STOP_TIMEOUT = 90.0  # seconds a trainer gets to save and exit
@@ -62,7 +62,7 @@ async def end_marked(token: str, say: Say, trainer_wait: float = STOP_TIMEOUT) -
     if not procs:
         return []
     ended = [f"{pid} {' '.join(cmd)[:120]}" for pid, cmd in procs]
-    trainers = {pid for pid, cmd in procs if control.is_trainer_cmdline(cmd)}
+    trainers = {pid for pid, cmd in procs if is_trainer_cmdline(cmd)}
     for pid in trainers:
         say(f"trainer pid {pid} still running: SIGINT (it saves a checkpoint and exits)")
         _signal(pid, signal.SIGINT)

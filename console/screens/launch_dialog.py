@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from console.core.control import code_folder
+from console.core.deploy import code_folder
 from console.core.events import Outcome
 
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
@@ -23,7 +23,7 @@ Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...)
 
 def prefill(run: dict | None) -> tuple[str, str, str]:
     """(flags, python, code_dir) from run.json; empty where unknown. The code dir is the folder that
-    holds the ``trainer`` package (control.code_folder: an old run.json's package folder is its parent)."""
+    holds the ``trainer`` package (deploy.code_folder: an old run.json's package folder is its parent)."""
     run = run or {}
     argv = run.get("argv")
     flags = shlex.join(str(a) for a in argv) if isinstance(argv, list) else ""

@@ -16,7 +16,7 @@ from textual import on
 from textual.containers import Vertical
 from textual.widgets import Button, Input, Static
 
-from console.core.control import RestartPlan
+from console.core.launching import RestartPlan
 from console.core.state import ConsoleState
 from console.screens.stop_dialog import Runner, StopDialog
 

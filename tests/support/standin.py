@@ -12,7 +12,7 @@ without torch: for the console's stop tests that need exact control over what th
   ``stopped`` with reason ``finished`` in one write and exits 0 at once (a clean end of training).
 It prints ``signals N`` (how many SIGINTs it got) last. It runs as ``python -m trainer.pipeline`` (a
 ``trainer`` package of its own, first on its PYTHONPATH), since only the trainer's command line is ever
-taken for the trainer (``helper_program.is_trainer_cmdline``).
+taken for the trainer (``helper_program.identity.is_trainer_cmdline``).
 """
 
 from __future__ import annotations

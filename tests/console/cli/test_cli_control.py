@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from console.core.control import bundled_trainer_dir
+from console.core.deploy import bundled_trainer_dir
 from console.devhost import DevHostThread
 from tests.support.core_util import CLI, CT, alive, cli, conn_args, start_time, start_user_script
 from tests.support.trainer_run import ROOT

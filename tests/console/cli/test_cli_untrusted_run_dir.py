@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from console.core import helper_program
+from console.core.helper_program.identity import identity, proc_info
 from console.devhost import DevHostThread
 from tests.support.core_util import (
     CT,
@@ -95,7 +95,7 @@ def test_run_json_naming_pid_1_is_refused(host, tmp_path):
     _write_run_json(run, 1)
     # the rule itself first: were PID 1 taken for the trainer, the stop below would signal it
     exact = {"trainer": True, "start_time": start_time(1), "argv_rest": _cmdline(1)[1:]}
-    assert helper_program.identity(helper_program.proc_info(1), exact)[0] == "other"
+    assert identity(proc_info(1), exact)[0] == "other"
     r = cli("stop", *conn_args(host), "--run-dir", str(run), "--yes", "--timeout", "10")
     assert r.returncode == 5, r.stdout + r.stderr
     assert "pid 1 is the container's init" in r.stderr, r.stderr

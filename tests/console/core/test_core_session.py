@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from console.core import control
+from console.core.deploy import code_folder, resolve_code_folder
 from console.core.devices import join_devices
 from console.core.events import ActionPhase, Gpu, Outcome, TelemetryState
+from console.core.launching import RestartPlan, restart_plan
 from console.core.options import ConnectOptions
 from console.core.place import Proxmox
 from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
 from console.core.telemetry import nvidia_smi_argv, parse_gpu_line, parse_output
+from console.core.trainer_argv import flag_value, is_trainer_cmdline, set_flag
 from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, start_user_script, wait_until
 
@@ -177,17 +179,17 @@ def test_options_like_ssh():
     assert "config" not in ConnectOptions("h").connect_kwargs()  # ~/.ssh/config applies
     assert _parse_jump("root@10.0.0.1:2200") == ("root", "10.0.0.1", 2200)
     assert _parse_jump("bastion") == (None, "bastion", None)
-    assert control.set_flag(["--a", "1", "--resume", "x", "--resume=y"], "--resume", "auto") == [
+    assert set_flag(["--a", "1", "--resume", "x", "--resume=y"], "--resume", "auto") == [
         "--a",
         "1",
         "--resume",
         "auto",
     ]
-    assert control.flag_value(["--output-dir=/r", "--x"], "--output-dir") == "/r"
-    assert control.is_trainer_cmdline(["python3", "-u", "/root/train_dflash_pipeline.py", "--x"])
-    assert control.is_trainer_cmdline(["/v/bin/python", "-m", "trainer.pipeline"])
-    assert not control.is_trainer_cmdline(["pgrep", "-af", "train_dflash_pipeline.py"])
-    assert not control.is_trainer_cmdline(["bash", "-lc", "python3 train_dflash_pipeline.py"])
+    assert flag_value(["--output-dir=/r", "--x"], "--output-dir") == "/r"
+    assert is_trainer_cmdline(["python3", "-u", "/root/train_dflash_pipeline.py", "--x"])
+    assert is_trainer_cmdline(["/v/bin/python", "-m", "trainer.pipeline"])
+    assert not is_trainer_cmdline(["pgrep", "-af", "train_dflash_pipeline.py"])
+    assert not is_trainer_cmdline(["bash", "-lc", "python3 train_dflash_pipeline.py"])
 
 
 async def test_a_trainer_that_ignores_sigint_is_refused_at_once_and_told_why(host):
@@ -245,13 +247,13 @@ def test_a_code_dir_is_the_folder_that_holds_the_trainer_package():
         "code_dir": code + "/trainer",
         "env": {"PYTHONPATH": code, "OMP_NUM_THREADS": "1"},
     }
-    plan = control.restart_plan(None, run)
+    plan = restart_plan(None, run)
     assert plan.code_dir == code and plan.env["PYTHONPATH"] == code
     assert f"code directory: {code} (run.json)" in plan.lines()
     assert prefill(run)[2] == code  # the launch dialog's prefill names the same folder
-    other = control.restart_plan(None, run, code_dir="/srv/new")  # another code dir replaces both forms
+    other = restart_plan(None, run, code_dir="/srv/new")  # another code dir replaces both forms
     assert other.env["PYTHONPATH"] == "/srv/new" and other.code_given
-    assert control.code_folder("/home/me/trainer") == "/home/me/trainer"  # a checkout may be named so
+    assert code_folder("/home/me/trainer") == "/home/me/trainer"  # a checkout may be named so
 
 
 async def test_restart_refuses_what_only_run_json_vouches_for_unless_trusted(host, tmp_path):
@@ -269,7 +271,7 @@ async def test_restart_refuses_what_only_run_json_vouches_for_unless_trusted(hos
         assert trainer is None and plan.code_dir == code and len(concerns) == 1 and code in concerns[0]
         res = await s.restart_trainer(wait_s=30)  # nobody confirmed it
         assert res.code == Outcome.ERROR and "nothing was done" in res.message and code in res.message
-        other = control.RestartPlan(**{**plan.__dict__, "flags": [*plan.flags, "--epochs", "9"]})
+        other = RestartPlan(**{**plan.__dict__, "flags": [*plan.flags, "--epochs", "9"]})
         res = await s.restart_trainer(wait_s=30, shown=other, trusted=concerns)  # not what was shown
         assert res.code == Outcome.ERROR and "changed after it was shown" in res.message
         assert not (run_dir / "RAN").exists()
@@ -288,6 +290,6 @@ async def test_a_checkouts_package_folder_is_read_as_the_checkout(host, tmp_path
     (named / "trainer" / "pipeline.py").write_text("")
     async with Session(options_for(host), place=Proxmox(CT), telemetry=False, streams=False) as s:
         helper = s.need_helper()
-        assert await control.resolve_code_folder(helper, str(ROOT / "trainer")) == str(ROOT)
-        assert await control.resolve_code_folder(helper, str(ROOT)) == str(ROOT)
-        assert await control.resolve_code_folder(helper, str(named)) == str(named)
+        assert await resolve_code_folder(helper, str(ROOT / "trainer")) == str(ROOT)
+        assert await resolve_code_folder(helper, str(ROOT)) == str(ROOT)
+        assert await resolve_code_folder(helper, str(named)) == str(named)

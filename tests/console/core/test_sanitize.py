@@ -77,7 +77,7 @@ def test_loads_raises_one_typed_error_for_everything_wrong():
 def test_the_helpers_copy_of_the_cleaner_is_the_same_cleaner():
     """The helper (which imports nothing from the console) checks a command line the console knows only
     cleaned against /proc through its own copy of the cleaner: it must clean exactly alike."""
-    from console.core.helper_program import shown
+    from console.core.helper_program.identity import shown
 
     corpus = [
         HOSTILE,

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from console.core import helper_program, pyspy
+from console.core import pyspy
+from console.core.helper_program.run_threads import op_threads
 from console.core.threads import (
     Sampler,
     ThreadsError,
@@ -153,7 +154,7 @@ def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
     with threads_standin(tmp_path, run_dir) as (_, child):
         info = json.loads((run_dir / "run.json").read_text())
         req = {"pid": info["pid"], "start_time": info["start_time"], "run_dir": str(run_dir)}
-        r = helper_program.op_threads({**req, "max_procs": 1, "max_threads": 2})
+        r = op_threads({**req, "max_procs": 1, "max_threads": 2})
         assert r["procs_total"] == 2 and [q["pid"] for q in r["procs"]] == [info["pid"]]
         assert len(r["procs"][0]["threads"]) == 2 and r["procs"][0]["threads_total"] == 3
         notes = Sampler().feed(r).notes()
@@ -161,7 +162,7 @@ def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
             "1 of 2 processes shown (capped)",
             f"pid {info['pid']} (trainer): 2 of 3 threads shown (capped)",
         ]
-        full = helper_program.op_threads(req)
+        full = op_threads(req)
         assert [q["pid"] for q in full["procs"]] == [info["pid"], child] and Sampler().feed(
             full
         ).notes() == []

@@ -1,0 +1,275 @@
+"""Launching the trainer through the helper (detached, then followed to its ``started`` or first step),
+and a restart: planned once, before anything is stopped (:class:`RestartPlan`), then relaunched."""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from console.core.control_error import ControlError
+from console.core.deploy import code_folder, deploy, preflight, resolve_code_folder
+from console.core.events import ActionResult, Outcome, TrainerInfo
+from console.core.finding import find_trainer
+from console.core.helper import Helper
+from console.core.metrics import MetricsParser
+from console.core.remote_files import file_size, tail_lines
+from console.core.streams import FileTail
+from console.core.trainer_argv import TRAINER_MODULE, flag_value, resolve, set_flag
+
+
+def pythonpath(code_dir: str, recorded: str | None, *old_code_dirs: str | None) -> str:
+    """PYTHONPATH with ``code_dir`` first, the recorded entries after it (the old code dir removed, as
+    each of ``old_code_dirs`` names it)."""
+    drop = {posixpath.normpath(d) for d in (code_dir, *old_code_dirs) if d}
+    parts = [p for p in (recorded or "").split(":") if p and posixpath.normpath(p) not in drop]
+    return ":".join([code_dir, *parts])
+
+
+def _launch_dir(flags: list[str], run_dir: str | None, cwd: str) -> tuple[list[str], str]:
+    """(the flags, with ``--output-dir`` added when only ``run_dir`` names it; the run dir, resolved)."""
+    out = flag_value(flags, "--output-dir")
+    if out is None and run_dir is None:
+        raise ControlError("no run dir: give --output-dir in the trainer flags (or --run-dir)", Outcome.USAGE)
+    if out is None:
+        flags = [*flags, "--output-dir", run_dir]
+        out = run_dir
+    rd = resolve(out, cwd)
+    if run_dir is not None and resolve(run_dir, cwd) != rd:
+        raise ControlError(
+            f"--run-dir {run_dir!r} and the trainer's --output-dir {out!r} differ", Outcome.USAGE
+        )
+    return flags, rd
+
+
+async def launch(
+    helper: Helper,
+    flags: list[str],
+    *,
+    run_dir: str | None = None,
+    python: str = "python3",
+    code_dir: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    wait_s: float = 300.0,
+    on_status: Callable[[str], None] | None = None,
+    on_startup: Callable[[dict], None] | None = None,
+    check: bool = True,
+) -> ActionResult:
+    """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
+
+    ``code_dir`` is the folder that holds the ``trainer`` package (:func:`code_folder`); without it the
+    bundled trainer is deployed. With ``check`` it first runs :func:`preflight` with the launch's
+    interpreter, env and cwd (a restart that ran it before stopping passes ``check=False``).
+
+    With ``on_startup``, it waits on for the ``first_step`` event instead, and hands every start-up record
+    (``started``, ``startup``, ``first_step``; docs/run-directory.md) to it as it arrives: a trainer that
+    exits before its first step is then an error too.
+
+    Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
+    tail of train.log. ``run_dir`` defaults to the flags' ``--output-dir``; when both are given they
+    must name the same directory (code 2 otherwise).
+    """
+    say = on_status or (lambda s: None)
+    cwd = cwd or helper.home
+    flags, rd = _launch_dir(list(flags), run_dir, cwd)
+    live, _ = await find_trainer(helper, rd)
+    if live is not None:
+        raise ControlError(f"refused: a live trainer (pid {live.pid}) owns {rd}; stop it first")
+    env = dict(env or {})
+    code_dir = await resolve_code_folder(helper, code_dir)
+    if check:
+        pre = {**env, "PYTHONPATH": pythonpath(code_dir, env.get("PYTHONPATH"))} if code_dir else env
+        await preflight(helper, python, env=pre, cwd=cwd)
+    if code_dir is None:
+        say("deploying the bundled trainer")
+        code_dir = await deploy(helper, python, check=False)
+    env["PYTHONPATH"] = pythonpath(code_dir, env.get("PYTHONPATH"))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    metrics = posixpath.join(rd, "metrics.jsonl")
+    log = posixpath.join(rd, "train.log")
+    await helper.call("mkdir", path=rd)
+    follower, events = _event_tail(metrics, await file_size(helper, metrics))
+    argv = [python, "-m", TRAINER_MODULE, *flags]
+    say(f"starting {shlex.join(argv)}")
+    sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
+    pid = int(sp["pid"])
+    follower.attach(helper)
+    # the spawned process itself (pid + start time): its command line may still change (an interpreter shim)
+    waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
+    try:
+        await _await_start(helper, pid, waiter, follower, events, log, wait_s, on_startup, say)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+        await follower.detach()
+    trainer, _ = await find_trainer(helper, rd)
+    if trainer is None:
+        info = await helper.proc(pid)
+        trainer = TrainerInfo(
+            pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd, "cmdline", None
+        )
+    return ActionResult(Outcome.OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
+
+
+def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
+    """A tail of metrics.jsonl from ``offset`` and the queue its ``event`` records go to."""
+    parser = MetricsParser()
+    queue: asyncio.Queue[dict] = asyncio.Queue()
+
+    def on_data(data: bytes) -> None:
+        for rec in parser.feed(data):
+            if rec.get("kind") in ("event", "startup"):  # startup: launch's progress (StopFollow ignores it)
+                queue.put_nowait(rec)
+
+    return FileTail(path, offset, on_data, interval=0.05), queue
+
+
+async def _await_start(
+    helper: Helper,
+    pid: int,
+    waiter: asyncio.Future,
+    follower: FileTail,
+    events: asyncio.Queue[dict],
+    log: str,
+    wait_s: float,
+    on_startup: Callable[[dict], None] | None,
+    say: Callable[[str], None],
+) -> None:
+    """Wait for the spawned trainer's ``started`` event (``first_step`` with ``on_startup``, which gets
+    every start-up record); :class:`ControlError` when it exits first; at ``wait_s`` it is left running."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        getter = asyncio.ensure_future(events.get())
+        done, _ = await asyncio.wait(
+            [waiter, getter],
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not getter.done():
+            getter.cancel()
+        if getter in done:
+            ev = getter.result()
+            name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
+            if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
+                on_startup(ev)
+            if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
+                return
+            if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
+                return
+            continue
+        if waiter in done:
+            await follower.drain()
+            started = False
+            while not events.empty():
+                started |= events.get_nowait().get("name") == "started"
+            rc = waiter.result().get("rc")
+            tail = "\n".join(await tail_lines(helper, log, 30))
+            raise ControlError(
+                f"the trainer exited during start-up (exit code {rc}; "
+                f"{'after' if started else 'before'} its started event). "
+                f"Last lines of {log}:\n{tail}"
+            )
+        say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
+        return
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What a restart launches (:func:`restart_plan`): run.json's interpreter, cwd, code dir, env and
+    argv with ``--resume auto``. ``code_given``: the code dir is the operator's (``--code-dir``, a deploy
+    from the screen), not run.json's."""
+
+    flags: list[str]
+    python: str
+    cwd: str | None
+    code_dir: str | None
+    env: dict[str, str]
+    run_dir: str
+    code_given: bool = False
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.python, "-m", TRAINER_MODULE, *self.flags]
+
+    def lines(self) -> list[str]:
+        """What it will run, for a prompt: interpreter, code directory, cwd, env and the command."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return [
+            f"interpreter: {self.python}",
+            "code directory: "
+            + (
+                f"{self.code_dir} ({'given' if self.code_given else 'run.json'})"
+                if self.code_dir
+                else "(none: the bundled trainer is deployed first)"
+            ),
+            f"working directory: {self.cwd or '(the home directory)'}",
+            f"environment: {env or '(none)'}",
+            f"command: {shlex.join(self.argv)}",
+        ]
+
+
+def restart_plan(
+    trainer: TrainerInfo | None, run: dict | None, code_dir: str | None = None, old_folder: str | None = None
+) -> RestartPlan:
+    """The one planning pass of a restart, before anything is stopped: the run.json of ``trainer`` (else
+    ``run``, the run dir's) made into what the relaunch starts: its interpreter, cwd, code dir (or
+    ``code_dir``), env and argv + ``--resume auto``. :class:`ControlError` when there is no run.json
+    (``NO_TRAINER`` without a trainer; a trainer found by its command line only cannot be restarted) or
+    it cannot be launched again. ``old_folder``: run.json's ``code_dir`` as :func:`resolve_code_folder`
+    found it in the container (default: :func:`code_folder` of it)."""
+    run = (trainer.run if trainer and trainer.run else None) or run
+    if run is None:
+        if trainer is not None:
+            raise ControlError(
+                "restart needs the trainer's run.json (this one was found by its command "
+                "line only): stop it, then launch"
+            )
+        raise ControlError("no trainer and no run.json to restart from", Outcome.NO_TRAINER)
+    for key in ("interpreter", "argv", "output_dir"):
+        if key not in run:
+            raise ControlError(f"run.json has no {key!r}; cannot restart the same run")
+    recorded = run.get("code_dir") if isinstance(run.get("code_dir"), str) else None
+    old = old_folder or code_folder(recorded)
+    new = code_folder(code_dir) or old
+    env = {k: str(v) for k, v in (run.get("env") or {}).items() if v is not None}
+    if new:
+        env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old, recorded)
+    return RestartPlan(
+        flags=set_flag(list(run["argv"]), "--resume", "auto"),
+        python=run["interpreter"],
+        cwd=run.get("cwd"),
+        code_dir=new,
+        env=env,
+        run_dir=run["output_dir"],
+        code_given=bool(code_dir),
+    )
+
+
+async def relaunch(
+    helper: Helper,
+    plan: RestartPlan,
+    *,
+    wait_s: float = 300.0,
+    on_status: Callable[[str], None] | None = None,
+    on_startup: Callable[[dict], None] | None = None,
+    check: bool = True,
+) -> ActionResult:
+    """Launch ``plan`` (the second half of a restart, once the old trainer stopped)."""
+    res = await launch(
+        helper,
+        plan.flags,
+        run_dir=plan.run_dir,
+        python=plan.python,
+        code_dir=plan.code_dir,
+        env=plan.env,
+        cwd=plan.cwd,
+        wait_s=wait_s,
+        on_status=on_status,
+        on_startup=on_startup,
+        check=check,
+    )
+    return ActionResult(res.code, "restarted: " + res.message, res.trainer)
