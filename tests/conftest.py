@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.trainer_run import ROOT, env
+# One thread for torch here and in every process the tests start (trainers, devhost sessions, the demo):
+# they inherit this environment. A 2-core machine under load otherwise oversubscribes and times out.
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_name] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+from tests.support.trainer_run import ROOT, env  # noqa: E402
+
+
+def pytest_configure(config):
+    try:
+        import torch
+    except ImportError:  # the console alone (pip install .): its tests need no torch
+        return
+    torch.set_num_threads(1)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # set already (lab/conftest.py shares this hook) or inter-op work has begun
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import torch
 
 from tests.support.model_util import VOCAB, random_embed, tiny_drafter
 
-torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
 IMPLS = ["sdpa", "flex"]

@@ -13,8 +13,6 @@ from trainer.drafting.loss import dflash_loss, metrics_to_floats
 from trainer.drafting.masks import sample_anchors
 from trainer.target.capture import capture
 
-torch.set_num_threads(1)
-
 
 def _batch(g, succ, tokens, rows=4, doc_len=24, docs_per_row=2):
     ids, doc = [], []

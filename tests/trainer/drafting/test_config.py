@@ -9,8 +9,6 @@ from tests.support.model_util import random_embed, tiny_drafter, tiny_target_con
 from trainer.drafting.config import DraftConfig, default_target_layer_ids
 from trainer.model import load_drafter, save_drafter
 
-torch.set_num_threads(1)
-
 
 def test_default_target_layer_ids_reference_rule():
     assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]  # published Qwen3-8B drafter

@@ -9,8 +9,6 @@ import torch.nn.functional as F
 from trainer.drafting.head import FrozenHead
 from trainer.drafting.loss import dflash_loss, metrics_to_floats, position_weights
 
-torch.set_num_threads(1)
-
 V, H, BS = 11, 8, 4
 
 

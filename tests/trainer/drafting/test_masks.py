@@ -12,8 +12,6 @@ from trainer.drafting.masks import (
     sample_run,
 )
 
-torch.set_num_threads(1)
-
 
 def _valid_positions(doc, lm, bs):
     """Brute force: anchors whose block lies in one real document with slots 1.. in the loss mask."""

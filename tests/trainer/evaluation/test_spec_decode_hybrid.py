@@ -18,8 +18,6 @@ from tests.trainer.evaluation.test_spec_decode import Oracle
 from trainer.evaluation.report import summarize
 from trainer.evaluation.spec_decode import CachedTarget, speculative_generate, target_generate
 
-torch.set_num_threads(1)
-
 BS = 8
 NEW = 24
 HYBRIDS = ["tiny_hybrid", "tiny_hybrid_moe"]

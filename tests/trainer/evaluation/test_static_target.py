@@ -13,7 +13,6 @@ from tests.trainer.evaluation.test_spec_decode import BS, Oracle
 from trainer.evaluation.spec_decode import CachedTarget, speculative_generate, target_generate
 from trainer.evaluation.static_target import StaticTarget, static_target_problem
 
-torch.set_num_threads(1)
 LAYERS = [1, 3]
 NEW = 24
 

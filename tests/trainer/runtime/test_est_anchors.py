@@ -13,8 +13,6 @@ from trainer.drafting.loss import dflash_loss, metrics_to_floats
 from trainer.runtime.hidden_queue import HiddenBatch
 from trainer.target.capture import capture
 
-torch.set_num_threads(1)
-
 T, MAX_ANCHORS, GAMMA, SEED = 96, 6, 7.0, 11
 
 

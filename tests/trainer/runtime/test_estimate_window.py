@@ -5,15 +5,12 @@ import json
 import signal
 
 import pytest
-import torch
 
 import trainer.drafting.loss as loss_mod
 import trainer.runtime.roles as roles_mod
 from tests.support.trainer_run import tiny_flags
 from trainer import pipeline
 from trainer.runtime.step_metrics import running_estimate
-
-torch.set_num_threads(1)
 
 
 def test_running_estimate_is_the_walks_ratio_and_the_uniform_mean():

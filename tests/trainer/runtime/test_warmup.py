@@ -18,8 +18,6 @@ from trainer.runtime.gpu_meter import role_meter
 from trainer.runtime.roles import TargetRole
 from trainer.target.capture import load_target
 
-torch.set_num_threads(1)
-
 
 def test_stand_in_batch_has_the_shapes_of_the_capture(tiny_assets, tmp_path):
     args = resolve(build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run", "--seed", "3")))

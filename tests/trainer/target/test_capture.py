@@ -8,8 +8,6 @@ from trainer.drafting.head import FrozenHead
 from trainer.target.base import attach
 from trainer.target.capture import capture, capture_of, load_target
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def target():

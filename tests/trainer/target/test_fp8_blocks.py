@@ -10,7 +10,6 @@ from torch import nn
 from tests.trainer.target.fp8_ref import ref_dequantise, ref_quantise, rel
 from trainer.target import fp8
 
-torch.set_num_threads(1)
 SHAPES = [(300, 200), (128, 128), (1, 5), (129, 257), (256, 384)]
 
 

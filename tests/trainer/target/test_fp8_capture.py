@@ -21,7 +21,6 @@ from trainer.target.capture import (
 )
 from trainer.target.fp8 import Fp8Linear
 
-torch.set_num_threads(1)
 LENS = (40, 3, 1, 30)
 BOUND = 0.08  # e4m3 weights: a few percent per layer on these random targets
 

@@ -22,7 +22,6 @@ from trainer.run.settings import resolve
 from trainer.target.capture import load_target
 from trainer.target.fp8 import Fp8Linear
 
-torch.set_num_threads(1)
 BROKEN = "model.layers.1.mlp.down_proj.weight_scale_inv"
 
 

@@ -17,7 +17,6 @@ from trainer.run.settings import resolve
 from trainer.target import fp8, fp8_rows
 from trainer.target.capture import load_target
 
-torch.set_num_threads(1)
 SHAPES = [(300, 200), (1, 5), (48, 384), (64, 1152)]
 
 

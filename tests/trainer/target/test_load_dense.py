@@ -6,8 +6,6 @@ from transformers import AutoModelForCausalLM
 
 from trainer.target.capture import load_target
 
-torch.set_num_threads(1)
-
 
 def test_dense_target_loads_like_from_pretrained_with_byte_progress(tiny_assets):
     path = str(tiny_assets / "target")
