@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.trainer_run import Trainer, dflash2_flags, events, run, steps, tiny_flags, wait_for_step
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 N = 6
 SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")

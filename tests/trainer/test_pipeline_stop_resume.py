@@ -18,7 +18,7 @@ from tests.support.trainer_run import (
     wait_for_step,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 N = 10  # optimizer steps of the reference run
 EXTRA = (

@@ -60,7 +60,7 @@ def test_a_failed_checkpoint_is_exit_6_and_said(host, tmp_path):
     assert "exit code 4" in r.stderr and f"latest still names {run}/checkpoints/step_00000005" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_stop_survives_a_server_restart_mid_save(host, tiny_assets, tmp_path):
     """SIGINT, the real trainer's save is held, the SSH server is killed and restarted: the CLI
     reconnects, finds the same trainer (PID + start time), follows the save to the exit and reports it;

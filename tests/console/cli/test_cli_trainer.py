@@ -15,7 +15,7 @@ from console.devhost import DevHostThread
 from tests.support.core_util import CT, alive, cli, conn_args, wait_until
 from tests.support.trainer_run import events, startup, steps, tiny_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
 ENV = {
     "OMP_NUM_THREADS": "1",

@@ -131,7 +131,7 @@ def seed_tiny(folder: Path, tiny: Path) -> None:
     (folder / ".dflash-demo").write_text("{}\n")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_path, tiny_assets):
     folder = tmp_path / "demo dir"
     seed_tiny(folder, tiny_assets)

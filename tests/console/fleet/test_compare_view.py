@@ -32,7 +32,7 @@ from tests.support.core_util import options_for, start_user_script
 from tests.support.screen_text import screen_text, until
 
 SIZE = (130, 40)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def append(run_dir, n: int) -> None:

@@ -24,7 +24,7 @@ from tests.support.core_util import alive, cli, conn_args, options_for, start_us
 from tests.support.screen_text import screen_text, until
 
 SIZE = (150, 40)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

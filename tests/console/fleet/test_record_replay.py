@@ -24,7 +24,7 @@ from tests.support.screen_text import screen_text, until
 
 SIZE = (130, 40)
 CT = 200
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 class Clock:

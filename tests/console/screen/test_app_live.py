@@ -26,7 +26,7 @@ from tests.support.trainer_run import ROOT, tiny_flags
 
 CT = 200
 SIZE = (120, 36)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def options(ht: DevHostThread) -> ConnectOptions:

@@ -27,7 +27,7 @@ from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
 
 CT = 200
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

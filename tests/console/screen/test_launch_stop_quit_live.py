@@ -29,7 +29,7 @@ from tests.support.trainer_run import ROOT, tiny_flags
 
 CT = 200
 SIZE = (130, 40)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture

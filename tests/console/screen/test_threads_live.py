@@ -24,7 +24,7 @@ from tests.support.core_util import CT, alive, cli, conn_args, options_for, wait
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import Trainer, tiny_flags, wait_for_step
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 SIZE = (160, 48)
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # the trainer's names for its threads: the launcher's main thread and control threads, each worker's

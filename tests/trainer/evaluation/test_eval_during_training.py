@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.trainer_run import Trainer, events, records, run, steps, tiny_flags, wait_for_step
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 N = 8
 EXTRA = ("--max-steps", str(N), "--seed", "5", "--save-every", "2")

@@ -115,7 +115,7 @@ def test_new_flags_have_defaults_so_old_run_json_argv_restarts():
             build_parser().parse_args([*old_argv, *bad])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_trainer_survives_a_full_disk_and_a_failed_final_save_exits_4(tiny_assets, tmp_path):
     """Saves 2 and 4 of the process hit a full disk: the periodic one is reported and training goes on,
     the next periodic save works, the stop's save fails: exit 4, latest still the last complete one."""
@@ -145,7 +145,7 @@ def test_trainer_survives_a_full_disk_and_a_failed_final_save_exits_4(tiny_asset
     assert "training goes on; the next save tries again" in t.output
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_periodic_saves_by_time_keep_only_the_newest(tiny_assets, tmp_path):
     """--save-every-minutes saves on its own (no stop_requested before it); --keep-checkpoints 1
     keeps exactly the newest complete one, pruned only after the newer one is complete."""

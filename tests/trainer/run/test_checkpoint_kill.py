@@ -77,7 +77,7 @@ def test_truncated_file_is_not_complete(tmp_path):
     assert checkpoint.latest(str(root)) is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_trainer_killed_mid_save_restarts_from_previous_checkpoint(tiny_assets, tmp_path):
     out = tmp_path / "run"
     flags = tiny_flags(tiny_assets, out, "--max-steps", "6", "--save-every", "2")

@@ -24,7 +24,7 @@ import pytest
 from tests.support.trainer_run import ROOT, env, events, run, tiny_flags
 from trainer.run import checkpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 S2, S4 = checkpoint.step_dir_name(2), checkpoint.step_dir_name(4)
 

@@ -137,7 +137,7 @@ def test_a_real_full_tmpfs_drops_records_and_notes_them_after(tmp_path):
     assert r.stderr.count("metrics.jsonl: a write failed") == 1 and "No space left on device" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_real_trainer_trains_on_through_failed_metrics_writes(tiny_assets, tmp_path):
     """Metrics writes 12 to 17 of the real tiny trainer fail as on a full disk: it finishes (exit 0)
     with every step it trained, the lost records counted in a `metrics_dropped` event."""

@@ -102,7 +102,7 @@ def test_a_worker_without_a_secret_is_told_where_to_find_one(tmp_path, monkeypat
     assert control_channel.worker_secret(str(tmp_path)) == "abc" and path.endswith("control.secret")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_forged_client_is_dropped_and_the_run_goes_on(tiny_assets, tmp_path):
     out, port = tmp_path / "run", _free_port()
     flags = tiny_flags(tiny_assets, out, "--launch", "multi", "--max-steps", "6", "--control-port", str(port))

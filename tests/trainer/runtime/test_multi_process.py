@@ -26,7 +26,7 @@ from tests.support.trainer_run import (
 )
 from trainer.run import checkpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 MULTI = ("--drafter-gpus", "cpu,cpu")  # with tiny_flags' --target-gpus cpu: 3 worker processes
 EXTRA = ("--noise-start", "0.2", "--noise-end", "0.05", "--seed", "5")

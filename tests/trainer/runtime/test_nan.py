@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.trainer_run import events, run, steps, tiny_flags
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def test_nan_steps_are_skipped_then_the_run_stops(tiny_assets, tmp_path):

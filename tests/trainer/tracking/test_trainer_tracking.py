@@ -26,7 +26,7 @@ from tests.support.trainer_run import (
     wait_for_step,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 for _lib in ("tensorboard", "wandb", "mlflow"):
     pytest.importorskip(_lib)
 
