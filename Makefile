@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint demo lab-test
+.PHONY: setup test unit lint demo lab-test
 setup: $(STAMP)
 
 # torch is pinned first: the CPU build lies on this kind of machine's disk; an unpinned
@@ -21,8 +21,14 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
+# Two workers, whole files each (module-scoped fixtures such as a live trainer stay in one worker).
+# `-m "not e2e"` runs the unit tests alone (no SSH server, no trainer process): seconds, for the edit loop.
+WORKERS ?= 2
 test: lint
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(WORKERS) --dist loadfile
+
+unit: setup
+	$(VENV)/bin/python -m pytest -q -m "not e2e"
 
 # The lab's own tests (lab/README.md): answered research, never collected by `make test` (testpaths = tests).
 lab-test: setup
