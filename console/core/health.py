@@ -526,10 +526,10 @@ def disk_free(r: RuleInput) -> Iterator[Firing]:
 def gpu_mem(g: Gpu, c: HealthConfig) -> Firing | None:
     if g.mem_used is None or not g.mem_total:
         return None
-    pct = 100.0 * g.mem_used / g.mem_total
-    if pct <= c.gpu_mem_pct:
+    percent = 100.0 * g.mem_used / g.mem_total
+    if percent <= c.gpu_mem_pct:
         return None
-    return Firing(f"gpu_mem:{g.index}", "gpu_mem", WARNING, f"GPU {g.index} memory {pct:.1f}%")
+    return Firing(f"gpu_mem:{g.index}", "gpu_mem", WARNING, f"GPU {g.index} memory {percent:.1f}%")
 
 
 def gpu_temp(g: Gpu, c: HealthConfig) -> Firing | None:

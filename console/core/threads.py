@@ -266,8 +266,8 @@ class Row:
     more: int = 0  # a row for the threads a limit left out: how many
 
 
-def _order(pct: float | None) -> float:
-    return -1.0 if pct is None else pct
+def _order(percent: float | None) -> float:
+    return -1.0 if percent is None else percent
 
 
 def _thread_row(snap: Snapshot, p: ProcessInfo, t: ThreadInfo) -> Row:
@@ -288,8 +288,8 @@ def _thread_row(snap: Snapshot, p: ProcessInfo, t: ThreadInfo) -> Row:
 
 def _more_row(snap: Snapshot, p: ProcessInfo, rest: list[ThreadInfo]) -> Row:
     """The threads a limit left out, in one row: how many, their CPU% and CPU time together."""
-    pcts = [t.cpu_pct for t in rest]
-    pct = None if any(v is None for v in pcts) else sum(pcts)
+    percents = [t.cpu_pct for t in rest]
+    percent = None if any(v is None for v in percents) else sum(percents)
     ticks = sum(t.ticks for t in rest)
     return Row(
         f"m{p.pid}",
@@ -298,7 +298,7 @@ def _more_row(snap: Snapshot, p: ProcessInfo, rest: list[ThreadInfo]) -> Row:
         0,
         f"… {len(rest)} more",
         "",
-        pct,
+        percent,
         ticks / snap.clk_tck,
         "",
         False,

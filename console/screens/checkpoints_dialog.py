@@ -81,9 +81,9 @@ def drafter_cell(run_dir: str, path: str | None) -> str | Text:
 
 async def run_copy(app, job: CopyJob) -> None:
     def progress(p) -> None:
-        pct = 100.0 * p.done_bytes / p.total_bytes if p.total_bytes else 100.0
+        percent = 100.0 * p.done_bytes / p.total_bytes if p.total_bytes else 100.0
         job.text = (
-            f"{pct:5.1f}%  {fmt_bytes(p.done_bytes)} of {fmt_bytes(p.total_bytes)}  "
+            f"{percent:5.1f}%  {fmt_bytes(p.done_bytes)} of {fmt_bytes(p.total_bytes)}  "
             f"file {min(p.files_done + 1, p.files_total)}/{p.files_total} {p.file}"
             + (f"  (link dropped {p.reconnects}x, resumed)" if p.reconnects else "")
         )

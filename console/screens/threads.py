@@ -28,10 +28,10 @@ SHOWN = 10  # threads a process shows, busiest first, until `a` (a row says how 
 HINT = "Enter folds a process   a every thread / the busiest   p py-spy dump of the selected process   Esc closes"
 
 
-def _pct_style(pct: float | None) -> str:
-    if pct is None:
+def _pct_style(percent: float | None) -> str:
+    if percent is None:
         return "dim"
-    return "bold red" if pct >= 80 else "bold yellow" if pct >= 30 else ""
+    return "bold red" if percent >= 80 else "bold yellow" if percent >= 30 else ""
 
 
 def cells(snap: Snapshot, r: Row, folded: bool) -> list[Text]:

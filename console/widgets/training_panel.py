@@ -72,8 +72,8 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
         rows[0:0] = [("start-up", startup_text(su, what)), ("first step", Text(when, style="yellow"))]
     step = "-" if state.step is None else f"{state.step:,}"
     if state.total_steps:
-        pct = 100.0 * (state.step or 0) / state.total_steps
-        step += f" / {state.total_steps:,}  ({pct:.1f}%)"
+        percent = 100.0 * (state.step or 0) / state.total_steps
+        step += f" / {state.total_steps:,}  ({percent:.1f}%)"
     rows.append(("step", step))
     rows.append(("epoch", fmt_number(state.epoch, ".2f")))
     rows.append(("loss", Text(fmt_number(state.loss, ".4f"), style="bold yellow")))
