@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -136,6 +138,88 @@ def run(flags: list[str], timeout: float = 120, **env_extra: str) -> tuple[int, 
     t = Trainer(flags, **env_extra)
     rc = t.wait(timeout)
     return rc, t.output
+
+
+def run_in_process(flags: list[str], *, stop_after_step: int | None = None, **env_extra: str) -> int:
+    """``trainer.pipeline.main(flags)`` in this process: its exit code (argparse's exit on bad flags too).
+
+    No import of torch and transformers to pay: the variants of a flow that one test runs end to end in real
+    processes (tests/trainer/test_pipeline_stop_resume.py) run here. Its output is not captured here (the
+    test's ``capfd`` has it); ``env_extra`` is the run's environment beside the subprocesses' (``env()``).
+
+    ``stop_after_step=k``: a real SIGINT, raised in this (the main) thread right after the run writes step
+    k's record, goes to the trainer's own handler (trainer/run/stopping.py): the stop a signal asks for, at a
+    known step (it stops after step k and saves it, as a run signalled during step k+1's wait would).
+
+    What a run changes in the process is put back afterwards: the SIGINT/SIGTERM handlers, ``os.environ``
+    (the compile cache's variables), ``sys.pycache_prefix``, the main thread's OS name, torch's global RNG,
+    default dtype, deterministic-algorithms flags and thread count, Python's and NumPy's global RNGs, the
+    checkpoint writer's per-process save count (test hooks count saves of "this process"); a thread it
+    started that is still alive after 10 s fails the call.
+    """
+    import numpy as np
+    import torch
+
+    from trainer import pipeline
+    from trainer.run import checkpoint, rundir
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    environ = dict(os.environ)
+    pycache = sys.pycache_prefix
+    comm = Path(f"/proc/self/task/{threading.get_native_id()}/comm")
+    os_name = comm.read_bytes().rstrip(b"\n") if comm.exists() else None
+    rng = (torch.get_rng_state(), random.getstate(), np.random.get_state())
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    deterministic = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    saves = checkpoint._saves_done
+    before = set(threading.enumerate())
+    write = rundir.MetricsWriter.write
+    e = env(**env_extra)
+    del e["PYTHONPATH"]  # this process imports from the checkout already
+    os.environ.clear()
+    os.environ.update(e)
+
+    def write_then_stop(self, kind, **fields):
+        rec = write(self, kind, **fields)
+        if kind == "step" and fields.get("step") == stop_after_step:
+            signal.raise_signal(signal.SIGINT)
+        return rec
+
+    if stop_after_step is not None:
+        rundir.MetricsWriter.write = write_then_stop
+    checkpoint._saves_done = 0
+    try:
+        try:
+            return pipeline.main(list(flags))
+        except SystemExit as ex:  # argparse: bad flags
+            return ex.code if isinstance(ex.code, int) else 2
+    finally:
+        rundir.MetricsWriter.write = write
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.pycache_prefix = pycache
+        if os_name is not None:
+            with contextlib.suppress(OSError):
+                comm.write_bytes(os_name)
+        torch.set_rng_state(rng[0])
+        random.setstate(rng[1])
+        np.random.set_state(rng[2])
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+        checkpoint._saves_done = saves
+        end = time.monotonic() + 10
+        left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        for t in left:
+            t.join(max(0.0, end - time.monotonic()))
+        left = [t.name for t in left if t.is_alive()]
+        if sys.exc_info()[0] is None:  # else that failure is the one to see
+            assert not left, f"threads the in-process trainer left running: {left}"
 
 
 def records(run_dir: Path) -> list[dict]:

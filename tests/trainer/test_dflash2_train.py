@@ -1,4 +1,5 @@
-"""``--arch dflash2`` through the real trainer on the tiny target: it trains, stops on SIGINT, and resumes
+"""``--arch dflash2`` through the real trainer on the tiny target, in this process (the flow itself runs in
+real processes in tests/trainer/test_pipeline_stop_resume.py): it trains, stops on SIGINT, and resumes
 exactly (the uninterrupted run's steps bit for bit); its checkpoints hold the DFlash 2 layout."""
 
 from __future__ import annotations
@@ -6,27 +7,20 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import signal
 
-import pytest
-
-from tests.support.trainer_run import Trainer, dflash2_flags, events, run, steps, tiny_flags, wait_for_step
-
-pytestmark = pytest.mark.e2e
+from tests.support.trainer_run import dflash2_flags, events, run_in_process, steps, tiny_flags
 
 N = 6
 SELECTOR_FIELDS = ("selector_loss", "selector_recall", "selector_acc")
 EXTRA = (*dflash2_flags(N), "--use-soft-labels")
 
 
-def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
+def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path, capfd):
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
-    ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))
-    cut = Trainer(tiny_flags(tiny_assets, cut_dir, *EXTRA))
-    wait_for_step(cut_dir, 2, cut)
-    cut.signal(signal.SIGINT)
-    assert cut.wait() == 0, cut.output
-    assert ref.wait() == 0, ref.output
+    assert run_in_process(tiny_flags(tiny_assets, ref_dir, *EXTRA)) == 0, capfd.readouterr()
+    assert run_in_process(tiny_flags(tiny_assets, cut_dir, *EXTRA), stop_after_step=2) == 0, (
+        capfd.readouterr()
+    )
     saved = [e for e in events(cut_dir) if e["name"] == "checkpoint_saved"]
     k = saved[-1]["step"]
     assert 2 <= k < N, k
@@ -37,8 +31,9 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
         assert {c["dflash_config"][f] for f in ("selector_rank", "selector_top_k")} == {8, 4}
         assert (c["dflash_config"]["conv_kernel_size"], c["dflash_config"]["conv_group_size"]) == (2, 16)
 
-    rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--resume", "auto"))
-    assert rc == 0, out
+    assert run_in_process(tiny_flags(tiny_assets, cut_dir, *EXTRA, "--resume", "auto")) == 0, (
+        capfd.readouterr()
+    )
     ref_steps = {s["step"]: s for s in steps(ref_dir)}
     assert sorted(ref_steps) == list(range(1, N + 1))
     resumed = [s for s in steps(cut_dir) if s["step"] > k][-(N - k) :]
@@ -60,16 +55,20 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path):
     first, last = ref_steps[1], ref_steps[N]
     assert last["loss"] < first["loss"]  # it learns
     # an explicit --arch dflash: a DFlash 1 drafter cannot resume a DFlash 2 checkpoint (on a copy of the
-    # run's checkpoints, so that it runs beside the next run: two independent startups at once)
+    # run's checkpoints)
     arch_dir = tmp_path / "arch"
     shutil.copytree(cut_dir / "checkpoints", arch_dir / "checkpoints")
     plan = ("--seed", "3")  # the data plan's flags stay (a resume under another plan is refused)
-    dflash1 = Trainer(tiny_flags(tiny_assets, arch_dir, *plan, "--max-steps", str(N + 2), "--arch", "dflash"))
+    capfd.readouterr()
+    rc = run_in_process(
+        tiny_flags(tiny_assets, arch_dir, *plan, "--max-steps", str(N + 2), "--arch", "dflash")
+    )
+    output = "".join(capfd.readouterr())
+    assert rc != 0 and "different drafter config" in output, output
+    assert "arch" in output
     # the same flags minus --arch and the DFlash 2 fields: the checkpoint's come back (a restart needs none)
-    rc, out = run(tiny_flags(tiny_assets, cut_dir, *plan, "--max-steps", str(N + 1)))
-    assert rc == 0, out
-    assert dflash1.wait() != 0 and "different drafter config" in dflash1.output, dflash1.output
-    assert "arch" in dflash1.output
+    rc = run_in_process(tiny_flags(tiny_assets, cut_dir, *plan, "--max-steps", str(N + 1)))
+    assert rc == 0, capfd.readouterr()
     assert [s["step"] for s in steps(cut_dir)][-1] == N + 1
     ckpt = cut_dir / "checkpoints" / (cut_dir / "checkpoints" / "latest").read_text().strip()
     c = json.loads((ckpt / "drafter" / "config.json").read_text())

@@ -11,6 +11,7 @@ from tests.support.trainer_run import (
     Trainer,
     events,
     run,
+    run_in_process,
     session_members,
     startup,
     steps,
@@ -116,6 +117,15 @@ def test_sigint_saves_and_resume_matches_uninterrupted_run(tiny_assets, tmp_path
     # the resumed run's first save knows how long the last one took
     saving = [e for e in events(cut_dir) if e["name"] == "checkpoint_saving"]
     assert saving[-1]["expected_s"] is not None and saving[-1]["expected_s"] > 0
+
+    # the same run in this process (tests/support/trainer_run.py run_in_process, which the variants of this flow
+    # use) gives the real process's steps bit for bit
+    here = tmp_path / "here"
+    assert run_in_process(tiny_flags(tiny_assets, here, *EXTRA)) == 0
+    fields = ("loss", "grad_norm", "lr", "acc", "tokens", "accept_len_est", "accept_len_est_uniform")
+    assert [[s[f] for f in fields] for s in steps(here)] == [
+        [ref_steps[i][f] for f in fields] for i in ref_steps
+    ]
 
     # a resume under another data plan is refused, naming the flag: its cursor counts the old plan's micro-batches
     latest = (cut_dir / "checkpoints" / "latest").read_text()

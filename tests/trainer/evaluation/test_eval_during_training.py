@@ -1,13 +1,14 @@
 """--eval-every on the real trainer (tiny target, CPU): eval records reach metrics.jsonl, and a run stopped
-and resumed with evaluations on still equals an uninterrupted run without them, bit for bit."""
+and resumed with evaluations on still equals an uninterrupted run without them, bit for bit. The trainer runs in
+this process (the stop-and-resume flow itself runs in real processes in
+tests/trainer/test_pipeline_stop_resume.py); the evaluations it starts are real processes (``python -m
+trainer.evaluate``), hence e2e."""
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
-from tests.support.trainer_run import Trainer, events, records, run, steps, tiny_flags, wait_for_step
+from tests.support.trainer_run import events, records, run_in_process, steps, tiny_flags
 
 pytestmark = pytest.mark.e2e
 
@@ -15,19 +16,16 @@ N = 8
 EXTRA = ("--max-steps", str(N), "--seed", "5", "--save-every", "2")
 
 
-def test_eval_records_and_exact_resume(tiny_assets, tmp_path):
+def test_eval_records_and_exact_resume(tiny_assets, tmp_path, capfd):
     ref_dir, cut_dir = tmp_path / "ref", tmp_path / "cut"
     evals = ("--eval-every", "1", "--eval-data", str(tiny_assets / "data"), "--eval-prompts", "2",
              "--eval-new-tokens", "8")  # fmt: skip
-    ref = Trainer(tiny_flags(tiny_assets, ref_dir, *EXTRA))
-    cut = Trainer(tiny_flags(tiny_assets, cut_dir, *EXTRA, *evals))
-    wait_for_step(cut_dir, 3, cut)
-    cut.signal(signal.SIGINT)
-    assert cut.wait() == 0, cut.output
-    assert ref.wait() == 0, ref.output
+    assert run_in_process(tiny_flags(tiny_assets, ref_dir, *EXTRA)) == 0, capfd.readouterr()
+    rc = run_in_process(tiny_flags(tiny_assets, cut_dir, *EXTRA, *evals), stop_after_step=3)
+    assert rc == 0, capfd.readouterr()
     k = [e for e in events(cut_dir) if e["name"] == "checkpoint_saved"][-1]["step"]
-    rc, out = run(tiny_flags(tiny_assets, cut_dir, *EXTRA, *evals, "--resume", "auto"))
-    assert rc == 0, out
+    rc = run_in_process(tiny_flags(tiny_assets, cut_dir, *EXTRA, *evals, "--resume", "auto"))
+    assert rc == 0, capfd.readouterr()
 
     ref_steps = {s["step"]: s for s in steps(ref_dir)}
     resumed = [s for s in steps(cut_dir) if s["step"] > k][-(N - k) :]

@@ -9,6 +9,8 @@ failing disk would.
 - a damaged newest checkpoint (same sizes, other bytes): the resume falls back to the one before, says so,
   sets the damaged one aside as ``step_N.bad`` and the new save of that step does not replace it;
 - a checkpoint in the older format (numpy's RNG state as an array, no checksums) still resumes.
+
+The trainer runs in this process (tests/support/trainer_run.py ``run_in_process``).
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
+import numpy as np
 import pytest
+import torch
 
-from tests.support.trainer_run import ROOT, env, events, run, tiny_flags
+from tests.support.trainer_run import events, run_in_process, tiny_flags
 from trainer.run import checkpoint
-
-pytestmark = pytest.mark.e2e
 
 S2, S4 = checkpoint.step_dir_name(2), checkpoint.step_dir_name(4)
 
@@ -33,8 +33,7 @@ S2, S4 = checkpoint.step_dir_name(2), checkpoint.step_dir_name(4)
 def base_run(tiny_assets, tmp_path_factory):
     """A finished 4-step run with checkpoints at steps 2 and 4 (copied by each test)."""
     out = tmp_path_factory.mktemp("trust") / "run"
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "4", "--save-every", "2"))
-    assert rc == 0, output
+    assert run_in_process(tiny_flags(tiny_assets, out, "--max-steps", "4", "--save-every", "2")) == 0
     assert checkpoint.list_steps(str(out / "checkpoints")) == [S2, S4]
     return out
 
@@ -55,30 +54,37 @@ def _rewrite_manifest(ckpt, drop_sums: bool = False) -> None:
     (ckpt / "manifest.json").write_text(json.dumps(man))
 
 
-EVIL = """
-import os, sys, torch
 class Evil:
+    """Unpickled, it runs ``touch MARKER`` (its pickle names ``posix.system``)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
     def __reduce__(self):
-        return (os.system, ("touch " + sys.argv[2],))
-torch.save({"step": 4, "cursor": 4, "optimizer": Evil(), "rng": {}}, sys.argv[1])
-"""
+        return (os.system, ("touch " + self.marker,))
 
 
-def test_a_malicious_state_pt_is_refused_and_runs_nothing(tiny_assets, base_run, tmp_path):
+def _run(flags, capfd) -> tuple[int, str]:
+    capfd.readouterr()
+    rc = run_in_process(flags)
+    return rc, "".join(capfd.readouterr())
+
+
+def test_a_malicious_state_pt_is_refused_and_runs_nothing(tiny_assets, base_run, tmp_path, capfd):
     out, root = _copy(base_run, tmp_path)
     shutil.rmtree(root / S2)  # the only checkpoint: nothing to fall back to
     marker, state = tmp_path / "MARKER", root / S4 / "state.pt"
-    subprocess.run([sys.executable, "-c", EVIL, str(state), str(marker)], env=env(), cwd=ROOT, check=True)
+    torch.save({"step": 4, "cursor": 4, "optimizer": Evil(marker), "rng": {}}, state)
     _rewrite_manifest(root / S4)
     assert checkpoint.verify(str(root / S4)) is None  # sizes and checksums agree: only the loader decides
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "6", "--resume", "auto"))
+    rc, output = _run(tiny_flags(tiny_assets, out, "--max-steps", "6", "--resume", "auto"), capfd)
     assert not marker.exists(), output
     assert rc == 2, output
     assert f"{state}: refused by the safe loader" in output and "posix.system" in output, output
     assert (root / S4).is_dir() and not (root / f"{S4}.bad").exists()  # refused: nothing changed
 
 
-def test_a_truncated_only_checkpoint_is_never_a_silent_fresh_start(tiny_assets, base_run, tmp_path):
+def test_a_truncated_only_checkpoint_is_never_a_silent_fresh_start(tiny_assets, base_run, tmp_path, capfd):
     out, root = _copy(base_run, tmp_path)
     shutil.rmtree(root / S4)
     (root / "latest").write_text(S2 + "\n")
@@ -86,25 +92,25 @@ def test_a_truncated_only_checkpoint_is_never_a_silent_fresh_start(tiny_assets, 
     with open(state, "r+b") as f:
         f.truncate(1000)
     before = {p.name: p.read_bytes() for p in (root / S2).rglob("*") if p.is_file()}
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "2", "--resume", "auto"))
+    rc, output = _run(tiny_flags(tiny_assets, out, "--max-steps", "2", "--resume", "auto"), capfd)
     assert rc == 2, output
     assert "no checkpoint in" in output and f"{state}: 1000 bytes, the manifest says" in output, output
     assert "fresh start" not in output
     assert {p.name: p.read_bytes() for p in (root / S2).rglob("*") if p.is_file()} == before
     # --resume none: a fresh start beside it; its step-2 save does not replace the damaged folder
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "2", "--resume", "none"))
+    rc, output = _run(tiny_flags(tiny_assets, out, "--max-steps", "2", "--resume", "none"), capfd)
     assert rc == 0, output
     assert (root / f"{S2}.bad" / "state.pt").stat().st_size == 1000
     assert checkpoint.verify(str(root / S2)) is None
 
 
-def test_a_damaged_newest_checkpoint_falls_back_and_is_kept(tiny_assets, base_run, tmp_path):
+def test_a_damaged_newest_checkpoint_falls_back_and_is_kept(tiny_assets, base_run, tmp_path, capfd):
     out, root = _copy(base_run, tmp_path)
     weights = root / S4 / "drafter" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-64:] = bytes(64)  # same size, other bytes: only the checksum tells
     weights.write_bytes(bytes(data))
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "4", "--resume", "auto"))
+    rc, output = _run(tiny_flags(tiny_assets, out, "--max-steps", "4", "--resume", "auto"), capfd)
     assert rc == 0, output
     assert f"{weights}: its SHA-256 differs from the manifest's" in output, output
     assert f"set aside as {root / S4}.bad" in output
@@ -115,19 +121,18 @@ def test_a_damaged_newest_checkpoint_falls_back_and_is_kept(tiny_assets, base_ru
     assert started[-1]["step"] == 2
 
 
-def test_an_old_format_checkpoint_still_resumes(tiny_assets, base_run, tmp_path):
+def test_an_old_format_checkpoint_still_resumes(tiny_assets, base_run, tmp_path, capfd):
     """Trainer 0.1.0's state.pt (numpy's RNG state as ``np.random.get_state()``, an array) and manifest
     (sizes, no checksums): the safe loader reads it with numpy's array globals allowed, nothing else."""
     out, root = _copy(base_run, tmp_path)
-    old = (
-        "import sys, numpy as np, torch\n"
-        "s = torch.load(sys.argv[1], weights_only=True)\n"
-        "np.random.seed(7); s['rng']['numpy'] = np.random.get_state()\n"
-        "torch.save(s, sys.argv[1])\n"
-    )
-    subprocess.run([sys.executable, "-c", old, str(root / S4 / "state.pt")], env=env(), cwd=ROOT, check=True)
+    state = root / S4 / "state.pt"
+    s = torch.load(state, weights_only=True)
+    s["rng"]["numpy"] = np.random.RandomState(
+        7
+    ).get_state()  # what np.random.seed(7); np.random.get_state() gave
+    torch.save(s, state)
     _rewrite_manifest(root / S4, drop_sums=True)
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "6", "--resume", "auto"))
+    rc, output = _run(tiny_flags(tiny_assets, out, "--max-steps", "6", "--resume", "auto"), capfd)
     assert rc == 0, output
     assert f"resumed from {root / S4}: step 4" in output, output
     assert os.path.isdir(root / checkpoint.step_dir_name(6))
