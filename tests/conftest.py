@@ -15,6 +15,8 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_name] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
+# The devhost fixtures (tests/support/devhost.py), for every test.
+from tests.support.devhost import devhost, devhost_module  # noqa: E402, F401
 from tests.support.trainer_run import ROOT, env  # noqa: E402
 
 

@@ -134,6 +134,11 @@ def path_without_pyspy(bin_dir: Path) -> str:
     )
 
 
+def no_pyspy_env(root: Path) -> dict[str, str]:
+    """A devhost's ``env`` (a function of its root, for tests/support/devhost.py) with no py-spy on PATH."""
+    return {"PATH": path_without_pyspy(root / "bin")}
+
+
 def python_without_pyspy(folder: Path) -> str:
     """This interpreter, by a link in a folder of its own: no py-spy beside it (a virtualenv's is)."""
     bindir = folder / "bin"

@@ -9,17 +9,15 @@ import json
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CT, cli, conn_args
+from tests.support.devhost import devhost_fixture
+
+pytestmark = pytest.mark.e2e
 
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 def _line(rec: dict) -> str:

@@ -12,16 +12,13 @@ import sys
 import pytest
 
 from console.core.deploy import bundled_trainer_dir
-from console.devhost import DevHostThread
 from tests.support.core_util import CLI, CT, alive, cli, conn_args, start_time, start_user_script
+from tests.support.devhost import devhost_fixture
 from tests.support.trainer_run import ROOT
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 def test_stale_run_json_pid_is_refused_and_not_signalled(host, tmp_path):

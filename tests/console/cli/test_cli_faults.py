@@ -9,17 +9,14 @@ import time
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CLI, CT, cli, conn_args
+from tests.support.devhost import devhost_fixture
 from tests.support.standin import start_contract_trainer
 from tests.support.trainer_run import ROOT, Trainer, env, tiny_flags, wait_for_step
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 def _phases(stdout: str) -> list[str]:

@@ -11,8 +11,10 @@ import sys
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CLI, CT, alive, cli, conn_args, start_user_script
+from tests.support.devhost import devhost_fixture
+
+pytestmark = pytest.mark.e2e
 
 CLIPBOARD = "\x1b]52;c;aGVsbG8=\x1b\\"
 TITLE = "\x1b]0;pwned\x07"
@@ -30,11 +32,7 @@ def line(**rec) -> str:
     return json.dumps({"t": 1.0, **rec}) + "\n"
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 @pytest.fixture

@@ -15,18 +15,15 @@ import sys
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CLI, CT, alive, cli, conn_args
+from tests.support.devhost import devhost_fixture
 from tests.support.fake_code import other_code, run_json_for
 from tests.support.standin import start_contract_trainer
 from tests.support.trainer_run import ROOT
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 def test_code_dir_outside_the_deployed_ones_needs_trust_run_json(host, tmp_path):

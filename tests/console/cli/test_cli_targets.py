@@ -10,8 +10,10 @@ import signal
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import alive, cli, start_user_script
+from tests.support.devhost import devhost_thread
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
@@ -19,10 +21,10 @@ def named(tmp_path, monkeypatch):
     """Containers 200 (target ``main``) and 201 (target ``ro``, read-only) of one devhost, each with a
     stand-in trainer (no metrics.jsonl: found by its command line) and a train.log; the config file names both."""
     procs = {}
-    with DevHostThread(tmp_path / "dh") as h:
+    with devhost_thread(tmp_path / "dh", 200, 201) as h:
         entries = []
         for ct, name, extra in ((200, "main", ""), (201, "ro", "readonly = true\n")):
-            run_dir = h.add_container(ct) / "run"
+            run_dir = h.container_dir(ct) / "run"
             run_dir.mkdir()
             (run_dir / "train.log").write_text("".join(f"{name} line {i}\n" for i in range(1, 8)))
             procs[name] = start_user_script(h.container_dir(ct), str(run_dir))

@@ -9,22 +9,18 @@ import json
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CT, cli, conn_args
+from tests.support.devhost import devhost_fixture
 from tests.support.threads_standin import (
     HOSTILE_SHOWN,
-    path_without_pyspy,
+    no_pyspy_env,
     python_without_pyspy,
     threads_standin,
 )
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dh").resolve()
-    with DevHostThread(root, env={"PATH": path_without_pyspy(root / "bin")}) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module", env=no_pyspy_env)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from console.devhost import DevHostThread
 from tests.support.core_util import CT, alive, cli, conn_args, wait_until
+from tests.support.devhost import devhost_fixture
 from tests.support.trainer_run import events, startup, steps, tiny_flags
 
 pytestmark = pytest.mark.e2e
@@ -26,11 +26,7 @@ ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost"), env=ENV) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module", env=ENV)
 
 
 def test_launch_status_logs_restart_stop(host, tiny_assets):

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from console.core.helper_program.identity import identity, proc_info
-from console.devhost import DevHostThread
 from tests.support.core_util import (
     CT,
     USER_SCRIPT,
@@ -29,16 +28,15 @@ from tests.support.core_util import (
     start_user_script,
     wait_until,
 )
+from tests.support.devhost import devhost_fixture
+
+pytestmark = pytest.mark.e2e
 
 NOBODY = 65534
 LOOP = "import time\nwhile True: time.sleep(0.05)"
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 def _cmdline(pid: int) -> list[str]:

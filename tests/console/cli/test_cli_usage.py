@@ -13,16 +13,13 @@ import pytest
 
 from console.core.events import ConnState, Record
 from console.core.record import Recorder
-from console.devhost import DevHostThread
 from tests.support.core_util import CT, cli, conn_args, start_user_script
+from tests.support.devhost import devhost_fixture
 from tests.support.records import T0, dev, step, tp
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost")) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 @pytest.fixture

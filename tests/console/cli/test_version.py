@@ -2,8 +2,12 @@
 
 import re
 
+import pytest
+
 from tests.support.core_util import cli
 from tests.support.trainer_run import ROOT
+
+pytestmark = pytest.mark.e2e
 
 
 def test_version():

@@ -24,17 +24,15 @@ from console.core.helper import (
 )
 from console.core.place import Proxmox
 from console.core.ssh import connect
-from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, start_time, start_user_script, wait_until
+from tests.support.devhost import devhost_fixture
+
+pytestmark = pytest.mark.e2e
 
 NASTY = "run dir 'q' \"dq\" $(touch PWNED) ; touch PWNED2 `touch PWNED3` \\ *"
 
 
-@pytest.fixture
-async def host(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True)
 
 
 @pytest.fixture

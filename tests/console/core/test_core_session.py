@@ -20,15 +20,12 @@ from console.core.session import ReadOnlyError, Session
 from console.core.ssh import HostKeyRefused, _parse_jump
 from console.core.telemetry import nvidia_smi_argv, parse_gpu_line, parse_output
 from console.core.trainer_argv import flag_value, is_trainer_cmdline, set_flag
-from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, start_user_script, wait_until
+from tests.support.devhost import devhost_fixture
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture
-async def host(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True)
 
 
 async def test_pid_that_became_another_program_is_refused(host):

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
+
 from console.core.events import ConnState, LogLines, Record
 from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.streams import LineSplitter
-from console.devhost import DevHost
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_async
+
+pytestmark = pytest.mark.e2e
 
 N = 400
 # Appends numbered metrics records and log lines, each written in two halves (a torn line is on
@@ -29,8 +33,7 @@ with open(run + "/metrics.jsonl", "ab", buffering=0) as m, open(run + "/train.lo
 
 
 async def test_server_restart_mid_stream_loses_and_doubles_nothing(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
+    async with devhost_async(tmp_path / "host") as h:
         run = tmp_path / "run"
         run.mkdir()
         (run / "metrics.jsonl").write_bytes(b'{"t": 1, "kind": "step", "step": -1}\n')
@@ -78,8 +81,7 @@ def test_line_splitter_keeps_partial_lines_and_skips_a_cut_first_line():
 
 
 async def test_subscribe_replays_only_the_current_state(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
+    async with devhost_async(tmp_path / "host") as h:
         run = tmp_path / "run"
         run.mkdir()
         (run / "metrics.jsonl").write_text('{"t": 1, "kind": "step", "step": 1}\n')
@@ -103,8 +105,7 @@ async def test_subscribe_replays_only_the_current_state(tmp_path):
 async def test_a_call_racing_the_connect_attaches_the_tails_once(tmp_path):
     """A find_trainer (or launch) made the moment the helper is up, while connect is still attaching
     the tails, must not attach a second pair: every log line arrives once."""
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
+    async with devhost_async(tmp_path / "host") as h:
         run = tmp_path / "run"
         run.mkdir()
         (run / "train.log").write_bytes(b"")
@@ -134,8 +135,7 @@ async def test_a_train_log_the_helper_refuses_to_follow_is_said_in_the_log_pane(
     pane no longer stays silently empty), and metrics.jsonl beside it is followed as before."""
     import os
 
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
+    async with devhost_async(tmp_path / "host") as h:
         run = tmp_path / "run"
         run.mkdir()
         os.mkfifo(run / "train.log")

@@ -13,16 +13,13 @@ from console.core.events import Record, TrainerFound
 from console.core.health import Health
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost import DevHost
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_fixture
 from tests.support.standin import start_contract_trainer
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture
-async def host(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True)
 
 
 async def _until(pred, timeout: float, what: str) -> None:

@@ -7,11 +7,13 @@ import pytest
 
 from console.core import ssh
 from console.core.options import ConnectOptions
-from console.devhost import DevHostThread
+from tests.support.devhost import devhost_thread
+
+pytestmark = pytest.mark.e2e
 
 
 async def test_the_refusal_names_the_known_hosts_file_and_port_of_an_ssh_config_alias(tmp_path):
-    with DevHostThread(tmp_path / "dh") as h:
+    with devhost_thread(tmp_path / "dh") as h:
         d = h.host
         kh = tmp_path / "rig_known_hosts"
         kh.write_text("")  # the key is unknown to the file the alias names

@@ -10,14 +10,18 @@ import logging
 import os
 import time
 
+import pytest
+
 from console.core.events import LogLines, Record
 from console.core.metrics import MAX_RECORD, MetricsParser
 from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.state import ConsoleState
 from console.core.streams import MAX_LINE, LineSplitter
-from console.devhost import DevHost
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_async
+
+pytestmark = pytest.mark.e2e
 
 BIG = 10 << 20
 
@@ -79,8 +83,7 @@ async def test_session_survives_hostile_metrics_and_a_rotated_log(tmp_path, capl
         if isinstance(ev, LogLines):
             lines.extend(ev.lines)
 
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
+    async with devhost_async(tmp_path / "host") as h:
         s = Session(options_for(h), place=Proxmox(CT), run_dir=str(run), telemetry=False)
         s.subscribe(on)
         records: list[dict] = []

@@ -14,18 +14,15 @@ from console.core.events import ActionPhase, Outcome
 from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.state import ConsoleState
-from console.devhost import DevHost
 from console.screens.stop_dialog import StopDialog
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.standin import start_contract_trainer
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture
-async def host(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True)
 
 
 def _reap(p) -> str:

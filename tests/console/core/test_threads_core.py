@@ -147,6 +147,7 @@ def test_names_are_kept_to_one_line():
     assert snap.procs[0].threads[0].name == "x\ufffdy"
 
 
+@pytest.mark.e2e  # the stand-in trainer and its child are real processes
 def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
     """The ``threads`` op in-process on a real run (the stand-in and its child): capped at one process
     and two threads, it says how many there were, and the snapshot's notes say it plainly."""

@@ -17,24 +17,21 @@ from console.core.helper import Helper
 from console.core.place import Proxmox
 from console.core.ssh import connect
 from console.core.threads import Sampler, ThreadsError
-from console.devhost import DevHost
 from tests.support.core_util import CT, alive, options_for, wait_until
+from tests.support.devhost import devhost_fixture
 from tests.support.threads_standin import (
     HOSTILE_SHOWN,
-    path_without_pyspy,
+    no_pyspy_env,
     python_without_pyspy,
     threads_standin,
 )
 
+pytestmark = pytest.mark.e2e
+
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-async def host(tmp_path):
-    root = (tmp_path / "host").resolve()
-    async with DevHost(root, env={"PATH": path_without_pyspy(root / "bin")}) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True, env=no_pyspy_env)
 
 
 @pytest.fixture

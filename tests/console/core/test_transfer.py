@@ -12,15 +12,12 @@ import pytest
 from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.transfer import PART, CopyError, copy_dir
-from console.devhost import DevHost
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_fixture
 
+pytestmark = pytest.mark.e2e
 
-@pytest.fixture
-async def host(tmp_path):
-    async with DevHost(tmp_path / "host") as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(asynchronous=True)
 
 
 def make_export(root):

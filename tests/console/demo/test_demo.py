@@ -28,6 +28,8 @@ from tests.support.core_util import CLI, alive
 from tests.support.screen_text import until
 from tests.support.trainer_run import ROOT, env
 
+pytestmark = pytest.mark.e2e
+
 STATUS = re.compile(
     r"step (\d+)/\d+\s+loss ([0-9.]+)\s+accept_len ([0-9.]+)\s+tok/s (\d+)\s+queue (\d+)/(\d+)"
 )

@@ -20,7 +20,6 @@ from console.core.fleet import build_runs
 from console.core.place import Proxmox
 from console.core.record import read
 from console.core.targets import Target
-from console.devhost.thread import DevHostThread
 from console.screens.compare_help import CompareHelp
 from console.screens.overview import OverviewScreen
 from console.screens.stop_dialog import StopDialog
@@ -29,6 +28,7 @@ from console.tui.fleet_app import FleetApp
 from console.tui.replay_app import ReplayApp
 from tests.support.compare_runs import run_records, write_record
 from tests.support.core_util import options_for, start_user_script
+from tests.support.devhost import devhost_thread
 from tests.support.screen_text import screen_text, until
 
 SIZE = (130, 40)
@@ -52,12 +52,12 @@ def append(run_dir, n: int) -> None:
 
 @pytest.fixture
 def two_runs(tmp_path):
-    with DevHostThread(tmp_path / "dh") as h:
-        ended = h.add_container(200) / "run"
+    with devhost_thread(tmp_path / "dh", 200, 201) as h:
+        ended = h.container_dir(200) / "run"
         ended.mkdir()
         (ended / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in run_records(1)))
         (ended / "train.log").write_text("ended\n")
-        folder = h.add_container(201)
+        folder = h.container_dir(201)
         live = folder / "run"
         live.mkdir()
         (live / "metrics.jsonl").write_text("")

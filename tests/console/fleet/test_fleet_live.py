@@ -17,10 +17,10 @@ from console.core.fleet import build_runs
 from console.core.options import ConnectOptions
 from console.core.place import Proxmox
 from console.core.targets import Target
-from console.devhost.thread import DevHostThread
 from console.screens.overview import OverviewScreen
 from console.tui.fleet_app import FleetApp, FleetStopDialog
 from tests.support.core_util import alive, cli, conn_args, options_for, start_user_script
+from tests.support.devhost import devhost_thread
 from tests.support.screen_text import screen_text, until
 
 SIZE = (150, 40)
@@ -29,28 +29,25 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def hosts(tmp_path):
-    a = DevHostThread(tmp_path / "a").start()
-    b = DevHostThread(tmp_path / "b").start()
     procs = []
     runs = {}
-    try:
-        for h, ct in ((a, 200), (a, 201), (b, 300)):
-            folder = h.add_container(ct)
-            run_dir = folder / "run"
-            run_dir.mkdir()
-            (run_dir / "metrics.jsonl").write_text("")
-            (run_dir / "train.log").write_text(f"log of {ct}\n")
-            p = start_user_script(folder, str(run_dir))
-            procs.append(p)
-            runs[ct] = (h, run_dir, p)
-        yield a, b, runs
-    finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-            p.wait(10)
-        a.stop()
-        b.stop()
+    with devhost_thread(tmp_path / "a", 200, 201) as a, devhost_thread(tmp_path / "b", 300) as b:
+        try:
+            for h, ct in ((a, 200), (a, 201), (b, 300)):
+                folder = h.container_dir(ct)
+                run_dir = folder / "run"
+                run_dir.mkdir()
+                (run_dir / "metrics.jsonl").write_text("")
+                (run_dir / "train.log").write_text(f"log of {ct}\n")
+                p = start_user_script(folder, str(run_dir))
+                procs.append(p)
+                runs[ct] = (h, run_dir, p)
+            yield a, b, runs
+        finally:
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+                p.wait(10)
 
 
 def step(run_dir, n: int, loss: float) -> None:

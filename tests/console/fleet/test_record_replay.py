@@ -17,9 +17,9 @@ from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.record import Recorder, read
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.tui.replay_app import ReplayApp
 from tests.support.core_util import cli, options_for, start_user_script
+from tests.support.devhost import devhost_thread
 from tests.support.screen_text import screen_text, until
 
 SIZE = (130, 40)
@@ -63,8 +63,8 @@ def append(run_dir, n: int) -> None:
 async def test_replay_shows_what_the_live_screen_showed(tmp_path):
     path = tmp_path / "session.rec"
     clock = Clock()
-    with DevHostThread(tmp_path / "dh") as h:
-        folder = h.add_container(CT)
+    with devhost_thread(tmp_path / "dh", CT) as h:
+        folder = h.container_dir(CT)
         run_dir = folder / "run"
         run_dir.mkdir()
         (run_dir / "metrics.jsonl").write_text("")

@@ -21,6 +21,7 @@ from console.core.place import Proxmox
 from console.core.session import ReadOnlyError, Session
 from console.devhost.thread import DevHostThread
 from console.screens.stop_dialog import StopDialog
+from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
 
@@ -41,11 +42,7 @@ def options(ht: DevHostThread) -> ConnectOptions:
     )
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost"), env={"OMP_NUM_THREADS": "1"}) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(CT, scope="module")
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ from console.app import ConsoleApp
 from console.core.checkpoints import scan
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.screens.alerts import AlertsScreen
 from console.screens.checkpoints_dialog import CheckpointsScreen
 from console.screens.health_hooks import HealthHooks
 from tests.support.core_util import cli, conn_args, options_for
+from tests.support.devhost import devhost_thread
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
 
@@ -33,8 +33,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def host(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no operator's config in the way
-    with DevHostThread(tmp_path / "devhost", env={"OMP_NUM_THREADS": "1"}) as h:
-        h.add_container(CT)
+    with devhost_thread(tmp_path / "devhost", CT) as h:
         yield h
 
 

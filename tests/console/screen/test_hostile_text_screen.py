@@ -12,11 +12,13 @@ import pytest
 from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.screens.checkpoints_dialog import CheckpointsScreen
 from console.screens.stop_dialog import StopDialog
 from tests.support.core_util import CT, options_for, start_user_script
+from tests.support.devhost import devhost_thread
 from tests.support.screen_text import screen_text, until
+
+pytestmark = pytest.mark.e2e
 
 SIZE = (140, 40)
 TITLE = "\x1b]0;pwned\x07"
@@ -35,8 +37,8 @@ def unsafe(text: str) -> list[str]:
 
 @pytest.fixture
 def hostile(tmp_path):
-    with DevHostThread(tmp_path / "dh") as h:
-        folder = h.add_container(CT)
+    with devhost_thread(tmp_path / "dh") as h:
+        folder = h.container_dir(CT)
         smi = h.host.bin_dir / "nvidia-smi"
         smi.write_text(SMI)
         smi.chmod(0o755)

@@ -20,10 +20,10 @@ import pytest
 from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.stop_dialog import StopDialog
 from tests.console.screen.test_app_live import alive, options
+from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
 
@@ -32,11 +32,7 @@ SIZE = (130, 40)
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def host(tmp_path):
-    with DevHostThread(tmp_path / "devhost", env={"OMP_NUM_THREADS": "1"}) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(CT)
 
 
 @pytest.fixture

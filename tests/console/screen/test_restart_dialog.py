@@ -6,7 +6,10 @@ SSH server; a fake ``trainer`` package that leaves a mark when it runs (tests/su
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from textual.widgets import Input
@@ -14,27 +17,34 @@ from textual.widgets import Input
 from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.screens.restart_dialog import RestartDialog
 from tests.support.core_util import CT, options_for
+from tests.support.devhost import devhost_fixture
 from tests.support.fake_code import other_code, run_json_for
 from tests.support.screen_text import screen_text, until
+
+pytestmark = pytest.mark.e2e
 
 SIZE = (130, 40)
 
 
+host = devhost_fixture()
+
+
 @pytest.fixture
-def host(tmp_path):
-    with DevHostThread(tmp_path / "dh") as h:
-        h.add_container(CT)
-        yield h
+def short_dir():
+    """A folder with a short path. The dialog keeps "code directory: PATH" on one line only while it fits
+    the dialog (a longer path moves whole to the next line), and pytest-xdist's tmp paths are longer."""
+    d = Path(tempfile.mkdtemp(prefix="c", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
-async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_code(host, tmp_path):
+async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_code(host, short_dir):
     ct_dir = host.container_dir(CT)
     run_dir = ct_dir / "runs" / "r"
     run_dir.mkdir(parents=True)
-    code = other_code(tmp_path / "code")
+    code = other_code(short_dir / "code")
     run_json_for(run_dir, ct_dir, code)
     session = Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False)
     app = ConsoleApp(session, target=f"devhost · CT {CT}")

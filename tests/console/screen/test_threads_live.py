@@ -18,9 +18,9 @@ from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.session import Session
 from console.core.threads import rows
-from console.devhost.thread import DevHostThread
 from console.screens.threads import SHOWN, ThreadsScreen
 from tests.support.core_util import CT, alive, cli, conn_args, options_for, wait_until
+from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import Trainer, tiny_flags, wait_for_step
 
@@ -33,11 +33,7 @@ LAUNCHER = {"dflash-launch", "control-accept", "dflash-control"}
 WORKER = {"dflash-meter", "dflash-control", "parent-watch"}
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    with DevHostThread(tmp_path_factory.mktemp("devhost"), env=ENV) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(scope="module")
 
 
 @pytest.fixture(scope="module")

@@ -10,26 +10,23 @@ import pytest
 from console.app import ConsoleApp
 from console.core.place import Proxmox
 from console.core.session import Session
-from console.devhost.thread import DevHostThread
 from console.screens.threads import ThreadsScreen
 from tests.support.core_util import CT, alive, options_for, wait_until
+from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.threads_standin import (
     HOSTILE_SHOWN,
-    path_without_pyspy,
+    no_pyspy_env,
     python_without_pyspy,
     threads_standin,
 )
 
+pytestmark = pytest.mark.e2e
+
 SIZE = (150, 40)
 
 
-@pytest.fixture
-def host(tmp_path):
-    root = (tmp_path / "dh").resolve()
-    with DevHostThread(root, env={"PATH": path_without_pyspy(root / "bin")}) as h:
-        h.add_container(CT)
-        yield h
+host = devhost_fixture(env=no_pyspy_env)
 
 
 @pytest.fixture
