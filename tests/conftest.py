@@ -72,3 +72,17 @@ def tiny_hybrid(tmp_path_factory) -> Path:
 def tiny_hybrid_moe(tmp_path_factory) -> Path:
     """The MoE variant (``--target qwen3_5_moe``)."""
     return _tiny_hybrid(tmp_path_factory, "qwen3_5_moe")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules that start real processes (``e2e``) run first, the in-process ones after: with the suite
+    spread over workers a whole file at a time (make test), the long files start early and the short ones
+    fill the gaps, instead of one worker finishing a long file alone at the end. Order within a module stays."""
+    modules: dict[str, int] = {}
+    heavy: set[str] = set()
+    for item in items:
+        modules.setdefault(item.module.__name__, len(modules))
+        if item.get_closest_marker("e2e"):
+            heavy.add(item.module.__name__)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (it.module.__name__ not in heavy, modules[it.module.__name__], order[id(it)]))

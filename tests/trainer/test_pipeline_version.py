@@ -3,8 +3,12 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.trainer_run import env
 from trainer import __version__
+
+pytestmark = pytest.mark.e2e  # each test starts a real process
 
 
 def test_version_prints_the_trainer_version_and_exits_0(tmp_path):

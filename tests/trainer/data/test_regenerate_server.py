@@ -96,6 +96,7 @@ def test_output_is_what_prepare_reads(server, tiny_assets, tmp_path):
         assert tok.decode(masked, skip_special_tokens=True).split() == replies.split()  # every reply trained
 
 
+@pytest.mark.e2e
 def test_a_killed_run_resumes_to_the_uninterrupted_output(server, tmp_path):
     inp = write_input(tmp_path / "in.jsonl", chats(10) + chats(2))  # the last two: repeats, own results
     ref, cut = tmp_path / "ref", tmp_path / "cut"

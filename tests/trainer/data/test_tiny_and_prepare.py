@@ -23,6 +23,7 @@ def test_tiny_target_and_tokenizer_load_offline(tiny_assets):
     assert tok.unk_token_id not in ids and tok.decode(ids) == "count from 3 by 2"
 
 
+@pytest.mark.e2e
 def test_prepare_masks_assistant_turns(tiny_assets, tmp_path):
     raw = tmp_path / "in.jsonl"
     raw.write_text(

@@ -4,6 +4,10 @@ match the message as torch writes it."""
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # each test starts a real process
+
 # torch 2.11's torch/_inductor/lowering.py, verbatim: the message begins with a newline
 INDUCTOR_MESSAGE = (
     "\nOnline softmax is disabled on the fly since Inductor decides to\n"

@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.trainer_run import ROOT, env
+
+pytestmark = pytest.mark.e2e  # each test starts a real process
 
 
 def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):

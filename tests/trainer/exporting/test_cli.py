@@ -6,7 +6,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.trainer_run import ROOT, env
+
+pytestmark = pytest.mark.e2e  # each test starts a real process
 
 
 def run(*args, timeout=60) -> subprocess.CompletedProcess:

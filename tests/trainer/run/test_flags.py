@@ -85,6 +85,7 @@ def _trainer(args, **env_extra):
     )
 
 
+@pytest.mark.e2e
 def test_cli_exits_2_naming_the_flag(tiny_assets, tmp_path):
     p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", "--bogus-flag", "1"))
     assert p.returncode == 2 and "--bogus-flag" in p.stderr
@@ -95,6 +96,7 @@ def test_cli_exits_2_naming_the_flag(tiny_assets, tmp_path):
     assert not (tmp_path / "o" / "run.json").exists()
 
 
+@pytest.mark.e2e
 def test_empty_data_dir_and_malformed_data_are_refused(tiny_assets, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -111,6 +113,7 @@ def test_empty_data_dir_and_malformed_data_are_refused(tiny_assets, tmp_path):
     assert "a.jsonl:4" in ev[1]["message"] and ev[2]["exit_code"] == 2 and ev[2]["reason"] == "error"
 
 
+@pytest.mark.e2e
 def test_a_live_trainer_in_the_run_dir_is_refused(tiny_assets, tmp_path):
     out = tmp_path / "busy"
     out.mkdir()
@@ -236,6 +239,7 @@ def test_every_float_flag_is_checked_for_finite_values():
     assert all(a.type is not float for a in build_parser()._actions)
 
 
+@pytest.mark.e2e
 def test_the_trainer_exits_2_on_nan_flags(tiny_assets, tmp_path):
     for flag in ("--lr", "--gamma", "--grad-clip"):
         p = _trainer(tiny_flags(tiny_assets, tmp_path / "o", flag, "nan"))

@@ -87,6 +87,7 @@ def _fake_package(tmp_path, monkeypatch):
     return pkg
 
 
+@pytest.mark.e2e
 def test_bytecode_cache_points_python_at_a_writable_folder_where_the_package_keeps_none(
     tmp_path, monkeypatch
 ):

@@ -63,6 +63,7 @@ def _assert_same_values(a: FrozenHead, b: FrozenHead) -> None:
     assert a.norm.eps == b.norm.eps
 
 
+@pytest.mark.e2e
 def test_single_process_trainer_shares_the_targets_tensors_and_trains_the_same(tiny_assets, tmp_path, reads):
     quiet_transformers()
     args = resolve(build_parser().parse_args(tiny_flags(tiny_assets, tmp_path / "run")))

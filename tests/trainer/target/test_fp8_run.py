@@ -14,6 +14,8 @@ from tests.support.trainer_run import run, tiny_flags
 from tests.trainer.target.fp8_ref import write_fp8
 from trainer.target.capture import load_target
 
+pytestmark = pytest.mark.e2e  # each test starts a real process
+
 LAYERS = [1, 3]
 
 

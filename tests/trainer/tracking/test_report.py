@@ -16,6 +16,8 @@ import pytest
 from tests.support.trainer_run import ROOT, env
 from trainer import report
 
+pytestmark = pytest.mark.e2e  # each test starts a real process
+
 TINY_RUN = ROOT / "tests" / "data" / "tiny_run"
 EVAL = {"t": 1796020649.0, "kind": "eval", "step": 20, "accept_len": 1.25, "accept_len_se": 0.05,
         "per_position": [0.2, 0.05], "prompts": 2, "checkpoint": "/tmp/e/run/checkpoints/step_00000020"}  # fmt: skip
