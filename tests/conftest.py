@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 # One thread for torch here and in every process the tests start (trainers, devhost sessions, the demo):
 # they inherit this environment. A 2-core machine under load otherwise oversubscribes and times out.
@@ -32,33 +34,39 @@ def pytest_configure(config):
         pass
 
 
+def _built_once(tmp_path_factory, name: str, *flags: str) -> Path:
+    """``python -m trainer.tiny DIR *flags``, built once for the whole run: the workers of ``pytest -n N``
+    share one copy (under the run's common base folder, behind a file lock) instead of building one each.
+    The tests only read it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # every worker's basetemp lies in the run's one folder
+    out = base / f"shared-{name}"
+    with FileLock(f"{out}.lock"):
+        if not (out / ".built").exists():
+            shutil.rmtree(out, ignore_errors=True)  # a build that died half-way
+            out.mkdir()
+            subprocess.run(
+                [sys.executable, "-m", "trainer.tiny", str(out), *flags],
+                cwd=ROOT,
+                env=env(),
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
+            (out / ".built").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory) -> Path:
     """A directory with ``target/`` (tiny random Qwen3 + tokenizer) and ``data/`` (tokenized *.jsonl),
-    built once per session by ``python -m trainer.tiny``; also ``raw/chat.jsonl`` (chat input)."""
-    out = tmp_path_factory.mktemp("tiny")
-    subprocess.run(
-        [sys.executable, "-m", "trainer.tiny", str(out)],
-        cwd=ROOT,
-        env=env(),
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-    return out
+    built once per run by ``python -m trainer.tiny``; also ``raw/chat.jsonl`` (chat input)."""
+    return _built_once(tmp_path_factory, "tiny")
 
 
 def _tiny_hybrid(tmp_path_factory, kind: str) -> Path:
-    out = tmp_path_factory.mktemp(kind)
-    subprocess.run(
-        [sys.executable, "-m", "trainer.tiny", str(out), "--target", kind, "--docs", "60"],
-        cwd=ROOT,
-        env=env(),
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-    return out
+    return _built_once(tmp_path_factory, kind, "--target", kind, "--docs", "60")
 
 
 @pytest.fixture(scope="session")
