@@ -4,20 +4,8 @@ reference, every speculative run reproduces it, progress lines as it goes)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = {**os.environ, "PYTHONPATH": ROOT}
-
-
-def _run(*argv) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+from tests.support.trainer_run import run_script as _run
 
 
 def test_rollback_bench_with_the_static_engine_alone(tmp_path):

@@ -299,3 +299,12 @@ def phases(recs: list[dict]) -> list[str]:
         if not out or out[-1] != r["phase"]:
             out.append(r["phase"])
     return out
+
+
+def run_script(*argv: str) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` from the repository root (a bench or lab script), asserting it exits 0."""
+    r = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
