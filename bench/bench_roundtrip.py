@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from console.core.helper import Helper  # noqa: E402
 from console.core.options import ConnectOptions  # noqa: E402
+from console.core.place import Proxmox  # noqa: E402
 from console.core.ssh import connect  # noqa: E402
 
 CT = 200
@@ -113,7 +114,7 @@ async def main(n: int) -> dict:
 
         results["channel-per-cmd"] = await timed(n, channel)
         t = time.perf_counter()
-        helper = await Helper.start(conn, ct=CT)
+        helper = await Helper.start(conn, place=Proxmox(CT))
         start_s = time.perf_counter() - t
         me = os.getpid()
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from console.core.options import ConnectOptions  # noqa: E402
+from console.core.place import Proxmox  # noqa: E402
 from console.core.session import Session  # noqa: E402
 
 CT = 200
@@ -122,7 +123,7 @@ async def main(n: int, real: str | None) -> dict:
             run_dir = str(ct_dir / f"run{i}")
             p = start_stand_in(ct_dir, run_dir)
             seen = watch_exit(p.pid)
-            async with Session(opts, ct=CT, run_dir=run_dir, telemetry=False, streams=False) as s:
+            async with Session(opts, place=Proxmox(CT), run_dir=run_dir, telemetry=False, streams=False) as s:
                 res = await s.stop_trainer(timeout=30)
                 t_ret = time.time()
             assert res.code == 0, res
@@ -186,7 +187,7 @@ async def real_trainer(opts: ConnectOptions, ct_dir: Path, tiny: Path) -> float:
         "--epochs",
         "1000",
     ]
-    async with Session(opts, ct=CT, run_dir=str(run_dir), telemetry=False, streams=False) as s:
+    async with Session(opts, place=Proxmox(CT), run_dir=str(run_dir), telemetry=False, streams=False) as s:
         res = await s.launch(flags, code_dir=str(ROOT), env={"OMP_NUM_THREADS": "1"}, wait_s=180)
         assert res.code == 0, res.message
         for _ in range(600):

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from console.core import threads  # noqa: E402
 from console.core.events import TrainerInfo  # noqa: E402
+from console.core.place import Proxmox  # noqa: E402
 
 RUN = r"""
 import json, os, subprocess, sys, threading, time
@@ -86,7 +87,7 @@ async def helper_figures(host, trainer: TrainerInfo, n: int) -> None:
     from tests.support.core_util import options_for
 
     conn = await connect(options_for(host))
-    hp = await Helper.start(conn, ct=200)
+    hp = await Helper.start(conn, place=Proxmox(200))
     try:
         trips, feeds, sampler = [], [], threads.Sampler()
         t0 = ticks(hp.pid)
@@ -118,7 +119,9 @@ def screen_share(host_thread, run_dir: Path, seconds: float) -> None:
     from tests.support.core_util import options_for
 
     async def go() -> None:
-        s = Session(options_for(host_thread), ct=200, run_dir=str(run_dir), telemetry=False, streams=False)
+        s = Session(
+            options_for(host_thread), place=Proxmox(200), run_dir=str(run_dir), telemetry=False, streams=False
+        )
         app = ConsoleApp(s, readonly=True)
         async with app.run_test(size=(160, 48)) as pilot:
             while app.state.trainer is None:
