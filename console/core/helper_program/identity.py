@@ -8,17 +8,23 @@ import re
 import signal
 
 
-def _read_stat(pid):
-    """(state, ppid, start_time) from /proc/PID/stat, or None when the process is gone."""
+def _stat_rest(pid):
+    """/proc/PID/stat's fields from 3 (state) on, or None when the process is gone: field N is [N - 3]."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read().decode("utf-8", "replace")
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: split after the last ')'.
-    rest = raw[raw.rfind(")") + 2 :].split()
-    # rest[0] is field 3 (state); field 22 (starttime) is rest[19].
-    return rest[0], int(rest[1]), int(rest[19])
+    return raw[raw.rfind(")") + 2 :].split()
+
+
+def _read_stat(pid):
+    """(state, ppid, start_time) from /proc/PID/stat, or None when the process is gone."""
+    rest = _stat_rest(pid)
+    if rest is None:
+        return None
+    return rest[0], int(rest[1]), int(rest[19])  # fields 3, 4 and 22 (starttime)
 
 
 def proc_info(pid):

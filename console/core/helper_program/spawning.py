@@ -10,7 +10,7 @@ import time
 
 from .files import _open
 from .framing import MAX_READ
-from .identity import _read_stat, identity, proc_info
+from .identity import _read_stat, _stat_rest, identity, proc_info
 
 _exit_codes = {}  # pid -> returncode, for processes this helper spawned and reaped
 _spawned = {}  # pid -> Popen
@@ -105,12 +105,7 @@ def op_wait_exit(req, cancel):
 
 def _zombie_rc(pid):
     """The exit code of a zombie not yet reaped by its parent (/proc/PID/stat field 52), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    rest = rest[rest.rfind(")") + 2 :].split()
+    rest = _stat_rest(pid)
     if not rest or rest[0] != "Z" or len(rest) < 50:
         return None
     status = int(rest[49])
