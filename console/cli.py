@@ -1,7 +1,10 @@
 """``dflash-console``: status, launch, deploy, stop, restart and logs of a remote trainer; connect; demo.
 
-    dflash-console status|launch|deploy|stop|restart|logs|threads TARGET [--ct N] [-p PORT] [-l USER] [-i KEY]
+    dflash-console status|launch|deploy|stop|restart|logs|threads TARGET [PLACE] [-p PORT] [-l USER] [-i KEY]
         [-F CONFIG] [-J JUMP] [--known-hosts FILE] [--run-dir DIR]
+
+PLACE is where the trainer lives on the host (console/core/places/, docs/runtimes.md): --ct N,
+--lxc [LXCPATH/]NAME, --docker|--podman [USER@][CONTEXT/]NAME, --pod [NAMESPACE/]POD[:CONTAINER], --slurm JOB.
 
 TARGET is [user@]host or a name of the config file's [targets] (console/core/targets.py).
 
@@ -46,6 +49,7 @@ from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.finding import visible_trainers
 from console.core.options import options_from_args
 from console.core.phases import StopPhase
+from console.core.place import KINDS
 from console.core.startup_fold import StartupPrinter
 from console.core.trainer_argv import flag_value
 
@@ -66,14 +70,14 @@ def _conn_flags(p: argparse.ArgumentParser, run_dir: bool = True, multi: bool = 
             "file's [targets]; one run",
         )
     g = p.add_argument_group("connection (as ssh)")
-    g.add_argument(
-        "--ct",
-        type=int,
-        metavar="N",
-        action="append",
-        help="Proxmox container: run everything via `pct exec N --`"
-        + ("; repeat for several containers of the host" if multi else ""),
-    )
+    for kind in KINDS:  # where the trainer lives: one flag a runtime (console/core/places/)
+        g.add_argument(
+            kind.FLAG,
+            type=kind.TYPE,
+            metavar=kind.METAVAR,
+            action="append",
+            help=kind.HELP + ("; repeat for several of the host" if multi else ""),
+        )
     g.add_argument("-p", dest="port", type=int, metavar="PORT", help="ssh port")
     g.add_argument("-l", dest="user", metavar="USER", help="login user")
     g.add_argument(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
-from console.core.place import CONFIG_KEYS, HOST, KINDS, Place, PlaceError, from_config, parse
+from console.core.place import CONFIG_KEYS, HOST, Place, PlaceError, from_config, parse
 
 KEYS = {
     "host": str,
@@ -111,11 +111,12 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
     )
 
 
-def ct_with_name(name: str, path: Path | str | None = None) -> str:
-    """The one message for ``--ct`` given with a config name (its entry names its container)."""
-    flags = " / ".join(k.FLAG for k in KINDS if k.FLAG)
+def ct_with_name(name: str, places: list[Place], path: Path | str | None = None) -> str:
+    """The one message for a place's flag (``--ct``, ``--docker``) given with a config name (its entry names
+    where the trainer lives)."""
+    flags = " / ".join(sorted({str(type(p).FLAG) for p in places}))
     return (
-        f"{name} is a target of {path or config_path()} (its entry names its container); "
+        f"{name} is a target of {path or config_path()} (its entry names where the trainer lives); "
         f"{flags} goes with a HOST, not a target name"
     )
 
@@ -136,7 +137,7 @@ def resolve(
     (:func:`ct_with_name`)."""
     named = targets_from_config(config or {}, path)
     if places and all(name in named for name in names):  # no HOST for the --ct to go with
-        raise ConfigError(ct_with_name(names[0], path))
+        raise ConfigError(ct_with_name(names[0], places, path))
     out: list[Target] = []
     for name in names:
         if name in named:
@@ -180,7 +181,7 @@ def resolve_one(
     named = targets_from_config(config or {}, path)
     is_name = name in named
     if is_name and places:
-        raise ConfigError(ct_with_name(name, path))
+        raise ConfigError(ct_with_name(name, places, path))
     found = resolve([name], base, places=places or None, run_dir=run_dir, config=config, path=path)
     if len(found) != 1:  # several places of a HOST
         runs = ", ".join(t.where for t in found)

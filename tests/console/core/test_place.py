@@ -11,9 +11,15 @@ from console.core.config_file import ConfigError
 from console.core.options import ConnectOptions
 from console.core.place import (
     HOST,
+    Docker,
     Host,
+    Kubernetes,
+    Lxc,
     PlaceError,
+    Podman,
     Proxmox,
+    Slurm,
+    dest,
     from_config,
     from_flags,
     from_json,
@@ -22,6 +28,19 @@ from console.core.place import (
 )
 from console.core.targets import Target, targets_from_config
 
+RUNTIMES = [
+    Proxmox(200),
+    Lxc("ct1"),
+    Lxc("/srv/lxc/ct1"),
+    Docker("train"),
+    Docker("bob@gpu-box/train"),
+    Podman("train"),
+    Podman("1000@remote/train"),
+    Kubernetes("p0"),
+    Kubernetes("ml/p0:trainer"),
+    Slurm("1234"),
+    Slurm("dflash"),
+]
 HOSTILE = ["python3", "-c", "print('x'); $(rm -rf /) `id` \"q\" \\ ;|&", "a b", "", "--", "\n", "ü"]
 
 
@@ -73,7 +92,11 @@ def test_a_place_round_trips_through_config_flags_and_json():
         assert from_json(to_json(p)) == p
     assert Proxmox(200).config() == {"container": 200} and HOST.config() == {}
     assert Proxmox(200).flags() == ["--ct", "200"] and HOST.flags() == []
-    assert to_json(Proxmox(200)) == {"ct": 200} and to_json(HOST) == {"ct": None}  # status --json
+    nones = {"ct": None, "lxc": None, "docker": None, "podman": None, "pod": None, "slurm": None}
+    assert to_json(Proxmox(200)) == {**nones, "ct": 200} and to_json(HOST) == nones  # status --json
+    for p in RUNTIMES:
+        assert from_config(p.config()) == p and from_json(to_json(p)) == p
+        assert from_flags({dest(p.flags()[0]): [p.value]}) == [p]
 
 
 @pytest.mark.parametrize(
@@ -83,7 +106,15 @@ def test_a_place_round_trips_through_config_flags_and_json():
         ("container", True, "container must be a int, not True"),
         ("--ct", 2.0, "--ct must be a int, not 2.0"),
         ("--ct", "200; rm -rf /", "--ct must be a int"),
-        ("lxc", "x", "lxc names no place"),
+        ("lxd", "x", "lxd names no place"),
+        ("docker", 5, "docker must be a str"),
+        ("--docker", "-it", "container '-it' is not a name"),
+        ("--docker", "bob@ctx/", "container '' is not a name"),
+        ("--podman", "a b", "container 'a b' is not a name"),
+        ("--lxc", "rel/path/ct1", "must be absolute"),
+        ("--pod", "ns/-x:c", "pod '-x' is not a name"),
+        ("--pod", "ns/p:--all", "container '--all' is not a name"),
+        ("--slurm", "12;34", "job '12;34' is not a name"),
     ],
 )
 def test_a_wrong_value_is_refused_and_named(name, value, says):
@@ -103,3 +134,40 @@ def test_the_config_files_container_is_checked_with_the_files_name(value):
     with pytest.raises(ConfigError, match="container must be a int") as e:
         targets_from_config({"targets": {"x": {"host": "h", "container": value}}}, "/cfg.toml")
     assert str(e.value).startswith("/cfg.toml: [targets.x] container must be a int")
+
+
+@pytest.mark.parametrize(
+    "place, prefix",
+    [
+        (Lxc("ct1"), ["lxc-attach", "-n", "ct1", "--"]),
+        (Lxc("/srv/lxc/ct1"), ["lxc-attach", "-n", "ct1", "-P", "/srv/lxc", "--"]),
+        (Docker("train"), ["docker", "exec", "-i", "train"]),
+        (Docker("bob@gpu-box/train"), ["docker", "--context", "gpu-box", "exec", "-i", "-u", "bob", "train"]),
+        (
+            Podman("1000@remote/train"),
+            ["podman", "--connection", "remote", "exec", "-i", "-u", "1000", "train"],
+        ),
+        (Kubernetes("p0"), ["kubectl", "exec", "-i", "p0", "--"]),
+        (Kubernetes("ml/p0:trainer"), ["kubectl", "exec", "-i", "-n", "ml", "p0", "-c", "trainer", "--"]),
+        (Slurm("1234"), ["srun", "--jobid=1234", "--overlap", "-N1", "-n1", "--quiet"]),
+    ],
+)
+def test_each_runtime_runs_argv_through_its_exec_prefix(place, prefix):
+    assert place.wrap(["nvidia-smi", "-L"]) == [*prefix, "nvidia-smi", "-L"]
+    assert shlex.split(place.command(HOSTILE)) == [*prefix, *HOSTILE]  # one shell, and argv intact
+
+
+def test_a_slurm_job_by_name_is_looked_up_and_argv_never_meets_the_shells_parser():
+    argv = Slurm("dflash").wrap(HOSTILE)
+    assert argv[:2] == ["sh", "-c"] and argv[3:] == ["dflash", *HOSTILE]  # "$0" is the name, "$@" the argv
+    assert "squeue -h -n" in argv[2] and 'exec srun --jobid="$j" --overlap' in argv[2]
+
+
+def test_each_runtime_is_named_on_screen_and_its_key_tells_it_apart():
+    labels = [p.at("h1") for p in RUNTIMES]
+    assert labels[:4] == ["h1 · CT 200", "h1 · LXC ct1", "h1 · LXC /srv/lxc/ct1", "h1 · docker train"]
+    assert Kubernetes("ml/p0:trainer").describe == "pod ml/p0:trainer"
+    assert Slurm("1234").describe == "Slurm job 1234" and Slurm("1234").short == "1234"
+    assert Lxc("/srv/lxc/ct1").short == "-srv-lxc-ct1"  # a target's default name stays one word
+    assert len({p.key for p in RUNTIMES}) == len(RUNTIMES)
+    assert Docker("train").key != Podman("train").key

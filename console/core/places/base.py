@@ -1,0 +1,172 @@
+"""What every place is (:class:`Place`), the host itself (:class:`Host`), and the base of the places a flag
+names (:class:`Runtime`: a Proxmox container, an LXC or Docker or Podman container, a pod, a Slurm job).
+
+A runtime is one file of this package: its flag, config key, value type and syntax, exec prefix, label and
+help. console/core/place.py lists them (``KINDS``) and parses flags and config entries into them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+class PlaceError(ValueError):
+    """A value that does not name a place (a config entry's or a flag's); says which key and why."""
+
+
+# A container, pod, job or user name as the runtimes allow them: never empty, never an option ("-x").
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+
+
+def check_name(key: str, what: str, value: str) -> str:
+    """``value`` when it is a name (:data:`NAME`), else :class:`PlaceError` saying which key and part."""
+    if not NAME.fullmatch(value):
+        raise PlaceError(f"{key}: {what} {value!r} is not a name (letters, digits, '_', '.', '-')")
+    return value
+
+
+class Place(ABC):
+    """Where the trainer lives. Frozen, hashable, compared by value."""
+
+    FLAG: ClassVar[str | None] = None  # the CLI flag that names this kind ("--ct"); None: the default
+    KEY: ClassVar[str | None] = None  # its key in a [targets.NAME] entry of the config file
+    JSON: ClassVar[str | None] = None  # its key in `status --json`
+    TYPE: ClassVar[type] = object  # the type of the flag's / key's value
+
+    @abstractmethod
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` as the SSH host runs it so that it runs in this place."""
+
+    def command(self, argv: list[str]) -> str:
+        """What the SSH channel runs: :meth:`wrap` quoted with shlex.join (the only shell it meets)."""
+        return shlex.join(self.wrap(list(argv)))
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """Its name beside the host's on the screen and in the CLI ("CT 200"); "" for the host."""
+
+    @property
+    @abstractmethod
+    def describe(self) -> str:
+        """Its name in a sentence ("container 200", "the host")."""
+
+    @property
+    @abstractmethod
+    def short(self) -> str:
+        """Its part of a target's default name, after the host's ("200" in "h1/200"); "" for the host."""
+
+    @property
+    @abstractmethod
+    def key(self) -> tuple:
+        """A stable, hashable identity (two targets of one host with the same key are one run)."""
+
+    @abstractmethod
+    def config(self) -> dict:
+        """Its keys in a [targets.NAME] entry of the config file ({} for the host)."""
+
+    @abstractmethod
+    def flags(self) -> list[str]:
+        """The CLI flags that name it ([] for the host)."""
+
+    @abstractmethod
+    def json(self) -> dict:
+        """Its own fields in `status --json` (see console/core/place.py ``to_json``)."""
+
+    def at(self, host: str, sep: str = " · ") -> str:
+        """``host`` named with it: "h1 · CT 200" (or "h1 CT 200" with ``sep=" "``), "h1" for the host."""
+        return f"{host}{sep}{self.label}" if self.label else host
+
+
+@dataclass(frozen=True)
+class Host(Place):
+    """The SSH host itself: argv runs as it is."""
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return list(argv)
+
+    @property
+    def label(self) -> str:
+        return ""
+
+    @property
+    def describe(self) -> str:
+        return "the host"
+
+    @property
+    def short(self) -> str:
+        return ""
+
+    @property
+    def key(self) -> tuple:
+        return ("host",)
+
+    def config(self) -> dict:
+        return {}
+
+    def flags(self) -> list[str]:
+        return []
+
+    def json(self) -> dict:
+        return {}
+
+
+HOST = Host()
+
+
+def check_type(name: str, value: object, kind: type) -> None:
+    # bool is an int to Python, never a container number to us
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise PlaceError(f"{name} must be a {kind.__name__}, not {value!r}")
+
+
+class Runtime(Place):
+    """A place a flag names: one value (a container number, a name), an exec prefix on the SSH host.
+
+    A subclass sets the class attributes below, holds its value in one dataclass field, checks it in
+    ``__post_init__`` (:meth:`check`) and writes :meth:`wrap`.
+    """
+
+    TOOL: ClassVar[str] = ""  # the program on the SSH host that reaches it ("pct", "docker")
+    LABEL: ClassVar[str] = ""  # its label's word ("CT" in "CT 200")
+    NOUN: ClassVar[str] = ""  # its noun in a sentence ("container" in "container 200")
+    METAVAR: ClassVar[str] = "NAME"  # the flag's value in --help
+    HELP: ClassVar[str] = ""  # the flag's help
+
+    @property
+    @abstractmethod
+    def value(self) -> object:
+        """What the flag or the config key gave."""
+
+    def check(self) -> None:
+        """The value's type (and a subclass's own syntax): :class:`PlaceError` naming the key."""
+        check_type(str(self.KEY), self.value, self.TYPE)
+
+    @property
+    def label(self) -> str:
+        return f"{self.LABEL} {self.value}"
+
+    @property
+    def describe(self) -> str:
+        return f"{self.NOUN} {self.value}"
+
+    @property
+    def short(self) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]", "-", str(self.value))
+
+    @property
+    def key(self) -> tuple:
+        return (str(self.KEY), self.value)
+
+    def config(self) -> dict:
+        return {self.KEY: self.value}
+
+    def flags(self) -> list[str]:
+        return [str(self.FLAG), str(self.value)]
+
+    def json(self) -> dict:
+        return {self.JSON: self.value}

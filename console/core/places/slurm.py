@@ -1,0 +1,50 @@
+"""A Slurm job: the helper and nvidia-smi run inside the job's allocation as an extra step on its first
+node (the one that runs the batch script, so the launcher), ``srun --jobid=J --overlap -N1 -n1 argv``
+(``--slurm JOB``, ``slurm = "..."``). JOB is a job id, or a job name: the running job of that name, looked
+up with ``squeue`` at each connect (a restart submits a new job under the same name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from console.core.places.base import Runtime, check_name
+
+# The name's job, then srun into it; argv reaches srun as "$@" (never through the shell's parser).
+_BY_NAME = (
+    'j=$(squeue -h -n "$0" -t RUNNING -o %i | head -n 1); '
+    '[ -n "$j" ] || { echo "no running Slurm job named $0 (squeue -n $0 -t RUNNING)" >&2; exit 2; }; '
+    'exec srun --jobid="$j" --overlap -N1 -n1 --quiet "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Slurm(Runtime):
+    FLAG: ClassVar[str | None] = "--slurm"
+    KEY: ClassVar[str | None] = "slurm"
+    JSON: ClassVar[str | None] = "slurm"
+    TYPE: ClassVar[type] = str
+    TOOL: ClassVar[str] = "srun"
+    LABEL: ClassVar[str] = "job"
+    NOUN: ClassVar[str] = "Slurm job"
+    METAVAR: ClassVar[str] = "JOB"
+    HELP: ClassVar[str] = "Slurm job (id or name): run everything via `srun --jobid=J --overlap -N1 -n1`"
+
+    job: str
+
+    def __post_init__(self) -> None:
+        self.check()
+        check_name(str(self.KEY), "job", self.job)
+
+    @property
+    def value(self) -> str:
+        return self.job
+
+    @property
+    def by_id(self) -> bool:
+        return self.job.isdigit()
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if self.by_id:
+            return ["srun", f"--jobid={self.job}", "--overlap", "-N1", "-n1", "--quiet", *argv]
+        return ["sh", "-c", _BY_NAME, self.job, *argv]
