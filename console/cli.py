@@ -837,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     import asyncssh
 
-    from console.core.helper import HelperError, HelperStartError
+    from console.core.helper import HelperError, HelperStartError, PlaceUnreachable
     from console.core.session import NotConnected
     from console.core.ssh import ConnectError
 
@@ -852,6 +852,9 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_code(e.outcome)
     except ConnectError as e:
         code = _connect_failed(args, e)
+    except PlaceUnreachable as e:  # a wrong container/pod/job name, a runtime the host lacks
+        err(str(e))
+        code = EXIT_USAGE
     except (HelperStartError, NotConnected, HelperError, OSError, asyncssh.Error) as e:
         err(str(e))
         code = EXIT_ERROR

@@ -77,6 +77,11 @@ class HelperStartError(RuntimeError):
     """The helper did not come up (no python3, no such container, ...)."""
 
 
+class PlaceUnreachable(HelperStartError):
+    """The command that starts the helper ended before the helper spoke: no such container, pod or job, the
+    runtime's program missing on the host, no python3 there. The message names the command tried."""
+
+
 def helper_command(place: Place, python: str = "python3") -> str:
     """The remote command line that starts the helper in ``place``, quoted from an argument list."""
     return place.command([python, "-c", program_text()])
@@ -99,9 +104,9 @@ async def _read_hello(process: asyncssh.SSHClientProcess, place: Place, python: 
             with contextlib.suppress(Exception):
                 err = await asyncio.wait_for(process.stderr.read(), 2)
             text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
-            raise HelperStartError(
-                f"could not start the helper ({python}) on {place.describe}: {text or 'no output'}"
-            )
+            said = "; ".join(ln.strip() for ln in text.splitlines() if ln.strip())[:600] or "no output"
+            tried = place.command([python, "-c", "<helper>"])
+            raise PlaceUnreachable(f"could not start the helper on {place.describe}: {said} (ran: {tried})")
         try:
             msg = json.loads(line)
         except ValueError:
