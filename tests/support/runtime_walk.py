@@ -27,9 +27,10 @@ ENV = {
 
 
 def walk(
-    host, place: list[str], json_key: str, run_dir: Path, tiny: Path, alive: Callable[[int], bool]
+    host, place: list[str], json_key: str, run_dir: Path, tiny: Path, alive: Callable[[int], bool], value=None
 ) -> None:
-    """The walk above in ``place`` (its CLI flags); ``alive(pid)`` asks the place whether its pid lives."""
+    """The walk above in ``place`` (its CLI flags); ``alive(pid)`` asks the place whether its pid lives;
+    ``status --json`` names the place as ``json_key: value`` (the flag's value by default)."""
     args = [*conn_args(host, ct=None), *place]
     flags = tiny_flags(tiny, run_dir, "--epochs", "1000", "--seed", "7")
     r = cli("launch", *args, "--python", sys.executable, "--", *flags, timeout=240)
@@ -41,7 +42,8 @@ def walk(
     r = cli("status", *args, "--run-dir", str(run_dir), "--json")
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert st["trainer"]["pid"] == run["pid"] and st[json_key] == place[1]  # the pid inside the place
+    assert st["trainer"]["pid"] == run["pid"]  # the pid inside the place
+    assert st[json_key] == (value or place[1])
 
     r = cli("deploy", *args, "--python", sys.executable, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
