@@ -16,6 +16,7 @@ from console.core.events import ActionResult, Outcome, TrainerInfo
 from console.core.finding import find_trainer
 from console.core.helper import Helper
 from console.core.metrics import MetricsParser
+from console.core.place import HOST, Place, PlaceError
 from console.core.remote_files import file_size, tail_lines
 from console.core.streams import FileTail
 from console.core.trainer_argv import TRAINER_MODULE, flag_value, resolve, set_flag
@@ -58,8 +59,10 @@ async def launch(
     on_status: Callable[[str], None] | None = None,
     on_startup: Callable[[dict], None] | None = None,
     check: bool = True,
+    place: Place = HOST,
 ) -> ActionResult:
-    """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event.
+    """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event. Where
+    ``place`` hands it to a scheduler (a Slurm job: :meth:`Place.submit`) the job is submitted instead.
 
     ``code_dir`` is the folder that holds the ``trainer`` package (:func:`code_folder`); without it the
     bundled trainer is deployed. With ``check`` it first runs :func:`preflight` with the launch's
@@ -75,6 +78,10 @@ async def launch(
     """
     say = on_status or (lambda s: None)
     cwd = cwd or helper.home
+    try:  # a place that cannot take a launch (a Slurm job named by id) says so before anything is done
+        place.submit([python], log="", cwd=cwd)
+    except PlaceError as e:
+        raise ControlError(str(e), Outcome.USAGE) from None
     flags, rd = _launch_dir(list(flags), run_dir, cwd)
     live, _ = await find_trainer(helper, rd)
     if live is not None:
@@ -95,11 +102,15 @@ async def launch(
     follower, events = _event_tail(metrics, await file_size(helper, metrics))
     argv = [python, "-m", TRAINER_MODULE, *flags]
     say(f"starting {shlex.join(argv)}")
-    sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
-    pid = int(sp["pid"])
+    batch = place.submit(argv, log=log, cwd=cwd)
+    if batch is not None:
+        pid, sp, waiter = None, {}, await _submit(helper, batch, env, cwd, say)
+    else:
+        sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
+        pid = int(sp["pid"])
+        # the spawned process itself (pid + start time): its command line may change (an interpreter shim)
+        waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
     follower.attach(helper)
-    # the spawned process itself (pid + start time): its command line may still change (an interpreter shim)
-    waiter = asyncio.ensure_future(helper.call("wait_exit", pid=pid, start_time=sp.get("start_time")))
     try:
         await _await_start(helper, pid, waiter, follower, events, log, wait_s, on_startup, say)
     finally:
@@ -107,12 +118,38 @@ async def launch(
             waiter.cancel()
         await follower.detach()
     trainer, _ = await find_trainer(helper, rd)
+    if trainer is None and pid is None:
+        raise ControlError(f"the job's trainer started but no live trainer owns {rd} now")
     if trainer is None:
         info = await helper.proc(pid)
         trainer = TrainerInfo(
             pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd, "cmdline", None
         )
-    return ActionResult(Outcome.OK, f"launched pid {pid} in {rd} (code {code_dir})", trainer)
+    return ActionResult(Outcome.OK, f"launched pid {trainer.pid} in {rd} (code {code_dir})", trainer)
+
+
+async def _submit(
+    helper: Helper, batch: list[str], env: dict[str, str], cwd: str, say: Callable[[str], None]
+) -> asyncio.Future:
+    """Hand the trainer to the scheduler (``sbatch``, run where the helper is) and return a future that
+    resolves when the job has ended (its trainer's pid is known only from its started event)."""
+    r = await helper.call("run", argv=batch, cwd=cwd, env=env, timeout=60)
+    job = str(r.get("stdout") or "").strip().split(";")[0]
+    if r.get("rc") != 0 or not job.isdigit():
+        said = (str(r.get("stderr") or "") or str(r.get("stdout") or "")).strip()[-400:]
+        raise ControlError(f"{shlex.join(batch[:3])} ... failed (exit {r.get('rc')}): {said or 'no output'}")
+    say(f"submitted Slurm job {job}")
+    return asyncio.ensure_future(_job_ended(helper, job))
+
+
+async def _job_ended(helper: Helper, job: str, poll_s: float = 1.0) -> dict:
+    """Returns (as ``wait_exit`` does) once ``squeue`` no longer shows ``job`` pending or running."""
+    while True:
+        r = await helper.call("run", argv=["squeue", "-h", "-j", job, "-o", "%T"], timeout=30)
+        state = str(r.get("stdout") or "").strip()
+        if r.get("rc") == 0 and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+            return {"exited": True, "rc": None, "job_state": state or "gone"}
+        await asyncio.sleep(poll_s)
 
 
 def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
@@ -130,7 +167,7 @@ def _event_tail(path: str, offset: int) -> tuple[FileTail, asyncio.Queue[dict]]:
 
 async def _await_start(
     helper: Helper,
-    pid: int,
+    pid: int | None,
     waiter: asyncio.Future,
     follower: FileTail,
     events: asyncio.Queue[dict],
@@ -156,7 +193,7 @@ async def _await_start(
             name = ev.get("name") if ev.get("kind") == "event" else ev.get("phase")
             if on_startup is not None and (ev.get("kind") == "startup" or name == "started"):
                 on_startup(ev)
-            if name == "started" and ev.get("pid") in (pid, None) and on_startup is None:
+            if name == "started" and (pid is None or ev.get("pid") in (pid, None)) and on_startup is None:
                 return
             if name == "first_step" and ev.get("kind") == "startup" and on_startup is not None:
                 return
@@ -173,7 +210,7 @@ async def _await_start(
                 f"{'after' if started else 'before'} its started event). "
                 f"Last lines of {log}:\n{tail}"
             )
-        say(f"pid {pid} still starting after {wait_s:.0f} s; leaving it running")
+        say(f"{f'pid {pid}' if pid else 'the job'} still starting after {wait_s:.0f} s; leaving it running")
         return
 
 
@@ -257,6 +294,7 @@ async def relaunch(
     on_status: Callable[[str], None] | None = None,
     on_startup: Callable[[dict], None] | None = None,
     check: bool = True,
+    place: Place = HOST,
 ) -> ActionResult:
     """Launch ``plan`` (the second half of a restart, once the old trainer stopped)."""
     res = await launch(
@@ -271,5 +309,6 @@ async def relaunch(
         on_status=on_status,
         on_startup=on_startup,
         check=check,
+        place=place,
     )
     return ActionResult(res.code, "restarted: " + res.message, res.trainer)

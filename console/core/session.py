@@ -556,6 +556,7 @@ class Session:
                 wait_s=wait_s,
                 on_status=lambda s: phase(ActionPhase(StopPhase.LAUNCHING, s, None, time.time())),
                 on_startup=on_startup,
+                place=self.place,
             )
         except ControlError as e:
             return ActionResult(e.outcome, str(e), trainer)
@@ -591,6 +592,7 @@ class Session:
                 wait_s=wait_s,
                 on_status=on_status,
                 on_startup=on_startup,
+                place=self.place,
             )
         except ControlError as e:
             return ActionResult(e.outcome, str(e))

@@ -27,16 +27,25 @@ ENV = {
 
 
 def walk(
-    host, place: list[str], json_key: str, run_dir: Path, tiny: Path, alive: Callable[[int], bool], value=None
+    host,
+    place: list[str],
+    json_key: str,
+    run_dir: Path,
+    tiny: Path,
+    alive: Callable[[int], bool],
+    value=None,
+    launched: Callable[[dict], None] = lambda run: None,
 ) -> None:
     """The walk above in ``place`` (its CLI flags); ``alive(pid)`` asks the place whether its pid lives;
-    ``status --json`` names the place as ``json_key: value`` (the flag's value by default)."""
+    ``status --json`` names the place as ``json_key: value`` (the flag's value by default); ``launched(run)``
+    checks the place's own view of each start (run.json's fields)."""
     args = [*conn_args(host, ct=None), *place]
     flags = tiny_flags(tiny, run_dir, "--epochs", "1000", "--seed", "7")
     r = cli("launch", *args, "--python", sys.executable, "--", *flags, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     run = json.loads((run_dir / "run.json").read_text())
     assert alive(run["pid"]) and run["argv"] == flags
+    launched(run)
     wait_until(lambda: steps(run_dir), 120, "a training step")
 
     r = cli("status", *args, "--run-dir", str(run_dir), "--json")
@@ -54,6 +63,7 @@ def walk(
     run2 = json.loads((run_dir / "run.json").read_text())
     assert run2["pid"] != run["pid"] and not alive(run["pid"]) and alive(run2["pid"])
     assert run2["code_dir"] == code_dir and run2["argv"] == [*flags, "--resume", "auto"]
+    launched(run2)
     saved = [e for e in events(run_dir) if e["name"] == "checkpoint_saved"][-1]
     started = [e for e in events(run_dir) if e["name"] == "started"]
     assert started[-1]["pid"] == run2["pid"] and started[-1]["step"] == saved["step"] >= 1  # resumed

@@ -77,6 +77,11 @@ class Place(ABC):
     def json(self) -> dict:
         """Its own fields in `status --json` (see console/core/place.py ``to_json``)."""
 
+    def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str] | None:
+        """The command that hands ``argv`` (the trainer's) to a scheduler, run where the helper runs; None
+        where the helper starts the trainer itself (every place but a Slurm job)."""
+        return None
+
     def at(self, host: str, sep: str = " · ") -> str:
         """``host`` named with it: "h1 · CT 200" (or "h1 CT 200" with ``sep=" "``), "h1" for the host."""
         return f"{host}{sep}{self.label}" if self.label else host

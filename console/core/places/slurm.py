@@ -1,21 +1,26 @@
 """A Slurm job: the helper and nvidia-smi run inside the job's allocation as an extra step on its first
 node (the one that runs the batch script, so the launcher), ``srun --jobid=J --overlap -N1 -n1 argv``
 (``--slurm JOB``, ``slurm = "..."``). JOB is a job id, or a job name: the running job of that name, looked
-up with ``squeue`` at each connect (a restart submits a new job under the same name)."""
+up with ``squeue`` at each connect (a restart submits a new job under the same name); with none running,
+the host itself, where a launch submits one (``sbatch -J NAME``, the trainer ``exec``'d as the batch
+script, ``--signal=B:INT@120`` so that a job reaching its time limit ends in a checkpoint)."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import ClassVar
 
-from console.core.places.base import Runtime, check_name
+from console.core.places.base import PlaceError, Runtime, check_name
 
-# The name's job, then srun into it; argv reaches srun as "$@" (never through the shell's parser).
+# The name's running job, then srun into it; with none running, the host itself (the login node: where a
+# launch submits the job). argv reaches srun as "$@", never through the shell's parser.
 _BY_NAME = (
     'j=$(squeue -h -n "$0" -t RUNNING -o %i | head -n 1); '
-    '[ -n "$j" ] || { echo "no running Slurm job named $0 (squeue -n $0 -t RUNNING)" >&2; exit 2; }; '
+    '[ -n "$j" ] || exec "$@"; '
     'exec srun --jobid="$j" --overlap -N1 -n1 --quiet "$@"'
 )
+SIGNAL_BEFORE_END_S = 120  # SIGINT to the trainer this long before the time limit: it ends in a checkpoint
 
 
 @dataclass(frozen=True)
@@ -48,3 +53,18 @@ class Slurm(Runtime):
         if self.by_id:
             return ["srun", f"--jobid={self.job}", "--overlap", "-N1", "-n1", "--quiet", *argv]
         return ["sh", "-c", _BY_NAME, self.job, *argv]
+
+    def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str]:
+        if self.by_id:
+            raise PlaceError(f"a launch submits a new job: name it (--slurm NAME), not by job id {self.job}")
+        return [
+            "sbatch",
+            "--parsable",
+            f"--job-name={self.job}",
+            f"--output={log}",
+            "--open-mode=append",
+            f"--chdir={cwd}",
+            f"--signal=B:INT@{SIGNAL_BEFORE_END_S}",
+            "--export=ALL",
+            f"--wrap=exec {shlex.join(argv)}",  # exec: the batch script is the trainer, and gets the SIGINT
+        ]

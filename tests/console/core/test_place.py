@@ -161,6 +161,7 @@ def test_a_slurm_job_by_name_is_looked_up_and_argv_never_meets_the_shells_parser
     argv = Slurm("dflash").wrap(HOSTILE)
     assert argv[:2] == ["sh", "-c"] and argv[3:] == ["dflash", *HOSTILE]  # "$0" is the name, "$@" the argv
     assert "squeue -h -n" in argv[2] and 'exec srun --jobid="$j" --overlap' in argv[2]
+    assert '|| exec "$@"' in argv[2]  # no job running: the host itself (the login node)
 
 
 def test_each_runtime_is_named_on_screen_and_its_key_tells_it_apart():

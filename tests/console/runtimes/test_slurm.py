@@ -1,0 +1,64 @@
+"""Real Slurm (one node, this machine): ``--slurm NAME`` launches the trainer as a batch job (``sbatch``,
+the trainer exec'd as the batch script), reaches it with ``srun --jobid=J --overlap`` for everything else,
+and the whole walk works there (tests/support/runtime_walk.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.core_util import alive, cli, conn_args
+from tests.support.runtime_walk import missing_program, runtime_fixtures, walk, wrong_name
+from tests.support.runtimes.common import until
+from tests.support.runtimes.slurm import Slurm
+from tests.support.trainer_run import tiny_flags
+
+pytestmark = pytest.mark.e2e
+runtime, host = runtime_fixtures(Slurm)
+
+
+def test_launch_as_a_job_restart_onto_deployed_code_and_stop_cleanly(host, runtime, tiny_assets, tmp_path):
+    jobs = []
+
+    def in_a_job(run: dict) -> None:  # the trainer is the batch script of a running job of that name
+        environ = Path(f"/proc/{run['pid']}/environ").read_text()
+        env = dict(kv.split("=", 1) for kv in environ.split("\0") if "=" in kv)
+        job = env["SLURM_JOB_ID"]
+        assert runtime.cli("squeue", "-h", "-j", job, "-o", "%j %T").stdout.split() == ["dflash-a", "RUNNING"]
+        assert job not in jobs and "SLURM_STEP_ID" not in env  # a new job a start; the batch step itself
+        jobs.append(job)
+
+    walk(host, ["--slurm", "dflash-a"], "slurm", tmp_path / "run", tiny_assets, alive, launched=in_a_job)
+    assert len(jobs) == 2
+    assert (
+        runtime.cli("squeue", "-h", "-n", "dflash-a").stdout.strip() == ""
+    )  # the job ended with its trainer
+
+
+def test_a_job_named_by_id_that_is_not_there_is_one_line(host):
+    wrong_name(host, "--slurm", "999999", "999999")
+
+
+def test_a_launch_into_a_running_job_by_id_is_refused_before_anything_runs(
+    host, runtime, tiny_assets, tmp_path
+):
+    job = runtime.submit("other", "exec sleep 300", cwd=tmp_path)
+    try:
+        until(lambda: runtime.state(job) == "RUNNING", 60, "the job to run")
+        r = cli(
+            "launch",
+            *conn_args(host, ct=None),
+            "--slurm",
+            job,
+            "--",
+            *tiny_flags(tiny_assets, tmp_path / "r"),
+        )
+        assert r.returncode == 2 and "name it (--slurm NAME)" in r.stderr, r.stderr
+        assert not (tmp_path / "r").exists()
+    finally:
+        runtime.cli("scancel", job)
+
+
+def test_srun_missing_on_the_host_is_one_line(tmp_path):
+    missing_program(tmp_path, "--slurm", "12", "srun")

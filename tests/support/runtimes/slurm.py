@@ -1,0 +1,108 @@
+"""Real Slurm (Debian's slurm-wlm 22.05 + munge): one node (this machine), munged, slurmctld and slurmd
+started by hand with a slurm.conf, munge socket, state and spool of the fixture's own, on two free loopback
+ports; every Slurm command on the devhost finds it through SLURM_CONF. ``proctrack/linuxproc`` (no cgroup
+plugin works here)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from tests.support.runtimes.common import need, run, stop_pid, until
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _conf(w: Path, node: str) -> str:
+    return f"""ClusterName=dflash
+SlurmctldHost={node}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={w}/munge.sock
+StateSaveLocation={w}/state
+SlurmdSpoolDir={w}/spool
+SlurmctldPidFile={w}/slurmctld.pid
+SlurmdPidFile={w}/slurmd.pid
+SlurmctldLogFile={w}/slurmctld.log
+SlurmdLogFile={w}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+SwitchType=switch/none
+KillWait=5
+NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 2} RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+"""
+
+
+class Slurm:
+    PROGRAM = "srun"
+
+    def __init__(self, root: Path, run_root: Path) -> None:
+        need("slurm-wlm munge", "slurmctld", "slurmd", "munged", "srun")
+        self.root, self.run_root, w = root, run_root, root
+        self._munged: subprocess.Popen | None = None
+        for d in ("state", "spool", "key"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(w / "key", 0o700)
+        run(["mungekey", "-c", "-k", str(w / "key/munge.key")])
+        (w / "slurm.conf").write_text(_conf(w, socket.gethostname().split(".")[0]))
+        self.env = {"SLURM_CONF": str(w / "slurm.conf")}
+        self._env = {**os.environ, **self.env}
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        w = self.root
+        self._munged = subprocess.Popen(
+            ["munged", "-F", "--force", "-S", f"{w}/munge.sock", f"--key-file={w}/key/munge.key",
+             f"--pid-file={w}/munged.pid", f"--seed-file={w}/key/munged.seed", f"--log-file={w}/munged.log"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        until(lambda: (w / "munged.pid").exists() and (w / "munge.sock").exists(), 30, "munged")
+        run(["slurmctld", "-f", f"{w}/slurm.conf", "-i"], env=self._env)  # daemonizes
+        run(["slurmd", "-f", f"{w}/slurm.conf"], env=self._env)
+        idle = lambda: "idle" in self.cli("sinfo", "-h", "-N", "-o", "%T", check=False).stdout  # noqa: E731
+        until(idle, 60, "the Slurm node to be idle", step=0.3)
+
+    def cli(self, *args: str, **kw):
+        return run(list(args), env=self._env, **kw)
+
+    def submit(self, name: str, command: str, *sbatch: str, cwd: Path) -> str:
+        """``sbatch -J name ... --wrap command``; the job id."""
+        r = self.cli("sbatch", "--parsable", "-J", name, *sbatch, "--wrap", command, cwd=str(cwd))
+        return r.stdout.strip().split(";")[0]
+
+    def state(self, job: str) -> str:
+        return self.cli("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
+
+    def exec(self, job: str, *argv: str, **kw):
+        return self.cli("srun", f"--jobid={job}", "--overlap", "-N1", "-n1", "--quiet", *argv, **kw)
+
+    def close(self) -> None:
+        self.cli("scancel", "--full", "-u", "root", check=False, timeout=30)
+        for daemon in ("slurmd", "slurmctld"):
+            stop_pid(self.root / f"{daemon}.pid")
+        munged = self._munged
+        if munged is not None:  # our child: terminated and reaped here
+            munged.terminate()
+            munged.wait(30)
