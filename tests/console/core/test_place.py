@@ -172,3 +172,15 @@ def test_each_runtime_is_named_on_screen_and_its_key_tells_it_apart():
     assert Lxc("/srv/lxc/ct1").short == "-srv-lxc-ct1"  # a target's default name stays one word
     assert len({p.key for p in RUNTIMES}) == len(RUNTIMES)
     assert Docker("train").key != Podman("train").key
+
+
+def test_the_config_file_names_each_runtime_by_its_key_and_one_key_an_entry():
+    from console.core.targets import resolve
+
+    cfg = {"targets": {"a": {"host": "h1", "docker": "bob@train"}, "b": {"host": "h1", "slurm": "dflash"}}}
+    got = resolve(["a", "b"], ConnectOptions.from_target("h1"), config=cfg, path="/cfg.toml")
+    assert [t.place for t in got] == [Docker("bob@train"), Slurm("dflash")]
+    with pytest.raises(ConfigError, match=r"\[targets.x\] docker: container '-x' is not a name"):
+        targets_from_config({"targets": {"x": {"host": "h", "docker": "-x"}}}, "/cfg.toml")
+    with pytest.raises(ConfigError, match="pod and lxc each name where the trainer lives; give one"):
+        targets_from_config({"targets": {"x": {"host": "h", "pod": "p", "lxc": "c"}}}, "/cfg.toml")

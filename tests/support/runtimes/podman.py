@@ -5,7 +5,10 @@ capability root lacks here). Containers run from a skeleton ``--rootfs``: no ima
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 from tests.support.runtimes.common import INIT, binds, need, run, skeleton
@@ -23,6 +26,10 @@ class Podman:
             'netns = "none"\n'
             'default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]\n'
             "[engine]\n"
+            # its own tmp dir and file locks: podman's defaults (/run/libpod, one shared-memory lock table)
+            # are one per machine, and a second storage beside them "refreshes" the first one's containers
+            f'tmp_dir = "{root}/tmp"\n'
+            'lock_type = "file"\n'
             'runtime = "runc"\n'
             'cgroup_manager = "cgroupfs"\n'
             'events_logger = "file"\n'
@@ -38,8 +45,6 @@ class Podman:
         self.names: list[str] = []
 
     def cli(self, *args: str, **kw):
-        import os
-
         return run([self.PROGRAM, *args], env={**os.environ, **self.env}, **kw)
 
     def start(self, name: str) -> str:
@@ -57,4 +62,18 @@ class Podman:
         for name in self.names:
             self.cli("rm", "-f", "-t", "0", name, check=False, timeout=60)
         self.cli("system", "reset", "-f", check=False, timeout=60)
+        _kill_left(str(self.root))
         shutil.rmtree(self.root / "storage", ignore_errors=True)
+
+
+def _kill_left(root: str) -> None:
+    """SIGKILL the container monitors (conmon) of this storage that outlived ``podman rm`` (a podman that
+    lost track of a container), and what runs under them: nothing of a test is left running."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and proc.joinpath("comm").read_text().strip() == "conmon":
+                if root in proc.joinpath("cmdline").read_text():
+                    subprocess.run(["pkill", "-KILL", "-P", proc.name], timeout=10)
+                    os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
