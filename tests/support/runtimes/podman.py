@@ -71,9 +71,9 @@ def _kill_left(root: str) -> None:
     lost track of a container), and what runs under them: nothing of a test is left running."""
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and proc.joinpath("comm").read_text().strip() == "conmon":
-                if root in proc.joinpath("cmdline").read_text():
-                    subprocess.run(["pkill", "-KILL", "-P", proc.name], timeout=10)
-                    os.kill(int(proc.name), signal.SIGKILL)
+            ours = proc.name.isdigit() and proc.joinpath("comm").read_text().strip() == "conmon"
+            if ours and root in proc.joinpath("cmdline").read_text():
+                subprocess.run(["pkill", "-KILL", "-P", proc.name], timeout=10)
+                os.kill(int(proc.name), signal.SIGKILL)
         except (OSError, ValueError):
             continue
