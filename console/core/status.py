@@ -74,6 +74,7 @@ async def collect(session: Session) -> dict:
         view = fold.view(out["t"])
         out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
+    out["job"] = await place_state(session)
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
         if r["rc"] == 0:
@@ -83,6 +84,41 @@ async def collect(session: Session) -> dict:
     except HelperError as e:
         out["gpu_detail"] = f"nvidia-smi is not available ({e})"
     return out
+
+
+async def place_state(session: Session) -> dict | None:
+    """The place's scheduler state (a Slurm job: id, state, reason, time used and left, nodes), else None."""
+    argv = session.place.state_argv()
+    if argv is None:
+        return None
+    try:
+        r = await session.need_helper().run(argv, timeout=15)
+    except HelperError as e:
+        return {"error": str(e)[:200]}
+    if r["rc"] != 0:  # squeue -j of a job that has left the queue
+        return {"error": (r["stderr"] or r["stdout"]).strip()[:200] or f"exit {r['rc']}"}
+    return session.place.state(r["stdout"])
+
+
+def job_text(job: dict | None) -> str | None:
+    """``job 12 RUNNING on node1, 3:21 used, 56:39 left`` / ``job 13 PENDING (Priority)``."""
+    if not job:
+        return None
+    if "error" in job:
+        return f"job: {job['error']}"
+    parts = [f"job {job['job']} {job['state']}" + (f" ({job['reason']})" if job.get("reason") else "")]
+    if job.get("nodes"):
+        parts[0] += f" on {job['nodes']}"
+    if job.get("used_s") is not None and job["state"] != "PENDING":
+        parts.append(f"{fmt_duration(job['used_s'])} used")
+    if job.get("left_s") is not None:
+        parts.append(f"{fmt_duration(job['left_s'])} left")
+    return ", ".join(parts)
+
+
+def fmt_duration(s: int) -> str:
+    h, rest = divmod(int(s), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 def acceptance(last_eval: dict | None, last_step: dict | None) -> dict | None:
@@ -137,7 +173,12 @@ def format_text(st: dict) -> str:
         + f"  (helper pid {st['helper']['pid']} on {st['helper']['hostname']})"
     ]
     tr = st["trainer"]
-    if tr is None:
+    job = st.get("job")
+    if job_text(job):
+        lines.append(job_text(job))
+    if tr is None and job and job.get("state") == "PENDING":
+        lines.append(f"trainer: waiting for Slurm job {job['job']} to start ({job.get('reason') or 'pending'})")
+    elif tr is None:
         lines.append("trainer: none running" + (f" for {st['run_dir']}" if st["run_dir"] else ""))
     else:
         lines.append(f"trainer: pid {tr['pid']} (found by {tr['source']})")
@@ -193,6 +234,8 @@ def format_line(label: str, st: dict | None, error: str | None = None) -> str:
     now = st["t"]
     tr = st["trainer"]
     parts = [f"{label}:", f"pid {tr['pid']}" if tr else "no trainer"]
+    if job_text(st.get("job")):
+        parts.append(f"[{job_text(st.get('job'))}]")
     step = st["last_step"]
     if step:
         parts.append(f"step {step.get('step')}/{step.get('total_steps')}")

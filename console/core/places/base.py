@@ -82,6 +82,16 @@ class Place(ABC):
         where the helper starts the trainer itself (every place but a Slurm job)."""
         return None
 
+    def state_argv(self) -> list[str] | None:
+        """A command (run where the helper runs) that tells the place's scheduler state; None where there is
+        no scheduler (every place but a Slurm job). :meth:`state` reads its output."""
+        return None
+
+    def state(self, stdout: str) -> dict | None:
+        """The scheduler's state from :meth:`state_argv`'s output (a Slurm job's id, state, reason, time
+        used and left, nodes), None when it shows none."""
+        return None
+
     def at(self, host: str, sep: str = " · ") -> str:
         """``host`` named with it: "h1 · CT 200" (or "h1 CT 200" with ``sep=" "``), "h1" for the host."""
         return f"{host}{sep}{self.label}" if self.label else host

@@ -68,3 +68,58 @@ class Slurm(Runtime):
             "--export=ALL",
             f"--wrap=exec {shlex.join(argv)}",  # exec: the batch script is the trainer, and gets the SIGINT
         ]
+
+    def state_argv(self) -> list[str]:
+        which = ["-j", self.job] if self.by_id else ["-n", self.job]
+        return ["squeue", "-h", *which, "-o", FIELDS]
+
+    def state(self, stdout: str) -> dict | None:
+        return pick_job(parse_jobs(stdout))
+
+
+# squeue's fields, one job a line: id, state, reason, time used, time left, time limit, nodes
+FIELDS = "%i|%T|%r|%M|%L|%l|%N"
+_ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "PENDING")
+
+
+def parse_jobs(stdout: str, limit: int = 64) -> list[dict]:
+    """squeue's lines (:data:`FIELDS`) as dicts; bounded, and a line of another shape skipped."""
+    out = []
+    for line in stdout.splitlines()[:limit]:
+        parts = line.strip().split("|")
+        if len(parts) != 7 or not parts[0].strip().isdigit():
+            continue
+        job, state, reason, used, left, lim, nodes = (p.strip()[:200] for p in parts)
+        out.append(
+            {
+                "job": job,
+                "state": state,
+                "reason": "" if reason in ("None", "(null)") else reason,
+                "used_s": duration_s(used),
+                "left_s": duration_s(left),
+                "limit_s": duration_s(lim),
+                "nodes": nodes,
+            }
+        )
+    return out
+
+
+def pick_job(jobs: list[dict]) -> dict | None:
+    """The job a name means: a running one first, then a pending one, else the first."""
+    for state in _ORDER:
+        for j in jobs:
+            if j["state"] == state:
+                return j
+    return jobs[0] if jobs else None
+
+
+def duration_s(text: str) -> int | None:
+    """Slurm's ``[days-][hours:]minutes:seconds`` in seconds; None for UNLIMITED, INVALID, NOT_SET."""
+    days, _, rest = text.rpartition("-")
+    parts = rest.split(":")
+    if not (days.isdigit() or days == "") or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    secs = 0
+    for p in parts:
+        secs = secs * 60 + int(p)
+    return secs + int(days or 0) * 86400

@@ -4,15 +4,18 @@ and the whole walk works there (tests/support/runtime_walk.py)."""
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.core_util import alive, cli, conn_args
+from tests.support.core_util import alive, cli, conn_args, wait_until
 from tests.support.runtime_walk import missing_program, runtime_fixtures, walk, wrong_name
 from tests.support.runtimes.common import until
 from tests.support.runtimes.slurm import Slurm
-from tests.support.trainer_run import tiny_flags
+from tests.support.trainer_run import events, tiny_flags
 
 pytestmark = pytest.mark.e2e
 runtime, host = runtime_fixtures(Slurm)
@@ -62,3 +65,36 @@ def test_a_launch_into_a_running_job_by_id_is_refused_before_anything_runs(
 
 def test_srun_missing_on_the_host_is_one_line(tmp_path):
     missing_program(tmp_path, "--slurm", "12", "srun")
+
+
+def test_a_pending_job_is_shown_as_waiting_with_its_reason(host, runtime, tmp_path):
+    job = runtime.submit("later", "exec sleep 300", "--begin=now+1hour", cwd=tmp_path)
+    try:
+        r = cli("status", *conn_args(host, ct=None), "--slurm", "later")
+        assert r.returncode == 4, r.stdout + r.stderr  # no trainer (yet)
+        assert f"job {job} PENDING (BeginTime)" in r.stdout
+        assert f"trainer: waiting for Slurm job {job} to start (BeginTime)" in r.stdout
+        st = json.loads(cli("status", *conn_args(host, ct=None), "--slurm", "later", "--json").stdout)
+        assert st["job"]["job"] == job and st["job"]["state"] == "PENDING" and st["trainer"] is None
+    finally:
+        runtime.cli("scancel", job)
+
+
+def test_a_job_that_reaches_its_time_limit_ends_in_a_checkpoint(host, runtime, tiny_assets, tmp_path):
+    run_dir = tmp_path / "run"
+    flags = tiny_flags(tiny_assets, run_dir, "--epochs", "1000")
+    args = [*conn_args(host, ct=None), "--slurm", "short"]
+    # a one-minute job: --signal=B:INT@120 is due at once (Slurm sends it within its ~30-60 s check)
+    r = cli(
+        "launch", *args, "--python", sys.executable, "--env", "SBATCH_TIMELIMIT=1", "--detach", "--", *flags
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = re.search(r"submitted Slurm job (\d+)", r.stdout)
+    assert job, r.stdout
+    assert f"job {job.group(1)} RUNNING" in cli("status", *args).stdout
+    gone = lambda: runtime.state(job.group(1)) == ""  # noqa: E731
+    wait_until(gone, 150, "the job to end")
+    names = [e["name"] for e in events(run_dir)]
+    assert "checkpoint_saved" in names and names[-1] == "stopped", names
+    stopped = [e for e in events(run_dir) if e["name"] == "stopped"][-1]
+    assert (stopped["reason"], stopped["exit_code"]) == ("signal", 0)  # the SIGINT, not the time limit's kill
