@@ -144,4 +144,27 @@ class ActionResult:
 
 
 # Everything a session tells its subscribers.
-Event = ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase | DiskInfo
+@dataclass
+class JobState:
+    """The scheduler's word on the place's job (a Slurm job: console/core/places/slurm.py), polled through
+    the helper; ``job`` "" when it shows none (``error`` when it could not be asked)."""
+
+    job: str = ""
+    state: str = ""
+    reason: str = ""
+    used_s: int | None = None
+    left_s: int | None = None
+    limit_s: int | None = None
+    nodes: str = ""
+    error: str | None = None
+    t: float = 0.0  # local clock: when it was asked
+
+    @classmethod
+    def of(cls, state: dict | None, t: float) -> JobState:
+        fields = {k: v for k, v in (state or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**fields, t=t)
+
+
+Event = (
+    ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase | DiskInfo | JobState
+)

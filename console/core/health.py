@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from console.core.events import ActionPhase, DiskInfo, Event, Gpu, GpuSample, Record, TrainerFound
+from console.core.events import ActionPhase, DiskInfo, Event, Gpu, GpuSample, JobState, Record, TrainerFound
 from console.core.formatting import fmt_bytes, fmt_duration
 from console.core.numeric import number
 from console.core.phases import SIGNALLED, StopPhase
@@ -51,6 +51,7 @@ class HealthConfig:
     gpu_mem_pct: float = 97.0
     gpu_temp_c: float = 87.0  # the slowdown threshold (nvidia-smi -q -d TEMPERATURE: "GPU Slowdown Temp")
     accept_drop: float = 0.2  # real acceptance this share below its best
+    job_left_s: float = 1800.0  # a scheduler job (Slurm) with less time left than this before its limit
     code_note: bool = True
     bell: bool = True  # ring the terminal bell when an alert starts
     desktop: bool = False  # a desktop notification (OSC 777 / OSC 9) when an alert starts
@@ -147,6 +148,7 @@ class _Facts:
     accept_best: float | None = None
     accept_last: float | None = None
     accept_step: int | None = None
+    job: JobState | None = None  # the place's scheduler job, as last polled (its ``t``: the local clock)
 
 
 class Health:
@@ -186,6 +188,8 @@ class Health:
                 self.f.gpus = list(event.gpus)
             case DiskInfo():
                 self.f.disk = event
+            case JobState():
+                self.f.job = event
             case ActionPhase():
                 if StopPhase.of(event.phase) in SIGNALLED:
                     self.f.stop_requested = True
@@ -576,6 +580,23 @@ def code_differs(r: RuleInput) -> Iterator[Firing]:
         )
 
 
+def job_time_left(r: RuleInput) -> Iterator[Firing]:
+    """The place's scheduler job (Slurm) nears its time limit while the trainer runs: at the limit the
+    scheduler kills it (a launch from the console asks for SIGINT 120 s before, so it saves first)."""
+    job, c = r.f.job, r.config
+    if job is None or not job.job or job.left_s is None or job.state != "RUNNING":
+        return
+    left = job.left_s - max(0.0, r.now - job.t)
+    if left < c.job_left_s:
+        level = CRITICAL if left < 300 else WARNING
+        yield Firing(
+            "job_time_left",
+            "job_time_left",
+            level,
+            f"job {job.job} has {fmt_duration(max(0.0, left))} left before its time limit",
+        )
+
+
 # every rule, in the order evaluate() reports what changed
 RULES: list[Rule] = [
     trainer_exit,
@@ -587,4 +608,5 @@ RULES: list[Rule] = [
     gpus,
     accept_drop,
     code_differs,
+    job_time_left,
 ]

@@ -26,6 +26,7 @@ from console.core.events import (
     ConnState,
     DiskInfo,
     GpuSample,
+    JobState,
     LogLines,
     Record,
     TelemetryState,
@@ -38,7 +39,7 @@ from console.core.typed import build
 VERSION = 1
 TYPES = {
     c.__name__: c
-    for c in (ActionPhase, ConnState, DiskInfo, GpuSample, LogLines, Record, TelemetryState, TrainerFound)
+    for c in (ActionPhase, ConnState, DiskInfo, GpuSample, JobState, LogLines, Record, TelemetryState, TrainerFound)
 }
 
 

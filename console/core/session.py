@@ -24,6 +24,7 @@ from console.core.events import (
     ActionPhase,
     ActionResult,
     ConnState,
+    JobState,
     LogLines,
     Outcome,
     Record,
@@ -45,6 +46,7 @@ from console.core.threads import ThreadsError
 log = logging.getLogger(__name__)
 
 Callback = Callable[[object], None]
+JOB_POLL_S = 15.0  # how often the screen asks the scheduler about the place's job (a Slurm job)
 
 
 class ReadOnlyError(PermissionError):
@@ -93,6 +95,7 @@ class Session:
         self._closing = False
         self._supervisor: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        self._job_watcher: asyncio.Task | None = None  # the place's scheduler job (Slurm), on the screen
         self._telemetry = (
             Telemetry(self._emit, place=place, interval_ms=gpu_interval_ms) if telemetry else None
         )
@@ -196,14 +199,17 @@ class Session:
         if self._telemetry is not None:
             self._telemetry.start(conn)
         self._watcher = asyncio.get_running_loop().create_task(self._watch(helper))
+        if self._telemetry is not None and self.place.state_argv() is not None:
+            self._job_watcher = asyncio.get_running_loop().create_task(self._watch_job(helper))
 
     async def _teardown(self) -> None:
         self._linked.clear()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watcher
-            self._watcher = None
+        for task in (self._watcher, self._job_watcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._watcher = self._job_watcher = None
         if self._telemetry is not None:
             await self._telemetry.stop()
         for tail in (self._metrics_tail, self._log_tail, *self._followed):
@@ -316,6 +322,20 @@ class Session:
                     continue
                 if r.get("exited") and self.trainer is trainer:
                     await self._trainer_exited(helper, trainer)
+
+    async def _watch_job(self, helper: Helper) -> None:
+        """Ask the place's scheduler about its job (``squeue``) every ``JOB_POLL_S``: state, time left."""
+        argv = self.place.state_argv()
+        with contextlib.suppress(HelperGone, asyncio.CancelledError):
+            while argv is not None and not helper.closed and not self._closing:
+                try:
+                    r = await helper.run(argv, timeout=15)
+                    ok = r["rc"] == 0
+                    state = self.place.state(r["stdout"]) if ok else {"error": (r["stderr"] or "")[:200]}
+                except HelperError as e:
+                    state = {"error": str(e)[:200]}
+                self._emit(JobState.of(state, time.time()))
+                await asyncio.sleep(JOB_POLL_S)
 
     # --- streams ------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from console.core.events import (
     Event,
     Gpu,
     GpuSample,
+    JobState,
     Record,
     TelemetryState,
     TrainerFound,
@@ -79,6 +80,7 @@ class ConsoleState:
     conn: Conn = field(default_factory=Conn)
     telemetry_available: bool | None = None
     telemetry_detail: str = ""
+    job: JobState | None = None  # the place's scheduler job (a Slurm job), as last polled
     trainer: TrainerInfo | None = None
     trainer_known: bool = False  # a TrainerFound has arrived (None then means: no trainer)
     last_run: dict | None = None  # run.json of the newest trainer seen; kept after it exits
@@ -144,6 +146,9 @@ class ConsoleState:
         match event:
             case DiskInfo():
                 self.disk = event
+                self._touch()
+            case JobState():
+                self.job = event
                 self._touch()
             case ConnState():
                 self._on_conn_state(event)

@@ -12,7 +12,7 @@ import time
 from console.core.devices import join_devices
 from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.events import Gpu
-from console.core.formatting import fmt_age
+from console.core.formatting import fmt_age, fmt_duration
 from console.core.helper import HelperError
 from console.core.metrics import headline_tok_s
 from console.core.place import from_json, to_json
@@ -114,11 +114,6 @@ def job_text(job: dict | None) -> str | None:
     if job.get("left_s") is not None:
         parts.append(f"{fmt_duration(job['left_s'])} left")
     return ", ".join(parts)
-
-
-def fmt_duration(s: int) -> str:
-    h, rest = divmod(int(s), 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 def acceptance(last_eval: dict | None, last_step: dict | None) -> dict | None:

@@ -33,6 +33,9 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
             t.append(f" retry in {left:.0f}s", style="bold yellow")
         t.append(f" (for {fmt_duration(state.conn_age_s())})", style="dim")
     t.append(f"  {target}" if target else "")
+    job = job_part(state)
+    if job:
+        t.append(f"  {job[0]}", style=job[1])
     tr = state.trainer
     if tr is not None:
         t.append(f"  trainer PID {tr.pid}", style="bold")
@@ -48,6 +51,22 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
     if c.state != "connected" and c.detail:
         t.append(f"  {c.detail}", style="yellow")
     return t
+
+
+def job_part(state: ConsoleState) -> tuple[str, str] | None:
+    """The place's scheduler job (a Slurm job): ``job 12 RUNNING 1h58m left`` and its style, else None."""
+    job = state.job
+    if job is None:
+        return None
+    if job.error:
+        return "job: ?", "dim"
+    if not job.job:
+        return "no job", "yellow"
+    text = f"job {job.job} {job.state}" + (f" ({job.reason})" if job.reason else "")
+    if job.left_s is None or job.state != "RUNNING":
+        return text, "yellow" if job.state == "PENDING" else "bold"
+    left = max(0.0, job.left_s - max(0.0, state.clock() - job.t))
+    return f"{text} {fmt_duration(left)} left", "bold"
 
 
 class ConnectionBar(TextWidget):

@@ -115,9 +115,9 @@ def pick_job(jobs: list[dict]) -> dict | None:
 
 def duration_s(text: str) -> int | None:
     """Slurm's ``[days-][hours:]minutes:seconds`` in seconds; None for UNLIMITED, INVALID, NOT_SET."""
-    days, _, rest = text.rpartition("-")
+    days, sep, rest = text.rpartition("-")
     parts = rest.split(":")
-    if not (days.isdigit() or days == "") or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+    if (sep and not days.isdigit()) or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
         return None
     secs = 0
     for p in parts:

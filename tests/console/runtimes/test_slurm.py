@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.core_util import alive, cli, conn_args, wait_until
+from tests.support.core_util import alive, cli, conn_args, options_for, wait_until
 from tests.support.runtime_walk import missing_program, runtime_fixtures, walk, wrong_name
 from tests.support.runtimes.common import until
 from tests.support.runtimes.slurm import Slurm
@@ -98,3 +98,25 @@ def test_a_job_that_reaches_its_time_limit_ends_in_a_checkpoint(host, runtime, t
     assert "checkpoint_saved" in names and names[-1] == "stopped", names
     stopped = [e for e in events(run_dir) if e["name"] == "stopped"][-1]
     assert (stopped["reason"], stopped["exit_code"]) == ("signal", 0)  # the SIGINT, not the time limit's kill
+
+
+async def test_the_screen_shows_the_job_and_alerts_before_its_time_limit(host, runtime, tmp_path):
+    from console.app import ConsoleApp
+    from console.core.place import Slurm as SlurmPlace
+    from console.core.session import Session
+    from tests.support.screen_text import screen_text, until
+
+    job = runtime.submit(
+        "shown", "exec sleep 600", "--time=10", cwd=tmp_path
+    )  # 10 min: under the 30 min warning
+    try:
+        wait_until(lambda: runtime.state(job) == "RUNNING", 60, "the job to run")
+        app = ConsoleApp(Session(options_for(host), place=SlurmPlace("shown")), target="devhost · job shown")
+        async with app.run_test(size=(130, 40)) as pilot:
+            shown = lambda: re.search(rf"job {job} RUNNING \dm\d\ds left", screen_text(app))  # noqa: E731
+            await until(pilot, shown, 60, "the job's state and time left in the bar")
+            alerts = lambda: any(a.rule == "job_time_left" for a in app.state.health.alerts())  # noqa: E731
+            await until(pilot, alerts, 30, "the time-limit alert")
+            assert f"job {job} has " in app.state.health.alerts()[0].message
+    finally:
+        runtime.cli("scancel", job)

@@ -19,8 +19,8 @@ from console.app import ConsoleApp
 from console.core.options import ConnectOptions
 from console.core.place import Proxmox
 from console.core.session import ReadOnlyError, Session
-from console.devhost.thread import DevHostThread
 from console.screens.stop_dialog import StopDialog
+from tests.support.core_util import options_for
 from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
@@ -28,18 +28,6 @@ from tests.support.trainer_run import ROOT, tiny_flags
 CT = 200
 SIZE = (120, 36)
 pytestmark = pytest.mark.e2e
-
-
-def options(ht: DevHostThread) -> ConnectOptions:
-    h = ht.host  # the DevHost running in the thread
-    return ConnectOptions(
-        host=h.host,
-        port=h.port,
-        user=h.user,
-        identity_files=[str(h.client_key_path)],
-        known_hosts=str(h.known_hosts_path),
-        config_files=[],
-    )
 
 
 host = devhost_fixture(CT, scope="module")
@@ -61,7 +49,7 @@ def trainer(host, tiny_assets):
     }
 
     async def launch():
-        async with Session(options(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False) as s:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False) as s:
             res = await s.launch(
                 tiny_flags(tiny_assets, run_dir, "--epochs", "1000"), code_dir=str(ROOT), env=env, wait_s=120
             )
@@ -85,7 +73,7 @@ def alive(pid: int) -> bool:
 
 def make_app(host, run_dir: Path, readonly: bool = False) -> ConsoleApp:
     session = Session(
-        options(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=readonly, telemetry=False
+        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=readonly, telemetry=False
     )
     return ConsoleApp(session, readonly=readonly, target=f"devhost · CT {CT}")
 

@@ -22,7 +22,8 @@ from console.core.place import Proxmox
 from console.core.session import Session
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.stop_dialog import StopDialog
-from tests.console.screen.test_app_live import alive, options
+from tests.console.screen.test_app_live import alive
+from tests.support.core_util import options_for
 from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
 from tests.support.trainer_run import ROOT, tiny_flags
@@ -49,7 +50,7 @@ async def test_launch_then_s_at_the_first_figures_then_y_then_q(host, tiny_asset
     run_dir = host.container_dir(CT) / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     app = ConsoleApp(
-        Session(options(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False), target="devhost"
+        Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False), target="devhost"
     )
     quits: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
