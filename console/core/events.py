@@ -166,5 +166,13 @@ class JobState:
 
 
 Event = (
-    ConnState | Record | LogLines | GpuSample | TelemetryState | TrainerFound | ActionPhase | DiskInfo | JobState
+    ConnState
+    | Record
+    | LogLines
+    | GpuSample
+    | TelemetryState
+    | TrainerFound
+    | ActionPhase
+    | DiskInfo
+    | JobState
 )

@@ -39,7 +39,17 @@ from console.core.typed import build
 VERSION = 1
 TYPES = {
     c.__name__: c
-    for c in (ActionPhase, ConnState, DiskInfo, GpuSample, JobState, LogLines, Record, TelemetryState, TrainerFound)
+    for c in (
+        ActionPhase,
+        ConnState,
+        DiskInfo,
+        GpuSample,
+        JobState,
+        LogLines,
+        Record,
+        TelemetryState,
+        TrainerFound,
+    )
 }
 
 

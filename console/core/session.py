@@ -183,6 +183,8 @@ class Session:
             self._drop_conn(conn)
             raise
         self.conn, self.helper = conn, helper
+        if self.run_dir is None:
+            self.run_dir = await self._job_run_dir(helper)
         if self.run_dir and not posixpath.isabs(self.run_dir):
             self.run_dir = trainer_argv.resolve(self.run_dir, helper.home)
         try:
@@ -322,6 +324,18 @@ class Session:
                     continue
                 if r.get("exited") and self.trainer is trainer:
                     await self._trainer_exited(helper, trainer)
+
+    async def _job_run_dir(self, helper: Helper) -> str | None:
+        """The run dir the place's scheduler job names (a Slurm job's output file), else None: on a node
+        every trainer is visible, and the job says which one is this place's."""
+        argv = self.place.state_argv()
+        if argv is None:
+            return None
+        with contextlib.suppress(HelperError):
+            r = await helper.run(argv, timeout=15)
+            if r["rc"] == 0:
+                return self.place.run_dir(self.place.state(r["stdout"]))
+        return None
 
     async def _watch_job(self, helper: Helper) -> None:
         """Ask the place's scheduler about its job (``squeue``) every ``JOB_POLL_S``: state, time left."""

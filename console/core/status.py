@@ -172,7 +172,9 @@ def format_text(st: dict) -> str:
     if job_text(job):
         lines.append(job_text(job))
     if tr is None and job and job.get("state") == "PENDING":
-        lines.append(f"trainer: waiting for Slurm job {job['job']} to start ({job.get('reason') or 'pending'})")
+        lines.append(
+            f"trainer: waiting for Slurm job {job['job']} to start ({job.get('reason') or 'pending'})"
+        )
     elif tr is None:
         lines.append("trainer: none running" + (f" for {st['run_dir']}" if st["run_dir"] else ""))
     else:

@@ -92,6 +92,10 @@ class Place(ABC):
         used and left, nodes), None when it shows none."""
         return None
 
+    def run_dir(self, state: dict | None) -> str | None:
+        """The run dir the scheduler's :meth:`state` names (a Slurm job's output file), else None."""
+        return None
+
     def at(self, host: str, sep: str = " · ") -> str:
         """``host`` named with it: "h1 · CT 200" (or "h1 CT 200" with ``sep=" "``), "h1" for the host."""
         return f"{host}{sep}{self.label}" if self.label else host
@@ -171,7 +175,8 @@ class Runtime(Place):
 
     @property
     def short(self) -> str:
-        return re.sub(r"[^A-Za-z0-9_.-]", "-", str(self.value))
+        """ "docker:train" in "h1/docker:train": its kind named, as two places of a host may share a name."""
+        return f"{self.KEY}:" + re.sub(r"[^A-Za-z0-9_.-]", "-", str(self.value))
 
     @property
     def key(self) -> tuple:

@@ -36,6 +36,10 @@ class Lxc(Runtime):
         return self.name
 
     @property
+    def short(self) -> str:
+        return f"{self.KEY}:{self.parts[1]}"
+
+    @property
     def parts(self) -> tuple[str, str]:
         """(lxcpath or "", container name): the value split at its last "/"."""
         path, _, name = self.name.rpartition("/")

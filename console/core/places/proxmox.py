@@ -30,6 +30,10 @@ class Proxmox(Runtime):
         return self.ct
 
     @property
+    def short(self) -> str:
+        return str(self.ct)
+
+    @property
     def key(self) -> tuple:
         return ("pct", self.ct)
 

@@ -7,6 +7,7 @@ script, ``--signal=B:INT@120`` so that a job reaching its time limit ends in a c
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import dataclass
 from typing import ClassVar
@@ -71,14 +72,21 @@ class Slurm(Runtime):
 
     def state_argv(self) -> list[str]:
         which = ["-j", self.job] if self.by_id else ["-n", self.job]
-        return ["squeue", "-h", *which, "-o", FIELDS]
+        return ["squeue", "-h", *which, "-O", FIELDS]
 
     def state(self, stdout: str) -> dict | None:
         return pick_job(parse_jobs(stdout))
 
+    def run_dir(self, state: dict | None) -> str | None:
+        """The job's run dir where the job says it: its output file is ``RUN_DIR/train.log`` (a launch
+        from the console writes it so). On a node every trainer's process is visible: this one is the job's."""
+        out = (state or {}).get("stdout") or ""
+        return posixpath.dirname(out) if posixpath.isabs(out) and out.endswith("/train.log") else None
 
-# squeue's fields, one job a line: id, state, reason, time used, time left, time limit, nodes
-FIELDS = "%i|%T|%r|%M|%L|%l|%N"
+
+# squeue's fields (-O, no padding, "|" after each), one job a line: id, state, reason, time used, time
+# left, time limit, nodes, output file (last: a path may hold "|")
+FIELDS = "JobID:0|,State:0|,Reason:0|,TimeUsed:0|,TimeLeft:0|,TimeLimit:0|,NodeList:0|,STDOUT:0"
 _ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "PENDING")
 
 
@@ -86,10 +94,10 @@ def parse_jobs(stdout: str, limit: int = 64) -> list[dict]:
     """squeue's lines (:data:`FIELDS`) as dicts; bounded, and a line of another shape skipped."""
     out = []
     for line in stdout.splitlines()[:limit]:
-        parts = line.strip().split("|")
-        if len(parts) != 7 or not parts[0].strip().isdigit():
+        parts = line.strip().split("|", 7)
+        if len(parts) != 8 or not parts[0].strip().isdigit():
             continue
-        job, state, reason, used, left, lim, nodes = (p.strip()[:200] for p in parts)
+        job, state, reason, used, left, lim, nodes = (p.strip()[:200] for p in parts[:7])
         out.append(
             {
                 "job": job,
@@ -99,6 +107,7 @@ def parse_jobs(stdout: str, limit: int = 64) -> list[dict]:
                 "left_s": duration_s(left),
                 "limit_s": duration_s(lim),
                 "nodes": nodes,
+                "stdout": parts[7].strip()[:4096],
             }
         )
     return out

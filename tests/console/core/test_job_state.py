@@ -14,7 +14,7 @@ from console.core.state import ConsoleState
 from console.widgets.connection_bar import bar_text, job_part
 from tests.console.core.test_health import Clock
 
-SQUEUE = "13|PENDING|Priority|0:00|2:00:00|2:00:00|\n12|RUNNING|None|1:02:03|57:57|2:00:00|gpu[01-02]\n"
+SQUEUE = "13|PENDING|Priority|0:00|2:00:00|2:00:00||/r/train.log\n12|RUNNING|None|1:02:03|57:57|2:00:00|gpu[01-02]|/runs/a|b/train.log\n"
 
 
 def test_squeue_lines_are_read_and_a_name_means_its_running_job_first():
@@ -28,7 +28,13 @@ def test_squeue_lines_are_read_and_a_name_means_its_running_job_first():
         "left_s": 3477,
         "limit_s": 7200,
         "nodes": "gpu[01-02]",
+        "stdout": "/runs/a|b/train.log",
     }
+    assert Slurm("dflash").run_dir(pick_job(jobs)) == "/runs/a|b"  # the job names its run
+    assert (
+        Slurm("dflash").run_dir({"stdout": "/home/u/slurm-12.out"}) is None
+        and Slurm("x").run_dir(None) is None
+    )
     assert Slurm("dflash").state(SQUEUE)["job"] == "12" and Slurm("dflash").state("") is None
     assert Slurm("dflash").state_argv()[:4] == ["squeue", "-h", "-n", "dflash"]
     assert Slurm("12").state_argv()[:4] == ["squeue", "-h", "-j", "12"]

@@ -168,8 +168,9 @@ def test_each_runtime_is_named_on_screen_and_its_key_tells_it_apart():
     labels = [p.at("h1") for p in RUNTIMES]
     assert labels[:4] == ["h1 · CT 200", "h1 · LXC ct1", "h1 · LXC /srv/lxc/ct1", "h1 · docker train"]
     assert Kubernetes("ml/p0:trainer").describe == "pod ml/p0:trainer"
-    assert Slurm("1234").describe == "Slurm job 1234" and Slurm("1234").short == "1234"
-    assert Lxc("/srv/lxc/ct1").short == "-srv-lxc-ct1"  # a target's default name stays one word
+    assert Slurm("1234").describe == "Slurm job 1234" and Slurm("1234").short == "slurm:1234"
+    assert Lxc("/srv/lxc/ct1").short == "lxc:ct1" and Docker("u@c/t").short == "docker:u-c-t"
+    assert Proxmox(200).short == "200"  # "h1/200", as before the other kinds
     assert len({p.key for p in RUNTIMES}) == len(RUNTIMES)
     assert Docker("train").key != Podman("train").key
 
