@@ -164,7 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _conn_flags(p)
     p.add_argument(
-        "--python", default="python3", metavar="PATH", help="remote interpreter for the checks (python3)"
+        "--python",
+        metavar="PATH",
+        help="remote interpreter for the checks (default: the run's, from run.json with --run-dir; else python3)",
     )
 
     for name, what in (
@@ -454,9 +456,10 @@ async def cmd_deploy(args) -> int:
     async with _session(args) as s:
         t0 = time.monotonic()
         where = await s.deploy(python=args.python)
+        python = s.interpreter(args.python)
     print(
         f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s; compile-checked, and "
-        f"{args.python} imports torch and transformers); launch with --python {shlex.quote(args.python)} "
+        f"{python} imports torch and transformers); launch with --python {shlex.quote(python)} "
         f"--code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
     )
     return EXIT_OK

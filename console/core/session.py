@@ -294,6 +294,11 @@ class Session:
 
     async def _refresh_trainer(self) -> TrainerInfo | None:
         helper = self.need_helper()
+        if self.run_dir is None and self.place.state_argv() is not None:  # a scheduler's job (Slurm)
+            self.run_dir = await self._job_run_dir(helper)
+            if self.run_dir is None and not helper.hello.get("slurm_job"):
+                self._set_trainer(None)  # no job of it runs: the host's other trainers are not its
+                return None
         trainer, run = await finding.find_trainer(helper, self.run_dir)
         if trainer is None and self.trainer is not None:  # it exited while we were not watching
             await self._trainer_exited(helper, self.trainer)
@@ -582,6 +587,8 @@ class Session:
                 self._set_trainer(None)
             trainer = None
             helper = self.need_helper()
+            if helper.hello.get("slurm_job"):  # it ran inside the job that just ended: link again outside
+                helper = await self._leave_job(helper, str(helper.hello["slurm_job"]))
         try:
             res = await launching.relaunch(
                 helper,
@@ -602,6 +609,20 @@ class Session:
             phase(ActionPhase(StopPhase.STARTED, res.message, None, time.time()))
             await self._adopt(res.trainer)
         return res
+
+    async def _leave_job(self, helper: Helper, job: str, timeout: float = 60.0) -> Helper:
+        """A helper that does not run inside ``job`` (a Slurm job that has ended with its trainer, taking
+        its steps with it): the link is made again until the helper lands outside it (on the host, where
+        a relaunch submits the next job). The last helper at ``timeout``; the relaunch then says why."""
+        deadline = time.monotonic() + timeout
+        while helper.hello.get("slurm_job") == job and time.monotonic() < deadline:
+            await helper.close()
+            while (self.helper is None or self.helper is helper) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            helper = self.helper or helper
+            if helper.hello.get("slurm_job") == job:
+                await asyncio.sleep(0.5)  # the job is still ending: squeue still shows it running
+        return helper
 
     async def launch(
         self,
@@ -641,10 +662,16 @@ class Session:
         if self.streams and self.run_dir != self._tails_dir:
             await self._attach_tails()
 
+    def interpreter(self, python: str | None = None) -> str:
+        """``python``, else the run's interpreter (run.json), else the session's: what a deploy checks with."""
+        recorded = (self.run or {}).get("interpreter")
+        return python or (recorded if isinstance(recorded, str) and recorded else None) or self.python
+
     async def deploy(self, python: str | None = None) -> str:
-        """Copy the bundled trainer into a new versioned code dir in the container; returns it."""
+        """Copy the bundled trainer into a new versioned code dir in the container; returns it. Its check
+        compiles it with :meth:`interpreter`."""
         helper = self._writable()
-        return await deploy.deploy(helper, python or self.python)
+        return await deploy.deploy(helper, self.interpreter(python))
 
     async def sample_threads(self) -> dict:
         """One sample of the trainer's processes and threads (console/core/threads.py: Sampler makes

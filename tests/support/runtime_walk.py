@@ -54,7 +54,8 @@ def walk(
     assert st["trainer"]["pid"] == run["pid"]  # the pid inside the place
     assert st[json_key] == (value or place[1])
 
-    r = cli("deploy", *args, "--python", sys.executable, timeout=120)
+    r = cli("deploy", *args, "--run-dir", str(run_dir), timeout=120)  # checked with the run's interpreter
+    assert f"and {sys.executable} imports torch" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 0, r.stdout + r.stderr
     code_dir = re.search(r"(/\S+/\.dflash-console/code/[0-9a-f]+)", r.stdout).group(1)
     r = cli("restart", *args, "--run-dir", str(run_dir), "--yes", "--code-dir", code_dir, timeout=300)

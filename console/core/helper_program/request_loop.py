@@ -3,6 +3,7 @@ or on a thread of its own, and ``main`` (the hello, then one request a line unti
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -98,7 +99,18 @@ def _handle(req):
         _send({"id": rid, "ok": False, "error": f"unknown op {op!r}", "kind": "ValueError"})
 
 
+TERM_GRACE_S = 1.0
+
+
+def _on_term(signum, frame):
+    """A scheduler ending the job this helper runs in (a Slurm job whose batch script was the trainer)
+    sends SIGTERM as the trainer exits: leave a moment later, so that the answer that saw the exit (its
+    code, at once) goes out first."""
+    threading.Timer(TERM_GRACE_S, os._exit, (0,)).start()
+
+
 def main():
+    signal.signal(signal.SIGTERM, _on_term)
     _send(
         {
             "hello": "dflash-console-helper",
@@ -111,6 +123,7 @@ def main():
             "cwd": os.getcwd(),
             "hostname": socket.gethostname(),
             "uid": os.getuid(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),  # inside a job's step: it ends with the job
         }
     )
     stdin = sys.stdin.buffer

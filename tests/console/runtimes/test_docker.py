@@ -37,4 +37,4 @@ def test_three_containers_of_one_host_are_three_runs(host, runtime):
     lines = r.stdout.strip().splitlines()
     assert r.returncode == 4, r.stdout + r.stderr  # no trainer in any of them
     for name, line in zip(("multi-a", "multi-b", "multi-c"), lines, strict=True):
-        assert line.startswith("127.0.0.1/multi-") and name in line and "no trainer" in line, lines
+        assert line.startswith(f"127.0.0.1/docker:{name} ") and name in line and "no trainer" in line, lines

@@ -105,4 +105,8 @@ class Slurm:
         munged = self._munged
         if munged is not None:  # our child: terminated and reaped here
             munged.terminate()
-            munged.wait(30)
+            try:
+                munged.wait(10)
+            except subprocess.TimeoutExpired:
+                munged.kill()
+                munged.wait(10)
