@@ -14,7 +14,7 @@ import posixpath
 import time
 
 from console.core.checkpoints import scan
-from console.core.events import GpuSample, TrainerFound
+from console.core.events import GpuSample, JobState, TrainerFound
 from console.core.health import CRITICAL, NOTE, OK, RANK, WARNING, Health, HealthConfig
 from console.core.helper import Helper, HelperError
 from console.core.metrics import MetricsParser
@@ -118,6 +118,9 @@ async def check(
             health.apply(await scan(helper, run_dir, session.run))
         except HelperError:
             pass
+    job = await session.job_state()  # a Slurm job: its time left (the job_time_left rule)
+    if job is not None and "error" not in job:
+        health.apply(JobState.of(job, now))
     health.evaluate()
     alerts = health.alerts()
     worst = max((a.level for a in alerts), key=RANK.__getitem__, default=OK)

@@ -184,7 +184,7 @@ class Session:
             raise
         self.conn, self.helper = conn, helper
         if self.run_dir is None:
-            self.run_dir = await self._job_run_dir(helper)
+            self.run_dir = await self._job_run_dir()
         if self.run_dir and not posixpath.isabs(self.run_dir):
             self.run_dir = trainer_argv.resolve(self.run_dir, helper.home)
         try:
@@ -295,7 +295,7 @@ class Session:
     async def _refresh_trainer(self) -> TrainerInfo | None:
         helper = self.need_helper()
         if self.run_dir is None and self.place.state_argv() is not None:  # a scheduler's job (Slurm)
-            self.run_dir = await self._job_run_dir(helper)
+            self.run_dir = await self._job_run_dir()
             if self.run_dir is None and not helper.hello.get("slurm_job"):
                 self._set_trainer(None)  # no job of it runs: the host's other trainers are not its
                 return None
@@ -330,30 +330,32 @@ class Session:
                 if r.get("exited") and self.trainer is trainer:
                     await self._trainer_exited(helper, trainer)
 
-    async def _job_run_dir(self, helper: Helper) -> str | None:
-        """The run dir the place's scheduler job names (a Slurm job's output file), else None: on a node
-        every trainer is visible, and the job says which one is this place's."""
+    async def job_state(self) -> dict | None:
+        """The place's scheduler job now (a Slurm job: id, state, reason, time used and left, nodes, output
+        file); None where the place has no scheduler or it shows no job; ``{"error": ...}`` when it could
+        not be asked."""
         argv = self.place.state_argv()
         if argv is None:
             return None
-        with contextlib.suppress(HelperError):
-            r = await helper.run(argv, timeout=15)
-            if r["rc"] == 0:
-                return self.place.run_dir(self.place.state(r["stdout"]))
-        return None
+        try:
+            r = await self.need_helper().run(argv, timeout=15)
+        except HelperError as e:
+            return {"error": str(e)[:200]}
+        if r["rc"] != 0:  # squeue -j of a job that has left the queue
+            return {"error": (r["stderr"] or r["stdout"]).strip()[:200] or f"exit {r['rc']}"}
+        return self.place.state(r["stdout"])
+
+    async def _job_run_dir(self) -> str | None:
+        """The run dir the place's scheduler job names (a Slurm job's output file), else None: on a node
+        every trainer is visible, and the job says which one is this place's."""
+        state = await self.job_state()
+        return self.place.run_dir(state if state and "error" not in state else None)
 
     async def _watch_job(self, helper: Helper) -> None:
         """Ask the place's scheduler about its job (``squeue``) every ``JOB_POLL_S``: state, time left."""
-        argv = self.place.state_argv()
-        with contextlib.suppress(HelperGone, asyncio.CancelledError):
-            while argv is not None and not helper.closed and not self._closing:
-                try:
-                    r = await helper.run(argv, timeout=15)
-                    ok = r["rc"] == 0
-                    state = self.place.state(r["stdout"]) if ok else {"error": (r["stderr"] or "")[:200]}
-                except HelperError as e:
-                    state = {"error": str(e)[:200]}
-                self._emit(JobState.of(state, time.time()))
+        with contextlib.suppress(HelperGone, NotConnected, asyncio.CancelledError):
+            while not helper.closed and not self._closing:
+                self._emit(JobState.of(await self.job_state(), time.time()))
                 await asyncio.sleep(JOB_POLL_S)
 
     # --- streams ------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ async def collect(session: Session) -> dict:
         view = fold.view(out["t"])
         out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
-    out["job"] = await place_state(session)
+    out["job"] = await session.job_state()
     try:
         r = await helper.run(nvidia_smi_argv(None), timeout=15)
         if r["rc"] == 0:
@@ -84,20 +84,6 @@ async def collect(session: Session) -> dict:
     except HelperError as e:
         out["gpu_detail"] = f"nvidia-smi is not available ({e})"
     return out
-
-
-async def place_state(session: Session) -> dict | None:
-    """The place's scheduler state (a Slurm job: id, state, reason, time used and left, nodes), else None."""
-    argv = session.place.state_argv()
-    if argv is None:
-        return None
-    try:
-        r = await session.need_helper().run(argv, timeout=15)
-    except HelperError as e:
-        return {"error": str(e)[:200]}
-    if r["rc"] != 0:  # squeue -j of a job that has left the queue
-        return {"error": (r["stderr"] or r["stdout"]).strip()[:200] or f"exit {r['rc']}"}
-    return session.place.state(r["stdout"])
 
 
 def job_text(job: dict | None) -> str | None:
