@@ -227,6 +227,7 @@ class RestartPlan:
     env: dict[str, str]
     run_dir: str
     code_given: bool = False
+    submitted_as: str | None = None  # where a scheduler takes it (a Slurm job): how it is submitted
 
     @property
     def argv(self) -> list[str]:
@@ -246,6 +247,7 @@ class RestartPlan:
             f"working directory: {self.cwd or '(the home directory)'}",
             f"environment: {env or '(none)'}",
             f"command: {shlex.join(self.argv)}",
+            *([f"submitted as: {self.submitted_as}"] if self.submitted_as else []),
         ]
 
 

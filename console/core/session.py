@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import posixpath
+import shlex
 import time
 from collections.abc import Callable
 
@@ -35,7 +37,7 @@ from console.core.helper import Helper, HelperError, HelperGone
 from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
-from console.core.place import HOST, Place
+from console.core.place import HOST, Place, PlaceError
 from console.core.restart_trust import refusal, restart_concerns
 from console.core.ssh import backoff, connect
 from console.core.stop import StopFollow
@@ -551,6 +553,13 @@ class Session:
         old = await deploy.resolve_code_folder(helper, recorded) if isinstance(recorded, str) else None
         code_dir = await deploy.resolve_code_folder(helper, code_dir)
         plan = launching.restart_plan(trainer, run, code_dir, old_folder=old)
+        with contextlib.suppress(PlaceError):  # a job by id: the relaunch itself says why it cannot
+            batch = self.place.submit(
+                plan.argv, log=posixpath.join(plan.run_dir, "train.log"), cwd=plan.cwd or "~"
+            )
+            if batch is not None:
+                said = f"{shlex.join(batch[:3])} ... (a new {self.place.describe})"
+                plan = dataclasses.replace(plan, submitted_as=said)
         return plan, await restart_concerns(helper, plan, trainer, run), trainer
 
     async def restart_trainer(

@@ -35,10 +35,11 @@ def walk(
     alive: Callable[[int], bool],
     value=None,
     launched: Callable[[dict], None] = lambda run: None,
+    restart_says: str = "",
 ) -> None:
     """The walk above in ``place`` (its CLI flags); ``alive(pid)`` asks the place whether its pid lives;
     ``status --json`` names the place as ``json_key: value`` (the flag's value by default); ``launched(run)``
-    checks the place's own view of each start (run.json's fields)."""
+    checks the place's own view of each start (run.json's fields); ``restart_says``: a line of restart's plan."""
     args = [*conn_args(host, ct=None), *place]
     flags = tiny_flags(tiny, run_dir, "--epochs", "1000", "--seed", "7")
     r = cli("launch", *args, "--python", sys.executable, "--", *flags, timeout=240)
@@ -60,7 +61,7 @@ def walk(
     code_dir = re.search(r"(/\S+/\.dflash-console/code/[0-9a-f]+)", r.stdout).group(1)
     r = cli("restart", *args, "--run-dir", str(run_dir), "--yes", "--code-dir", code_dir, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "[saved]" in r.stdout and "[exited]" in r.stdout
+    assert "[saved]" in r.stdout and "[exited]" in r.stdout and restart_says in r.stdout
     run2 = json.loads((run_dir / "run.json").read_text())
     assert run2["pid"] != run["pid"] and not alive(run["pid"]) and alive(run2["pid"])
     assert run2["code_dir"] == code_dir and run2["argv"] == [*flags, "--resume", "auto"]

@@ -32,7 +32,17 @@ def test_launch_as_a_job_restart_onto_deployed_code_and_stop_cleanly(host, runti
         assert job not in jobs and "SLURM_STEP_ID" not in env  # a new job a start; the batch step itself
         jobs.append(job)
 
-    walk(host, ["--slurm", "dflash-a"], "slurm", tmp_path / "run", tiny_assets, alive, launched=in_a_job)
+    says = "submitted as: sbatch --parsable --job-name=dflash-a ... (a new Slurm job dflash-a)"
+    walk(
+        host,
+        ["--slurm", "dflash-a"],
+        "slurm",
+        tmp_path / "run",
+        tiny_assets,
+        alive,
+        launched=in_a_job,
+        restart_says=says,
+    )
     assert len(jobs) == 2
     assert (
         runtime.cli("squeue", "-h", "-n", "dflash-a").stdout.strip() == ""
