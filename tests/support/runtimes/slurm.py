@@ -6,6 +6,7 @@ plugin works here)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -99,9 +100,14 @@ class Slurm:
         return self.cli("srun", f"--jobid={job}", "--overlap", "-N1", "-n1", "--quiet", *argv, **kw)
 
     def close(self) -> None:
-        self.cli("scancel", "--full", "-u", "root", check=False, timeout=30)
+        self.cli("scancel", "-u", "root", check=False, timeout=30)
+        try:
+            until(lambda: not self.cli("squeue", "-h", check=False).stdout.strip(), 30, "the jobs to end")
+        except TimeoutError:
+            pass
         for daemon in ("slurmd", "slurmctld"):
             stop_pid(self.root / f"{daemon}.pid")
+        _kill_left(self.env["SLURM_CONF"])
         munged = self._munged
         if munged is not None:  # our child: terminated and reaped here
             munged.terminate()
@@ -110,3 +116,17 @@ class Slurm:
             except subprocess.TimeoutExpired:
                 munged.kill()
                 munged.wait(10)
+
+
+def _kill_left(conf: str) -> None:
+    """SIGKILL what still runs with this cluster's SLURM_CONF (a job's processes that outlived the jobs'
+    cancel, e.g. daemons stopped while it was under way): nothing of a test is left running."""
+    mark = f"SLURM_CONF={conf}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if mark in proc.joinpath("environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
