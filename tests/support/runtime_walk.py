@@ -1,7 +1,7 @@
 """The walk every runtime is tested with (tests/console/runtimes/): the real CLI against a devhost whose
 ``podman``/``docker``/``lxc-attach``/``srun`` are the real ones, the real tiny trainer inside.
 
-launch (the bundled trainer deployed into the place) → status names the trainer → deploy → restart onto the
+launch (the bundled trainer deployed into the place) → status names the trainer → threads → deploy → restart onto the
 deployed code with resume → stop cleanly (checkpoint saved, exit 0, the exit seen at once) → no trainer;
 and a wrong name is one line, exit 2, naming the command tried.
 """
@@ -54,6 +54,10 @@ def walk(
     st = json.loads(r.stdout)
     assert st["trainer"]["pid"] == run["pid"]  # the pid inside the place
     assert st[json_key] == (value or place[1])
+
+    r = cli("threads", *args, "--run-dir", str(run_dir), "--json")  # read inside the place's own /proc
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert run["pid"] in [p["pid"] for p in json.loads(r.stdout)["processes"]], r.stdout[:2000]
 
     r = cli("deploy", *args, "--run-dir", str(run_dir), timeout=120)  # checked with the run's interpreter
     assert f"and {sys.executable} imports torch" in r.stdout, r.stdout + r.stderr
