@@ -393,6 +393,8 @@ async def several_trainers(args, s) -> int | None:
     visible on the target (a command must not pick one of them silently); else None."""
     if args.run_dir is not None:
         return None
+    if s.place.state_argv() is not None:  # a scheduler's place (a Slurm job): its job names its run, or none
+        return None
     found = await visible_trainers(s.need_helper())
     if len({t.run_dir for t in found}) < 2:
         return None

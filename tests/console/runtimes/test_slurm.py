@@ -101,7 +101,10 @@ def test_a_job_that_reaches_its_time_limit_ends_in_a_checkpoint(host, runtime, t
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted Slurm job (\d+)", r.stdout)
     assert job, r.stdout
-    assert f"job {job.group(1)} RUNNING" in cli("status", *args).stdout
+    st = cli("status", *args)  # the job, or (its SIGINT due at once) already ended: never another trainer
+    assert st.returncode in (0, 4) and (
+        f"job {job.group(1)} RUNNING" in st.stdout or "none running" in st.stdout
+    )
     gone = lambda: runtime.state(job.group(1)) == ""  # noqa: E731
     wait_until(gone, 150, "the job to end")
     names = [e["name"] for e in events(run_dir)]
