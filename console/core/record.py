@@ -17,40 +17,18 @@ import gzip
 import json
 import os
 import time
+import typing
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from console.core.events import (
-    ActionPhase,
-    ConnState,
-    DiskInfo,
-    GpuSample,
-    JobState,
-    LogLines,
-    Record,
-    TelemetryState,
-    TrainerFound,
-)
+from console.core.events import Event
 from console.core.numeric import number
 from console.core.sanitize import MAX_DEPTH, BadJson, loads
 from console.core.typed import build
 
 VERSION = 1
-TYPES = {
-    c.__name__: c
-    for c in (
-        ActionPhase,
-        ConnState,
-        DiskInfo,
-        GpuSample,
-        JobState,
-        LogLines,
-        Record,
-        TelemetryState,
-        TrainerFound,
-    )
-}
+TYPES = {c.__name__: c for c in typing.get_args(Event)}  # every session event is recorded
 
 
 def encode(event) -> tuple[str, dict] | None:

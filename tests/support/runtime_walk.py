@@ -15,15 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.core_util import cli, conn_args, wait_until
-from tests.support.trainer_run import events, steps, tiny_flags
+from tests.support.trainer_run import TRAINER_ENV, events, steps, tiny_flags
 
-ENV = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "TRANSFORMERS_VERBOSITY": "error",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+ENV = TRAINER_ENV
 
 
 def walk(

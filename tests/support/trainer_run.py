@@ -34,6 +34,16 @@ def env(**extra: str) -> dict[str, str]:
     return e
 
 
+# the environment a devhost gives a real tiny trainer: one thread, quiet, offline
+TRAINER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
 def tiny_flags(tiny: Path, out: Path, *extra: str) -> list[str]:
     """The small CPU configuration the tests (and the demo) use."""
     return [

@@ -13,17 +13,11 @@ import pytest
 
 from tests.support.core_util import CT, alive, cli, conn_args, wait_until
 from tests.support.devhost import devhost_fixture
-from tests.support.trainer_run import events, startup, steps, tiny_flags
+from tests.support.trainer_run import TRAINER_ENV, events, startup, steps, tiny_flags
 
 pytestmark = pytest.mark.e2e
 NASTY = "run 'q' \"dq\" $(touch PWNED) ; touch PWNED2"
-ENV = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "TRANSFORMERS_VERBOSITY": "error",
-    "HF_HUB_OFFLINE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+ENV = TRAINER_ENV
 
 
 host = devhost_fixture(scope="module", env=ENV)
