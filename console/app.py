@@ -35,7 +35,7 @@ from console.screens.alerts import AlertsScreen
 from console.screens.checkpoints_dialog import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
 from console.screens.help import QUIT_NOTE, HelpScreen
-from console.screens.launch_dialog import LaunchDialog
+from console.screens.launch_dialog import LaunchDialog, submitted_as
 from console.screens.launch_dialog import describe as describe_launch
 from console.screens.palette import ConsoleCommands
 from console.screens.restart_dialog import RestartDialog
@@ -443,7 +443,13 @@ class ConsoleApp(App):
         # no trainer seen: the run directory's run.json as the session last read it (a run that has ended)
         run = self.state.run or getattr(self.session, "run", None)
         self.push_screen(
-            LaunchDialog(run, self.session.launch, live_pid=live, code_dir=self.deployed_code_dir),
+            LaunchDialog(
+                run,
+                self.session.launch,
+                live_pid=live,
+                code_dir=self.deployed_code_dir,
+                submitted_as=submitted_as(self.session.place),
+            ),
             callback=self._launched,
         )
 

@@ -32,6 +32,12 @@ def prefill(run: dict | None) -> tuple[str, str, str]:
     return flags, python, code_dir or ""
 
 
+def submitted_as(place) -> str | None:
+    """How a scheduler's place takes a launch ("a new Slurm job dflash (sbatch)"), None where the helper
+    starts the trainer itself."""
+    return f"a new {place.describe} ({place.SCHEDULER})" if getattr(place, "SCHEDULER", None) else None
+
+
 class LaunchDialog(ModalScreen[object]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
     DEFAULT_CSS = """
@@ -47,9 +53,17 @@ class LaunchDialog(ModalScreen[object]):
     """
 
     def __init__(
-        self, run: dict | None, launcher: Launcher, live_pid: int | None = None, code_dir: str | None = None
+        self,
+        run: dict | None,
+        launcher: Launcher,
+        live_pid: int | None = None,
+        code_dir: str | None = None,
+        submitted_as: str | None = None,
     ) -> None:
         super().__init__()
+        self.submitted_as = (
+            submitted_as  # where a scheduler takes the launch: "a new Slurm job NAME (sbatch)"
+        )
         self.code_dir = code_dir  # a code dir deployed from this screen replaces the last run's
         self.live_pid = live_pid
         self.last_run = run
@@ -66,6 +80,8 @@ class LaunchDialog(ModalScreen[object]):
                 Text("Launch the trainer  ", style="bold") + Text(f"prefilled from {src}", style="dim"),
                 id="title",
             )
+            if self.submitted_as:
+                yield Label(f"submitted as {self.submitted_as}")
             yield Label("trainer flags (python -m trainer.pipeline …)")
             yield Input(flags, id="flags")
             yield Label("remote interpreter")

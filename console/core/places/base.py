@@ -77,6 +77,10 @@ class Place(ABC):
     def json(self) -> dict:
         """Its own fields in `status --json` (see console/core/place.py ``to_json``)."""
 
+    SCHEDULER: ClassVar[str | None] = (
+        None  # the scheduler's submit command where one takes a launch ("sbatch")
+    )
+
     def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str] | None:
         """The command that hands ``argv`` (the trainer's) to a scheduler, run where the helper runs; None
         where the helper starts the trainer itself (every place but a Slurm job)."""

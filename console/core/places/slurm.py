@@ -31,6 +31,7 @@ class Slurm(Runtime):
     JSON: ClassVar[str | None] = "slurm"
     TYPE: ClassVar[type] = str
     TOOL: ClassVar[str] = "srun"
+    SCHEDULER: ClassVar[str | None] = "sbatch"
     LABEL: ClassVar[str] = "job"
     NOUN: ClassVar[str] = "Slurm job"
     METAVAR: ClassVar[str] = "JOB"

@@ -9,6 +9,7 @@ from textual.widgets import Label
 
 from console.app import ConsoleApp
 from console.core.events import CheckpointEntry, ConnState, DiskInfo, Record, TrainerFound, TrainerInfo
+from console.core.place import HOST, Proxmox, Slurm
 from console.core.state import ConsoleState
 from console.screens.checkpoints_dialog import CheckpointsScreen, default_dest, elide_middle
 from console.screens.help import HelpScreen
@@ -36,6 +37,9 @@ def _app(clock=None) -> ConsoleApp:
 
 class Connected:
     """What the screen calls of a connected session here (nothing is launched or copied)."""
+
+    def __init__(self, place=HOST) -> None:
+        self.place = place
 
     async def close(self) -> None:
         pass
@@ -101,6 +105,21 @@ async def test_launch_dialog_labels_wrap_in_full():
             words = str(label.render()).split()
             shown = _words(_region_text(app, label))
             assert shown == " ".join(words), (shown, words)
+
+
+async def test_the_launch_dialog_says_when_a_scheduler_takes_the_launch():
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.session = Connected(Slurm("dflash"))
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert "submitted as a new Slurm job dflash (sbatch)" in _words(screen_text(app))
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        app.session = Connected(Proxmox(200))
+        await pilot.press("l")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, LaunchDialog) and "submitted as" not in screen_text(app)
 
 
 def _disk(now: float, steps=(200, 400)) -> DiskInfo:

@@ -4,6 +4,7 @@ dialog and the screen says once what started. Fed without a host, at 130x40."""
 
 from console.app import ConsoleApp
 from console.core.events import ActionResult, ConnState, Outcome, Record, TrainerFound, TrainerInfo
+from console.core.place import HOST
 from console.core.state import ConsoleState
 from console.screens.launch_dialog import LaunchDialog
 from console.screens.stop_dialog import StopDialog
@@ -23,6 +24,7 @@ class FakeSession:
     """What the dialogs call of a session: a stop that succeeds, a launch that succeeds."""
 
     readonly = False
+    place = HOST
 
     def __init__(self) -> None:
         self.stops = 0
