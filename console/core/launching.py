@@ -79,7 +79,7 @@ async def launch(
     say = on_status or (lambda s: None)
     cwd = cwd or helper.home
     try:  # a place that cannot take a launch (a Slurm job named by id) says so before anything is done
-        place.submit([python], log="", cwd=cwd)
+        place.check_launch()
     except PlaceError as e:
         raise ControlError(str(e), Outcome.USAGE) from None
     flags, rd = _launch_dir(list(flags), run_dir, cwd)
@@ -104,7 +104,7 @@ async def launch(
     say(f"starting {shlex.join(argv)}")
     batch = place.submit(argv, log=log, cwd=cwd)
     if batch is not None:
-        pid, sp, waiter = None, {}, await _submit(helper, batch, env, cwd, say)
+        pid, sp, waiter = None, {}, await _submit(helper, place, batch, env, cwd, say)
     else:
         sp = await helper.call("spawn", argv=argv, cwd=cwd, env=env, log=log)
         pid = int(sp["pid"])
@@ -129,26 +129,27 @@ async def launch(
 
 
 async def _submit(
-    helper: Helper, batch: list[str], env: dict[str, str], cwd: str, say: Callable[[str], None]
+    helper: Helper, place: Place, batch: list[str], env: dict[str, str], cwd: str, say: Callable[[str], None]
 ) -> asyncio.Future:
-    """Hand the trainer to the scheduler (``sbatch``, run where the helper is) and return a future that
-    resolves when the job has ended (its trainer's pid is known only from its started event)."""
+    """Hand the trainer to the place's scheduler (``batch``: :meth:`Place.submit`, run where the helper is)
+    and return a future that resolves when the job has ended (its trainer's pid is known only from its
+    started event)."""
     r = await helper.call("run", argv=batch, cwd=cwd, env=env, timeout=60)
-    job = str(r.get("stdout") or "").strip().split(";")[0]
-    if r.get("rc") != 0 or not job.isdigit():
+    job = place.submitted(str(r.get("stdout") or ""))
+    if r.get("rc") != 0 or job is None:
         said = (str(r.get("stderr") or "") or str(r.get("stdout") or "")).strip()[-400:]
         raise ControlError(f"{shlex.join(batch[:3])} ... failed (exit {r.get('rc')}): {said or 'no output'}")
-    say(f"submitted Slurm job {job}")
-    return asyncio.ensure_future(_job_ended(helper, job))
+    say(f"submitted {place.NOUN} {job}")
+    return asyncio.ensure_future(_job_ended(helper, place, job))
 
 
-async def _job_ended(helper: Helper, job: str, poll_s: float = 1.0) -> dict:
-    """Returns (as ``wait_exit`` does) once ``squeue`` no longer shows ``job`` pending or running."""
+async def _job_ended(helper: Helper, place: Place, job: str, poll_s: float = 1.0) -> dict:
+    """Returns (as ``wait_exit`` does) once the scheduler no longer shows ``job`` as live."""
     while True:
-        r = await helper.call("run", argv=["squeue", "-h", "-j", job, "-o", "%T"], timeout=30)
-        state = str(r.get("stdout") or "").strip()
-        if r.get("rc") == 0 and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
-            return {"exited": True, "rc": None, "job_state": state or "gone"}
+        r = await helper.call("run", argv=place.job_argv(job), timeout=30)
+        state = place.state(str(r.get("stdout") or "")) if r.get("rc") == 0 else None
+        if r.get("rc") == 0 and place.ended(state):
+            return {"exited": True, "rc": None, "job_state": (state or {}).get("state") or "gone"}
         await asyncio.sleep(poll_s)
 
 

@@ -77,14 +77,31 @@ class Place(ABC):
     def json(self) -> dict:
         """Its own fields in `status --json` (see console/core/place.py ``to_json``)."""
 
-    SCHEDULER: ClassVar[str | None] = (
-        None  # the scheduler's submit command where one takes a launch ("sbatch")
-    )
+    # A scheduler (a Slurm job): its submit command ("sbatch"), else None; the methods below are its.
+    SCHEDULER: ClassVar[str | None] = None
+    NOUN: ClassVar[str] = ""  # the kind in a sentence ("Slurm job" in "submitted Slurm job 12")
+
+    def check_launch(self) -> None:
+        """:class:`PlaceError` when a launch cannot go here (a Slurm job named by id: a launch makes a new
+        one); said before anything is done."""
+        return None
 
     def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str] | None:
         """The command that hands ``argv`` (the trainer's) to a scheduler, run where the helper runs; None
         where the helper starts the trainer itself (every place but a Slurm job)."""
         return None
+
+    def submitted(self, stdout: str) -> str | None:
+        """The job id in :meth:`submit`'s output, None when it names none."""
+        return None
+
+    def job_argv(self, job: str) -> list[str]:
+        """A command whose output :meth:`state` reads, for the one job ``job``."""
+        raise NotImplementedError(f"{type(self).__name__} has no scheduler")
+
+    def ended(self, state: dict | None) -> bool:
+        """Whether the job :meth:`state` read has ended (None: the scheduler no longer shows it)."""
+        return True
 
     def state_argv(self) -> list[str] | None:
         """A command (run where the helper runs) that tells the place's scheduler state; None where there is
@@ -156,7 +173,6 @@ class Runtime(Place):
 
     TOOL: ClassVar[str] = ""  # the program on the SSH host that reaches it ("pct", "docker")
     LABEL: ClassVar[str] = ""  # its label's word ("CT" in "CT 200")
-    NOUN: ClassVar[str] = ""  # its noun in a sentence ("container" in "container 200")
     METAVAR: ClassVar[str] = "NAME"  # the flag's value in --help
     HELP: ClassVar[str] = ""  # the flag's help
 

@@ -56,9 +56,12 @@ class Slurm(Runtime):
             return ["srun", f"--jobid={self.job}", "--overlap", "-N1", "-n1", "--quiet", *argv]
         return ["sh", "-c", _BY_NAME, self.job, *argv]
 
-    def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str]:
+    def check_launch(self) -> None:
         if self.by_id:
             raise PlaceError(f"a launch submits a new job: name it (--slurm NAME), not by job id {self.job}")
+
+    def submit(self, argv: list[str], *, log: str, cwd: str) -> list[str]:
+        self.check_launch()
         return [
             "sbatch",
             "--parsable",
@@ -71,9 +74,18 @@ class Slurm(Runtime):
             f"--wrap=exec {shlex.join(argv)}",  # exec: the batch script is the trainer, and gets the SIGINT
         ]
 
+    def submitted(self, stdout: str) -> str | None:
+        job = stdout.strip().split(";")[0]  # --parsable: "ID" or "ID;CLUSTER"
+        return job if job.isdigit() else None
+
+    def job_argv(self, job: str) -> list[str]:
+        return ["squeue", "-h", "-j", job, "-O", FIELDS]
+
+    def ended(self, state: dict | None) -> bool:
+        return state is None or state["state"] not in _ORDER
+
     def state_argv(self) -> list[str]:
-        which = ["-j", self.job] if self.by_id else ["-n", self.job]
-        return ["squeue", "-h", *which, "-O", FIELDS]
+        return self.job_argv(self.job) if self.by_id else ["squeue", "-h", "-n", self.job, "-O", FIELDS]
 
     def state(self, stdout: str) -> dict | None:
         return pick_job(parse_jobs(stdout))
