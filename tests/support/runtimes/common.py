@@ -102,3 +102,24 @@ def stop_pid(pid_file: Path, timeout: float = 20) -> None:
             except ProcessLookupError:
                 return
             time.sleep(0.1)
+
+
+class Engine:
+    """What the Docker and Podman fixtures share: their CLI run with the fixture's environment, the binds as
+    ``-v`` flags, exec into a container, the containers started (removed at the end)."""
+
+    PROGRAM = ""
+    env: dict[str, str]
+    run_root: Path
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def cli(self, *args: str, **kw):
+        return run([self.PROGRAM, *args], env={**os.environ, **self.env}, **kw)
+
+    def volumes(self) -> list[str]:
+        return [a for p in binds(self.run_root) for a in ("-v", f"{p}:{p}")]
+
+    def exec(self, name: str, *argv: str, **kw):
+        return self.cli("exec", name, *argv, **kw)

@@ -14,16 +14,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from tests.support.runtimes.common import INIT, binds, need, run, skeleton, until
+from tests.support.runtimes.common import INIT, Engine, need, skeleton, until
 
 IMAGE = "dflash-skeleton:test"
 
 
-class Docker:
+class Docker(Engine):
     PROGRAM = "docker"
 
     def __init__(self, root: Path, run_root: Path) -> None:
         need("docker.io", "dockerd", "docker")
+        super().__init__()
         self.root, self.run_root = root, run_root
         root.mkdir(parents=True, exist_ok=True)
         sock = root / "docker.sock"
@@ -36,16 +37,12 @@ class Docker:
              "--exec-opt", "native.cgroupdriver=cgroupfs"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, start_new_session=True,
         )  # fmt: skip
-        self.names: list[str] = []
         try:
             until(lambda: self.cli("version", check=False, timeout=10).returncode == 0, 60, "dockerd")
             self._image()
         except BaseException:
             self.close()
             raise
-
-    def cli(self, *args: str, **kw):
-        return run([self.PROGRAM, *args], env={**os.environ, **self.env}, **kw)
 
     def _image(self) -> None:
         buf = io.BytesIO()
@@ -59,15 +56,12 @@ class Docker:
             raise RuntimeError(f"docker import: {p.stderr.decode(errors='replace')}")
 
     def start(self, name: str) -> str:
-        vols = [a for p in binds(self.run_root) for a in ("-v", f"{p}:{p}")]
+        vols = self.volumes()
         self.cli(
             "run", "-d", "--pull=never", "--network=none", "--name", name, *vols, IMAGE, "python3", "-c", INIT
         )
         self.names.append(name)
         return name
-
-    def exec(self, name: str, *argv: str, **kw):
-        return self.cli("exec", name, *argv, **kw)
 
     def close(self) -> None:
         for name in self.names:

@@ -11,14 +11,15 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.support.runtimes.common import INIT, binds, need, run, skeleton
+from tests.support.runtimes.common import INIT, Engine, need, skeleton
 
 
-class Podman:
+class Podman(Engine):
     PROGRAM = "podman"
 
     def __init__(self, root: Path, run_root: Path) -> None:
         need("podman runc", "podman", "runc")
+        super().__init__()
         self.root, self.run_root = root, run_root
         root.mkdir(parents=True, exist_ok=True)
         (root / "containers.conf").write_text(
@@ -42,21 +43,14 @@ class Podman:
             "CONTAINERS_CONF": str(root / "containers.conf"),
             "CONTAINERS_STORAGE_CONF": str(root / "storage.conf"),
         }
-        self.names: list[str] = []
-
-    def cli(self, *args: str, **kw):
-        return run([self.PROGRAM, *args], env={**os.environ, **self.env}, **kw)
 
     def start(self, name: str) -> str:
         """A running container ``name`` (its root a skeleton, the binds at their own paths)."""
         rootfs = skeleton(self.root / "rootfs" / name)
-        vols = [a for p in binds(self.run_root) for a in ("-v", f"{p}:{p}")]
+        vols = self.volumes()
         self.cli("run", "-d", "--name", name, *vols, "--rootfs", str(rootfs), "python3", "-c", INIT)
         self.names.append(name)
         return name
-
-    def exec(self, name: str, *argv: str, **kw):
-        return self.cli("exec", name, *argv, **kw)
 
     def close(self) -> None:
         for name in self.names:
