@@ -158,6 +158,9 @@ class JobState:
     nodes: str = ""
     error: str | None = None
     t: float = 0.0  # local clock: when it was asked
+    partition: str = ""
+    position: int | None = None  # a pending job: its place among its partition's pending jobs, by priority
+    queued: int | None = None  # ... of this many
 
     @classmethod
     def of(cls, state: dict | None, t: float) -> JobState:

@@ -86,8 +86,13 @@ async def collect(session: Session) -> dict:
     return out
 
 
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def job_text(job: dict | None) -> str | None:
-    """``job 12 RUNNING on node1, 3:21 used, 56:39 left`` / ``job 13 PENDING (Priority)``."""
+    """``job 12 RUNNING on node1, 3:21 used, 56:39 left`` / ``job 13 PENDING (Priority), 2nd of 5 pending in
+    gpu``."""
     if not job:
         return None
     if "error" in job:
@@ -95,6 +100,10 @@ def job_text(job: dict | None) -> str | None:
     parts = [f"job {job['job']} {job['state']}" + (f" ({job['reason']})" if job.get("reason") else "")]
     if job.get("nodes"):
         parts[0] += f" on {job['nodes']}"
+    if job.get("position"):
+        parts.append(
+            f"{ordinal(job['position'])} of {job['queued']} pending in {job.get('partition') or '?'}"
+        )
     if job.get("used_s") is not None and job["state"] != "PENDING":
         parts.append(f"{fmt_duration(job['used_s'])} used")
     if job.get("left_s") is not None:

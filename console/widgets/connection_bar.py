@@ -54,7 +54,8 @@ def bar_text(state: ConsoleState, target: str, readonly: bool) -> Text:
 
 
 def job_part(state: ConsoleState) -> tuple[str, str] | None:
-    """The place's scheduler job (a Slurm job): ``job 12 RUNNING 1h58m left`` and its style, else None."""
+    """The place's scheduler job (a Slurm job): ``job 12 RUNNING on gpu[01-02] 1h58m left`` and its style,
+    else None."""
     job = state.job
     if job is None:
         return None
@@ -63,6 +64,10 @@ def job_part(state: ConsoleState) -> tuple[str, str] | None:
     if not job.job:
         return "no job", "yellow"
     text = f"job {job.job} {job.state}" + (f" ({job.reason})" if job.reason else "")
+    if job.state == "PENDING" and job.position:
+        text += f" {job.position}/{job.queued} in queue"
+    if job.nodes and job.state == "RUNNING":
+        text += f" on {job.nodes if len(job.nodes) <= 24 else job.nodes[:23] + '…'}"
     if job.left_s is None or job.state != "RUNNING":
         return text, "yellow" if job.state == "PENDING" else "bold"
     left = max(0.0, job.left_s - max(0.0, state.clock() - job.t))

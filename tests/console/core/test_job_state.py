@@ -8,13 +8,17 @@ import pytest
 from console.core.events import JobState
 from console.core.health import CRITICAL, WARNING, Health, HealthConfig
 from console.core.place import Proxmox, Slurm
-from console.core.places.slurm import duration_s, parse_jobs, pick_job
+from console.core.places.slurm import duration_s, parse_jobs, pick_job, queue_position
+from console.core.status import job_text, ordinal
 from console.core.record import decode, encode
 from console.core.state import ConsoleState
 from console.widgets.connection_bar import bar_text, job_part
 from tests.console.core.test_health import Clock
 
-SQUEUE = "13|PENDING|Priority|0:00|2:00:00|2:00:00||/r/train.log\n12|RUNNING|None|1:02:03|57:57|2:00:00|gpu[01-02]|/runs/a|b/train.log\n"
+SQUEUE = (
+    "13|PENDING|Priority|0:00|2:00:00|2:00:00||gpu|/r/train.log\n"
+    "12|RUNNING|None|1:02:03|57:57|2:00:00|gpu[01-02]|gpu|/runs/a|b/train.log\n"
+)
 
 
 def test_squeue_lines_are_read_and_a_name_means_its_running_job_first():
@@ -28,6 +32,7 @@ def test_squeue_lines_are_read_and_a_name_means_its_running_job_first():
         "left_s": 3477,
         "limit_s": 7200,
         "nodes": "gpu[01-02]",
+        "partition": "gpu",
         "stdout": "/runs/a|b/train.log",
     }
     assert Slurm("dflash").run_dir(pick_job(jobs)) == "/runs/a|b"  # the job names its run
@@ -36,9 +41,23 @@ def test_squeue_lines_are_read_and_a_name_means_its_running_job_first():
         and Slurm("x").run_dir(None) is None
     )
     assert Slurm("dflash").state(SQUEUE)["job"] == "12" and Slurm("dflash").state("") is None
-    assert Slurm("dflash").state_argv()[:4] == ["squeue", "-h", "-n", "dflash"]
-    assert Slurm("12").state_argv()[:4] == ["squeue", "-h", "-j", "12"]
+    assert Slurm("dflash").state_argv()[3:6] == ["squeue", "-n", "dflash"]  # sh -c SCRIPT squeue ...
+    assert Slurm("12").state_argv()[3:6] == ["squeue", "-j", "12"]
     assert Proxmox(200).state_argv() is None  # no scheduler: nothing polled
+
+
+def test_a_pending_job_knows_its_place_in_its_partitions_queue():
+    queue = "#queue\n20|gpu\n13|gpu\n14|cpu\n15|gpu\n"  # priority order (squeue --sort=-p,i)
+    st = Slurm("dflash").state(SQUEUE.splitlines()[0] + "\n" + queue)
+    assert (st["job"], st["position"], st["queued"]) == ("13", 2, 3)
+    assert "2nd of 3 pending in gpu" in job_text(st)
+    state = ConsoleState(clock=Clock())
+    state.apply(JobState.of(st, 0.0))
+    assert job_part(state) == ("job 13 PENDING (Priority) 2/3 in queue", "yellow")
+    assert queue_position("#queue\n1|gpu\n", "13", "gpu") == {}  # not shown: nothing made up
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"
+    ]  # fmt: skip
 
 
 def test_hostile_or_odd_squeue_output_is_skipped_and_bounded():
@@ -85,8 +104,8 @@ def test_the_bar_names_the_job_and_its_time_left():
     state = ConsoleState(clock=clock)
     state.apply(running_job(clock.t, 3600))
     clock.t += 65
-    assert job_part(state) == ("job 12 RUNNING 58m55s left", "bold")
-    assert "job 12 RUNNING 58m55s left" in bar_text(state, "h1 · job dflash", False).plain
+    assert job_part(state) == ("job 12 RUNNING on node1 58m55s left", "bold")
+    assert "job 12 RUNNING on node1 58m55s left" in bar_text(state, "h1 · job dflash", False).plain
     state.apply(JobState("13", "PENDING", "Priority", 0, 7200, 7200, "", None, clock.t))
     assert job_part(state) == ("job 13 PENDING (Priority)", "yellow")
     state.apply(JobState(t=clock.t))

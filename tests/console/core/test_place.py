@@ -149,7 +149,7 @@ def test_the_config_files_container_is_checked_with_the_files_name(value):
         ),
         (Kubernetes("p0"), ["kubectl", "exec", "-i", "p0", "--"]),
         (Kubernetes("ml/p0:trainer"), ["kubectl", "exec", "-i", "-n", "ml", "p0", "-c", "trainer", "--"]),
-        (Slurm("1234"), ["srun", "--jobid=1234", "--overlap", "-N1", "-n1", "--quiet"]),
+        (Slurm("1234"), ["srun", "--jobid=1234", "--overlap", "-N1", "-n1", "--relative=0", "--quiet"]),
     ],
 )
 def test_each_runtime_runs_argv_through_its_exec_prefix(place, prefix):

@@ -1,7 +1,8 @@
-"""Real Slurm (Debian's slurm-wlm 22.05 + munge): one node (this machine), munged, slurmctld and slurmd
-started by hand with a slurm.conf, munge socket, state and spool of the fixture's own, on two free loopback
-ports; every Slurm command on the devhost finds it through SLURM_CONF. ``proctrack/linuxproc`` (no cgroup
-plugin works here)."""
+"""Real Slurm (Debian's slurm-wlm 22.05 + munge): two nodes on this one machine (``node1``, ``node2``: two
+slurmd, each on a port of its own, as Debian's build allows), munged, slurmctld and the slurmds started by
+hand with a slurm.conf, munge socket, state and spool of the fixture's own, on free loopback ports; every
+Slurm command on the devhost finds it through SLURM_CONF. ``proctrack/linuxproc`` (no cgroup plugin works
+here)."""
 
 from __future__ import annotations
 
@@ -20,22 +21,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _conf(w: Path, node: str) -> str:
+NODES = ("node1", "node2")
+
+
+def _conf(w: Path, host: str) -> str:
+    nodes = "".join(
+        f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} "
+        f"CPUs={os.cpu_count() or 2} RealMemory=1000 State=UNKNOWN\n"
+        for n in NODES
+    )
     return f"""ClusterName=dflash
-SlurmctldHost={node}(127.0.0.1)
+SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={w}/munge.sock
 StateSaveLocation={w}/state
-SlurmdSpoolDir={w}/spool
+SlurmdSpoolDir={w}/spool/%n
 SlurmctldPidFile={w}/slurmctld.pid
-SlurmdPidFile={w}/slurmd.pid
+SlurmdPidFile={w}/slurmd-%n.pid
 SlurmctldLogFile={w}/slurmctld.log
-SlurmdLogFile={w}/slurmd.log
+SlurmdLogFile={w}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -47,8 +55,7 @@ ReturnToService=2
 MpiDefault=none
 SwitchType=switch/none
 KillWait=5
-NodeName={node} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 2} RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+{nodes}PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 """
 
 
@@ -59,7 +66,7 @@ class Slurm:
         need("slurm-wlm munge", "slurmctld", "slurmd", "munged", "srun")
         self.root, self.run_root, w = root, run_root, root
         self._munged: subprocess.Popen | None = None
-        for d in ("state", "spool", "key"):
+        for d in ("state", "key", *(f"spool/{n}" for n in NODES)):
             (w / d).mkdir(parents=True, exist_ok=True)
         os.chmod(w / "key", 0o700)
         run(["mungekey", "-c", "-k", str(w / "key/munge.key")])
@@ -81,9 +88,10 @@ class Slurm:
         )  # fmt: skip
         until(lambda: (w / "munged.pid").exists() and (w / "munge.sock").exists(), 30, "munged")
         run(["slurmctld", "-f", f"{w}/slurm.conf", "-i"], env=self._env)  # daemonizes
-        run(["slurmd", "-f", f"{w}/slurm.conf"], env=self._env)
-        idle = lambda: "idle" in self.cli("sinfo", "-h", "-N", "-o", "%T", check=False).stdout  # noqa: E731
-        until(idle, 60, "the Slurm node to be idle", step=0.3)
+        for node in NODES:
+            run(["slurmd", "-f", f"{w}/slurm.conf", "-N", node], env=self._env)
+        idle = lambda: self.cli("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split() == ["idle"] * 2  # noqa: E731
+        until(idle, 60, "the Slurm nodes to be idle", step=0.3)
 
     def cli(self, *args: str, **kw):
         return run(list(args), env=self._env, **kw)
@@ -105,7 +113,7 @@ class Slurm:
             until(lambda: not self.cli("squeue", "-h", check=False).stdout.strip(), 30, "the jobs to end")
         except TimeoutError:
             pass
-        for daemon in ("slurmd", "slurmctld"):
+        for daemon in (*(f"slurmd-{n}" for n in NODES), "slurmctld"):
             stop_pid(self.root / f"{daemon}.pid")
         _kill_left(self.env["SLURM_CONF"])
         munged = self._munged

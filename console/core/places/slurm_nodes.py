@@ -1,0 +1,86 @@
+"""A run of several nodes as one Slurm job: the trainer's flags say ``--launch torchrun --nnodes N``.
+
+The batch script runs on node 0. It picks two free ports on node 0's address (from ``scontrol show node``),
+starts one ``torchrun`` per node as one job step (``srun --nodes=N --ntasks-per-node=1``: node rank
+``SLURM_NODEID``, ``--nproc-per-node`` = the flags' target + drafter devices, the rendezvous on node 0)
+running ``trainer.worker`` with the run's flags, and then ``exec``s the launcher there, its control socket on
+node 0's address, so that the batch script is the launcher: the process a stop signals and the one
+``--signal=B:INT@S`` reaches. The workers find it through ``DFLASH_CONTROL`` and share a fresh
+``DFLASH_CONTROL_SECRET`` (docs/trainer.md "Several nodes"). A workers' step that fails sends the launcher
+SIGTERM (a stop), so a run whose workers never came does not wait for them forever.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+PIPELINE = ("-m", "trainer.pipeline")
+
+# Two free TCP ports on node 0's address (argv[1]): the launcher's control socket and torchrun's rendezvous.
+_PORTS = (
+    "import socket, sys\n"
+    "s = [socket.socket() for _ in range(2)]\n"
+    "[x.bind((sys.argv[1], 0)) for x in s]\n"
+    "print(*[x.getsockname()[1] for x in s])"
+)
+_SECRET = "import secrets; print(secrets.token_hex(32))"
+# One per node: torchrun with this node's rank, the workers' module and the run's flags.
+_TORCHRUN = (
+    'py=$1 n=$2 k=$3 addr=$4 port=$5; shift 5; exec "$py" -m torch.distributed.run --nnodes="$n" '
+    '--node-rank="$SLURM_NODEID" --nproc-per-node="$k" --master-addr="$addr" --master-port="$port" '
+    '-m trainer.worker "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Batch:
+    sbatch: list[str]  # sbatch's options for the allocation
+    script: str  # the batch script (``--wrap``)
+
+
+def flag(flags: list[str], name: str) -> str | None:
+    """The last value given to ``name`` (``--name V`` or ``--name=V``), None when absent."""
+    value = None
+    for i, tok in enumerate(flags):
+        if tok == name and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif tok.startswith(name + "="):
+            value = tok[len(name) + 1 :]
+    return value
+
+
+def per_node(flags: list[str]) -> int:
+    """Workers a node runs: its target devices plus its drafter devices (the lists are per node)."""
+    lists = (flag(flags, "--target-gpus") or "0", flag(flags, "--drafter-gpus") or "0")
+    return sum(len([d for d in devices.split(",") if d.strip()]) for devices in lists)
+
+
+def batch(argv: list[str]) -> Batch | None:
+    """The job for ``argv`` (``PYTHON -m trainer.pipeline FLAGS``) when its flags ask for torchrun's
+    workers; None for a run of one process tree (the batch script is then the trainer itself)."""
+    if len(argv) < 3 or tuple(argv[1:3]) != PIPELINE or flag(argv[3:], "--launch") != "torchrun":
+        return None
+    python, flags = argv[0], argv[3:]
+    nodes = flag(flags, "--nnodes") or "1"
+    if not nodes.isdigit() or int(nodes) < 1:
+        return None  # the trainer refuses it (exit 2) and says why
+    q = shlex.quote
+    script = "\n".join(
+        [
+            f"set -- {shlex.join(flags)}",
+            f"py={q(python)} n={nodes} k={per_node(flags)}",
+            'node0=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            'addr=$(scontrol show node "$node0" | tr " " "\\n" | sed -n "s/^NodeAddr=//p" | head -n 1)',
+            "addr=${addr:-$node0}",
+            f'ports=$("$py" -c {q(_PORTS)} "$addr")',
+            "cport=${ports% *} mport=${ports#* }",
+            'export DFLASH_CONTROL="$addr:$cport"',
+            f'export DFLASH_CONTROL_SECRET=$("$py" -c {q(_SECRET)})',
+            f'{{ srun --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c {q(_TORCHRUN)} '
+            'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { echo "dflash-console: the workers\' step '
+            'ended with exit $?: stopping the launcher" >&2; kill -TERM $$; }; } &',
+            f'exec "$py" {" ".join(PIPELINE)} "$@" --control-host "$addr" --control-port "$cport"',
+        ]
+    )
+    return Batch(["--nodes=" + nodes, "--ntasks-per-node=1"], script)
