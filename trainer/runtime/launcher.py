@@ -68,6 +68,19 @@ def _describe_exit(rc: int) -> str:
     return f"exit status {rc}"
 
 
+def torchrun_address(args) -> tuple[str, int]:
+    """Where a ``--launch torchrun`` launcher listens: ``--control-host``/``--control-port``, or, where both are
+    left at their defaults, ``DFLASH_CONTROL`` (HOST:PORT, the address its workers are given too: a Slurm job's
+    batch script sets it, docs/runtimes.md), so that the run's own flags stay the same from start to start."""
+    host, sep, port = os.environ.get("DFLASH_CONTROL", "").rpartition(":")
+    if (args.control_host, args.control_port) != ("127.0.0.1", 0) or not (sep and host and port.isdigit()):
+        return args.control_host, args.control_port
+    return host, int(port)
+
+
+EOF = "its control connection ended"
+
+
 class Launcher:
     def __init__(self, args, devices, stop, writer, reporter, run_dir: str, resume_path: str | None):
         self.args, self.devices, self.stop = args, devices, stop
@@ -86,6 +99,9 @@ class Launcher:
         self.failures: list[tuple[int, int, str]] = []  # (rank, code, message)
         self.aborting_since: float | None = None
         self.stop_sent = False
+        self.told_exit: set[int] = (
+            set()
+        )  # targets sent "exit" (the drafters are stopping): they leave at once
         self.exit_seen: dict[int, float] = {}
 
     # -- workers ---------------------------------------------------------------------------------------
@@ -185,6 +201,7 @@ class Launcher:
         elif op == "stopping":
             for r in range(self.layout.world):
                 if self.layout.role_of(r)[0] == "target":
+                    self.told_exit.add(r)
                     self.send(r, "exit")
         elif op == "done":
             self.results[rank] = (int(msg.get("code", 0)), str(msg.get("reason", "finished")))
@@ -199,12 +216,12 @@ class Launcher:
             self.server.channels.pop(cid, None)
             if self.devices.mode == "torchrun" and rank not in self.exited:
                 self.exited[rank] = None
-                self.check_death(rank, "its control connection ended")
+                self.check_death(rank, EOF)
 
     def check_death(self, rank: int, how: str) -> None:
-        ok = (
-            self.exited.get(rank) == 0 or rank in self.results
-        )  # a worker that reported its result did not die
+        # a worker that reported its result did not die, nor a target told to exit whose connection ended
+        # (torchrun's workers: their exit status is not this process's to see)
+        ok = self.exited.get(rank) == 0 or rank in self.results or (rank in self.told_exit and how == EOF)
         if ok or any(f[0] == rank for f in self.failures):
             return
         message = f"worker {self.who(rank)} died: {how}"
@@ -242,9 +259,8 @@ class Launcher:
             control_channel.new_secret()
         )
         secret_file = control_channel.write_secret_file(self.run_dir, self.secret) if torchrun else None
-        self.server = control_channel.Server(
-            a.control_host if torchrun else "127.0.0.1", a.control_port, secret=self.secret, log=log
-        )
+        host, port = torchrun_address(a) if torchrun else ("127.0.0.1", a.control_port)
+        self.server = control_channel.Server(host, port, secret=self.secret, log=log)
         self.reporter.queue_stats = self.queue_stats
         try:
             if self.devices.mode == "multi":

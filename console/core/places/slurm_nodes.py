@@ -3,8 +3,8 @@
 The batch script runs on node 0. It picks two free ports on node 0's address (from ``scontrol show node``),
 starts one ``torchrun`` per node as one job step (``srun --nodes=N --ntasks-per-node=1``: node rank
 ``SLURM_NODEID``, ``--nproc-per-node`` = the flags' target + drafter devices, the rendezvous on node 0)
-running ``trainer.worker`` with the run's flags, and then ``exec``s the launcher there, its control socket on
-node 0's address, so that the batch script is the launcher: the process a stop signals and the one
+running ``trainer.worker`` with the run's flags, and then ``exec``s the launcher there (its control socket
+on ``DFLASH_CONTROL``, node 0's address: the run's flags stay as given, for a restart), so that the batch script is the launcher: the process a stop signals and the one
 ``--signal=B:INT@S`` reaches. The workers find it through ``DFLASH_CONTROL`` and share a fresh
 ``DFLASH_CONTROL_SECRET`` (docs/trainer.md "Several nodes"). A workers' step that fails sends the launcher
 SIGTERM (a stop), so a run whose workers never came does not wait for them forever.
@@ -80,7 +80,7 @@ def batch(argv: list[str]) -> Batch | None:
             f'{{ srun --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c {q(_TORCHRUN)} '
             'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { echo "dflash-console: the workers\' step '
             'ended with exit $?: stopping the launcher" >&2; kill -TERM $$; }; } &',
-            f'exec "$py" {" ".join(PIPELINE)} "$@" --control-host "$addr" --control-port "$cport"',
+            f'exec "$py" {" ".join(PIPELINE)} "$@"',  # it listens on DFLASH_CONTROL: the flags stay the run's
         ]
     )
     return Batch(["--nodes=" + nodes, "--ntasks-per-node=1"], script)

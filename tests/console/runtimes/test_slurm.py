@@ -182,3 +182,5 @@ def test_a_run_of_two_nodes_trains_as_one_job_and_stops_cleanly(host, runtime, t
     assert f"step {saved['step']}" in r.stdout
     wait_until(lambda: runtime.state(job) == "", 60, "the job to end")
     assert not [p for p in _job_processes(job) if alive(p["pid"])]  # no worker left on either node
+    stopped = [e for e in events(run_dir) if e["name"] == "stopped"][-1]
+    assert (stopped["reason"], stopped["exit_code"]) == ("signal", 0), stopped  # the targets left as told
