@@ -9,9 +9,9 @@ from console.core.events import JobState
 from console.core.health import CRITICAL, WARNING, Health, HealthConfig
 from console.core.place import Proxmox, Slurm
 from console.core.places.slurm import duration_s, parse_jobs, pick_job, queue_position
-from console.core.status import job_text, ordinal
 from console.core.record import decode, encode
 from console.core.state import ConsoleState
+from console.core.status import job_text, ordinal
 from console.widgets.connection_bar import bar_text, job_part
 from tests.console.core.test_health import Clock
 
