@@ -1,13 +1,14 @@
 """A run of several nodes as one Slurm job: the trainer's flags say ``--launch torchrun --nnodes N``.
 
-The batch script runs on node 0. It picks two free ports on node 0's address (from ``scontrol show node``),
-starts one ``torchrun`` per node as one job step (``srun --nodes=N --ntasks-per-node=1``: node rank
-``SLURM_NODEID``, ``--nproc-per-node`` = the flags' target + drafter devices, the rendezvous on node 0)
-running ``trainer.worker`` with the run's flags, and then ``exec``s the launcher there (its control socket
-on ``DFLASH_CONTROL``, node 0's address: the run's flags stay as given, for a restart), so that the batch script is the launcher: the process a stop signals and the one
-``--signal=B:INT@S`` reaches. The workers find it through ``DFLASH_CONTROL`` and share a fresh
-``DFLASH_CONTROL_SECRET`` (docs/trainer.md "Several nodes"). A workers' step that fails sends the launcher
-SIGTERM (a stop), so a run whose workers never came does not wait for them forever.
+The batch script runs on node 0. It picks two free ports on node 0's address (from ``scontrol show node``)
+and a fresh ``DFLASH_CONTROL_SECRET``, starts the launcher there (its control socket on ``DFLASH_CONTROL``,
+so that the run's flags stay as given, for a restart), and one ``torchrun`` per node as one job step
+(``srun --nodes=N --ntasks-per-node=1``: node rank ``SLURM_NODEID``, ``--nproc-per-node`` = the flags'
+target + drafter devices, the rendezvous on node 0) running ``trainer.worker`` with the run's flags. The
+launcher is the process a stop signals; the batch shell passes ``--signal=B:INT@S`` on to it and ends with
+its exit status once the workers' step has ended too (torchrun's agents leave through their exit barrier;
+at most 10 s more). A workers' step that fails while the launcher runs sends it SIGTERM (a stop), so a run
+whose workers never came does not wait for them forever (docs/runtimes.md "Several nodes").
 """
 
 from __future__ import annotations
@@ -77,10 +78,17 @@ def batch(argv: list[str]) -> Batch | None:
             "cport=${ports% *} mport=${ports#* }",
             'export DFLASH_CONTROL="$addr:$cport"',
             f'export DFLASH_CONTROL_SECRET=$("$py" -c {q(_SECRET)})',
+            # the launcher (it listens on DFLASH_CONTROL: its flags stay the run's own, for a restart)
+            f'"$py" {" ".join(PIPELINE)} "$@" & pid=$!',
+            "trap 'kill -INT $pid 2>/dev/null' INT",  # --signal=B:INT@S reaches this shell: pass it on
+            "trap 'kill -TERM $pid 2>/dev/null' TERM",
             f'{{ srun --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c {q(_TORCHRUN)} '
-            'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { echo "dflash-console: the workers\' step '
-            'ended with exit $?: stopping the launcher" >&2; kill -TERM $$; }; } &',
-            f'exec "$py" {" ".join(PIPELINE)} "$@"',  # it listens on DFLASH_CONTROL: the flags stay the run's
+            'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { kill -0 $pid 2>/dev/null && { echo "dflash-console: '
+            'the workers\' step ended with exit $?: stopping the launcher" >&2; kill -TERM $pid; }; }; } & step=$!',
+            "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done",  # (a trap ends a wait)
+            # torchrun's agents leave through their exit barrier: a moment for it, then the job ends
+            "i=0; while kill -0 $step 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done",
+            "exit $rc",
         ]
     )
     return Batch(["--nodes=" + nodes, "--ntasks-per-node=1"], script)

@@ -184,3 +184,5 @@ def test_a_run_of_two_nodes_trains_as_one_job_and_stops_cleanly(host, runtime, t
     assert not [p for p in _job_processes(job) if alive(p["pid"])]  # no worker left on either node
     stopped = [e for e in events(run_dir) if e["name"] == "stopped"][-1]
     assert (stopped["reason"], stopped["exit_code"]) == ("signal", 0), stopped  # the targets left as told
+    log = (run_dir / "train.log").read_text()
+    assert "Traceback" not in log and "srun: error" not in log, log[-3000:]  # torchrun's agents left cleanly
