@@ -94,7 +94,7 @@ def json_error(where: str, line: str, e: json.JSONDecodeError) -> str:
     body = line.rstrip("\r\n")
     col = min(e.pos, len(body)) + 1
     torn = ", where the line ends: cut short?" if e.pos >= len(body) else ""
-    return f"{where}:{col}: not valid JSON ({e.msg} at column {col}{torn})"
+    return f"{where}:{col}: not valid JSON ({e.msg.removesuffix(' at')} at column {col}{torn})"
 
 
 def _int_list(path: str, lineno: int, key: str, v) -> list[int]:
