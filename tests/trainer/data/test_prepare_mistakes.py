@@ -11,7 +11,7 @@ import pytest
 from trainer.data.tokenizing import main
 
 CHAT = {"messages": [{"role": "user", "content": "repeat 1 2"}, {"role": "assistant", "content": "1 2 1 2"}]}
-ENGLISH = {"text": "The quick brown fox jumps over the lazy dog while 3 cats watch"}  # not the tiny vocabulary
+ENGLISH = {"text": "The quick brown fox jumps over the lazy dog"}  # words outside the tiny vocabulary
 
 
 def _raw(tmp_path, records, name="in.jsonl"):
