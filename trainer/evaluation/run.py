@@ -2,8 +2,10 @@
 
 ``main(argv)`` parses the flags, loads the target (bf16 on CUDA, fp32 on CPU; ``--target-dtype fp8``: FP8
 projections, refused before anything loads where the device cannot run them) and the drafter (the target's
-dtype), reads the prompts, and for each prompt decodes with the target alone and then speculatively (the
-same seed for both at temperature > 0), after one untimed warm-up prompt. Prints a text report, or with
+dtype), reads the prompts, and for each prompt decodes with the target alone and speculatively (the same seed
+for both at temperature > 0; the order alternates over the prompts), after one untimed warm-up prompt of each,
+at ``--threads`` torch threads (default 1). A speed-up above the acceptance length, which bounds it, is reported
+with a warning naming the likely cause (``report.speedup_warning``). Prints a text report, or with
 ``--json`` one JSON object (``report.summarize`` fields plus speed, greedy match and run facts). A progress
 line goes to stderr when it is a terminal. Exit status: 0, 2 for bad input (``error: ...``), 1 otherwise.
 """

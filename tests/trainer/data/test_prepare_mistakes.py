@@ -134,3 +134,13 @@ def test_a_torn_input_line_points_at_its_column(tiny_assets, tmp_path, capsys):
     rc, _, err = _prepare(capsys, tiny_assets, raw, tmp_path / "data")
     assert rc == 2
     _one_line_error(err, f"{raw}:2:20: not valid JSON (", "at column 20, where the line ends")
+
+
+def test_a_wrong_tokenizer_stops_early_on_a_large_input(tiny_assets, tmp_path, capsys, monkeypatch):
+    from trainer.data import unknown_tokens
+
+    monkeypatch.setattr(unknown_tokens, "EARLY_TOKENS", 20)  # stands for the first 100,000 tokens
+    raw = _raw(tmp_path, [ENGLISH] * 5 + [CHAT] * 200)  # the whole input would pass the 5% limit
+    rc, _, err = _prepare(capsys, tiny_assets, raw, tmp_path / "data")
+    _one_line_error(err, "of the first ", "unknown token '[UNK]'")
+    assert not (tmp_path / "data").exists()
