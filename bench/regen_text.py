@@ -89,7 +89,7 @@ def prepare(target: str, raw: str, data_dir: str, log: str, env: dict, cwd: str)
         if name.endswith(".jsonl"):
             os.remove(os.path.join(data_dir, name))
     argv = [sys.executable, "-m", "trainer.prepare", "--tokenizer", target, "--input", raw,
-            "--output-dir", data_dir]  # fmt: skip
+            "--output-dir", data_dir, "--overwrite"]  # fmt: skip
     return _start(argv, log, env, cwd)
 
 

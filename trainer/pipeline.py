@@ -30,7 +30,7 @@ from trainer import __version__
 from trainer.data.dataset import DataError
 from trainer.evaluation.scheduler import make_scheduler
 from trainer.run import checkpoint, rundir
-from trainer.run.flags import FlagError, build_parser
+from trainer.run.flags import FlagError, build_parser, check_devices
 from trainer.run.resume import choose, set_aside
 from trainer.run.settings import resolve
 from trainer.run.startup import StartupEvents, expected
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         args.resume = chosen.path or "none"
         args = resolve(args)  # frozen settings: defaults (the family's, a resumed checkpoint's), checked
         devices = args.devices()
+        if devices.mode != "torchrun":  # torchrun's workers may run on other nodes: each checks its own
+            check_devices(devices, args.eval_device if args.eval_every else None)
     except rundir.RunDirBusy as e:
         print(f"error: --output-dir: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE

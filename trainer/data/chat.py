@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field
 
 ROLE_ALIASES = {"human": "user", "gpt": "assistant", "bot": "assistant", "model": "assistant"}
+# roles a chat template renders; any other (a typo: "assistent") is refused, naming it: a template drops a
+# message of a role it does not know, and its text would vanish from the data unsaid
+ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 THINK_RE = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.DOTALL)
 THINKING_MODES = ("keep", "drop", "mask")
@@ -26,7 +29,7 @@ class PrepareError(ValueError):
     pass
 
 
-def _message(m, key_role: str, key_content: str) -> dict:
+def _message(m, key_role: str, key_content: str, i: int = 1) -> dict:
     if not isinstance(m, dict) or not isinstance(m.get(key_role), str):
         raise PrepareError(f"each message needs string {key_role!r} and {key_content!r}")
     content = m.get(key_content)
@@ -34,7 +37,11 @@ def _message(m, key_role: str, key_content: str) -> dict:
         content = ""  # an assistant turn that only calls tools
     if not isinstance(content, str):
         raise PrepareError(f"each message needs string {key_role!r} and {key_content!r}")
-    out = {"role": ROLE_ALIASES.get(m[key_role], m[key_role]), "content": content}
+    role = ROLE_ALIASES.get(m[key_role], m[key_role])
+    if role not in ROLES:
+        known = ", ".join((*ROLES, *ROLE_ALIASES))
+        raise PrepareError(f"message {i}: unknown {key_role} {m[key_role][:40]!r} (known: {known})")
+    out = {"role": role, "content": content}
     for k in PASSED_KEYS:
         if m.get(k) is not None:
             out[k] = m[k]
@@ -54,7 +61,7 @@ def _messages(rec: dict) -> list[dict] | None:
         return None
     if not isinstance(msgs, list) or not msgs:
         raise PrepareError("messages must be a non-empty list")
-    return [_message(m, key_role, key_content) for m in msgs]
+    return [_message(m, key_role, key_content, i) for i, m in enumerate(msgs, 1)]
 
 
 def record_tools(rec: dict) -> list | None:

@@ -2,8 +2,8 @@
 
 What the trainer will see of a prepared data directory: sequences, tokens, trained tokens, truncations and
 drops at ``--max-seq-len`` (``dataset.load_dir``, the trainer's own loader), the length histogram as text
-bars, the loss mask's coverage per role (the ``roles`` runs ``trainer.prepare`` writes beside each
-sequence), and the packing efficiency at ``--token-budget`` / ``--max-batch-size`` (``dataset.Plan``, the
+bars, the share of the tokenizer's unknown token (the ``"unk"`` counts prepare writes), the loss mask's
+coverage per role (the ``roles`` runs ``trainer.prepare`` writes beside each sequence), and the packing efficiency at ``--token-budget`` / ``--max-batch-size`` (``dataset.Plan``, the
 trainer's own packing, epoch 0 at ``--seed``). ``--json``: the same as one JSON object.
 """
 
@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from trainer.data.dataset import DataError, Plan, data_files, load_dir, parse_line
+from trainer.data.unknown_tokens import UNK_LIMIT
 
 # the trainer's defaults (docs/trainer.md "Flags"); data is below run in the layers, so they are repeated here
 TOKEN_BUDGET, MAX_SEQ_LEN, MAX_BATCH_SIZE = 16384, 4096, 64
@@ -29,16 +30,21 @@ def add_report_flags(p) -> None:
     p.add_argument("--json", action="store_true", help="report: one JSON object")
 
 
-def role_coverage(data_dir: str) -> dict:
-    """Tokens and trained tokens per role over the prepared sequences (as written, before truncation)."""
+def role_coverage(data_dir: str, unknown: dict | None = None) -> dict:
+    """Tokens and trained tokens per role over the prepared sequences (as written, before truncation);
+    ``unknown`` (a dict) gets ``tokens``, ``unk`` (the ``"unk"`` counts prepare writes) and ``unrecorded``
+    (sequences without one: a tokenizer without an unknown token, or an older prepare)."""
     acc: dict[str, list[int]] = {}
+    unk = {"tokens": 0, "unk": 0, "unrecorded": 0}
     for path in data_files(data_dir):
         with open(path, encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 parsed = parse_line(path, lineno, line)
                 if parsed is None:
                     continue
-                roles = json.loads(line).get("roles") or [["unknown", len(parsed[0])]]
+                rec = json.loads(line)
+                _count_unk(unk, rec, len(parsed[0]))
+                roles = rec.get("roles") or [["unknown", len(parsed[0])]]
                 if sum(n for _, n in roles) != len(parsed[0]):
                     raise DataError(f'{path}:{lineno}: "roles" does not cover the {len(parsed[0])} tokens')
                 pos = 0
@@ -47,9 +53,22 @@ def role_coverage(data_dir: str) -> dict:
                     a[0] += n
                     a[1] += sum(parsed[1][pos : pos + n])
                     pos += n
+    if unknown is not None:
+        unknown.update(
+            unk, share=unk["unk"] / unk["tokens"] if unk["tokens"] and not unk["unrecorded"] else None
+        )
     return {
         r: {"tokens": t, "trained": k, "coverage": k / t if t else 0.0} for r, (t, k) in sorted(acc.items())
     }
+
+
+def _count_unk(acc: dict, rec: dict, n_tokens: int) -> None:
+    n = rec.get("unk")
+    acc["tokens"] += n_tokens
+    if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= n_tokens:
+        acc["unk"] += n
+    else:
+        acc["unrecorded"] += 1
 
 
 def packing(ds, token_budget: int, max_batch_size: int, seed: int) -> dict:
@@ -78,6 +97,8 @@ def build_report(
 ) -> dict:
     ds = load_dir(data_dir, max_seq_len)
     lengths = ds.lengths
+    unknown: dict = {}
+    roles = role_coverage(data_dir, unknown)
     q = {f"p{p}": int(np.percentile(lengths, p)) for p in (50, 90, 99)}
     return {
         "data_dir": data_dir,
@@ -90,7 +111,8 @@ def build_report(
         "dropped": ds.dropped,
         "length": {"min": int(lengths.min()), "mean": float(lengths.mean()), **q, "max": int(lengths.max())},
         "histogram": histogram(lengths),
-        "roles": role_coverage(data_dir),
+        "roles": roles,
+        "unknown_tokens": unknown,
         "packing": packing(ds, token_budget, max_batch_size, seed),
     }
 
@@ -109,6 +131,7 @@ def format_report(r: dict) -> str:
     for b in r["histogram"]:
         bar = "█" * round(BAR * b["count"] / top)
         lines.append(f"  {b['lo']:>7}-{b['hi']:<7} {bar} {b['count']:,}")
+    lines.append(_unknown_line(r["unknown_tokens"]))
     lines.append("loss mask coverage by role (as prepared, before --max-seq-len):")
     for role, c in r["roles"].items():
         lines.append(
@@ -120,6 +143,15 @@ def format_report(r: dict) -> str:
         f"efficiency {pk['efficiency']:.1%} (tokens / micro-batches x budget)"
     )
     return "\n".join(lines)
+
+
+def _unknown_line(u: dict) -> str:
+    if u["share"] is None:
+        return (
+            f"unknown tokens: not recorded for {u['unrecorded']:,} sequence(s) (a tokenizer without an unknown "
+            "token, or prepared by an older trainer.prepare)"
+        )
+    return f"unknown tokens: {u['unk']:,} of {u['tokens']:,} ({u['share']:.1%}; prepare refuses above {UNK_LIMIT:.0%})"
 
 
 def report_main(a) -> int:

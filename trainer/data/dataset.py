@@ -87,6 +87,16 @@ def _fail(path: str, lineno: int, msg: str) -> DataError:
     return DataError(f"{path}:{lineno}: {msg}")
 
 
+def json_error(where: str, line: str, e: json.JSONDecodeError) -> str:
+    """``WHERE:COLUMN: not valid JSON (...)`` for one JSONL line (``where``: ``FILE:LINE``). The column is
+    counted in the line without its newline: json's own lineno/colno put a line that ends early (a torn
+    write) at "line 2 column 1", past the newline, where the break is at the line's end."""
+    body = line.rstrip("\r\n")
+    col = min(e.pos, len(body)) + 1
+    torn = ", where the line ends: cut short?" if e.pos >= len(body) else ""
+    return f"{where}:{col}: not valid JSON ({e.msg.removesuffix(' at')} at column {col}{torn})"
+
+
 def _int_list(path: str, lineno: int, key: str, v) -> list[int]:
     if not isinstance(v, list):
         raise _fail(path, lineno, f'"{key}" must be a list of integers, got {type(v).__name__}')
@@ -103,7 +113,7 @@ def parse_line(path: str, lineno: int, line: str) -> tuple[list[int], list[int]]
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
-        raise _fail(path, lineno, f"not valid JSON ({e.msg} at column {e.colno})") from None
+        raise DataError(json_error(f"{path}:{lineno}", line, e)) from None
     except RecursionError:
         raise _fail(path, lineno, "JSON nested too deeply") from None
     except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits

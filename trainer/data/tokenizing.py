@@ -13,7 +13,11 @@ Output: ``DATA_DIR/part-00000.jsonl`` ... with ``{"input_ids": [...], "loss_mask
 instead (the choice is a hash of the input line: the same lines whatever the order or the run), prompts for
 ``python -m trainer.evaluate`` and ``--eval-data`` that the drafter never trained on (the trainer reads only
 ``DATA_DIR/*.jsonl``, not the subdirectory).
-A malformed input line stops the run with a message naming the file and line.
+A malformed input line stops the run with a message naming the file and line (and column for JSON), an unknown
+role too (``trainer.data.chat.ROLES``); nothing of the run's output is left then. ``--output-dir`` must be new or
+empty, or ``--overwrite`` removes an earlier prepare's output first (``trainer.data.output_dir``). More than 5%
+of the tokens being the tokenizer's unknown token is refused unless ``--allow-unk``
+(``trainer.data.unknown_tokens``); every line gets ``"unk"``, its count, when the tokenizer has such a token.
 
 Chats (``trainer.data.chat``): ``--chat-template-kwargs JSON`` goes to ``apply_chat_template`` (a record's
 ``tools`` too; messages keep ``tool_calls``, ``reasoning_content``, ``name``, ``tool_call_id``); ``--thinking
@@ -29,6 +33,7 @@ written, the first ``--served-check N`` chats are rendered as the server would (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -48,7 +53,10 @@ from trainer.data.chat import (  # noqa: F401  (_messages, _render: used by eval
     render_chat,
 )
 from trainer.data.data_report import add_report_flags, report_main
+from trainer.data.dataset import json_error
+from trainer.data.output_dir import claim
 from trainer.data.served import check_served
+from trainer.data.unknown_tokens import UNK_LIMIT, UnknownTokens
 
 
 @dataclass(frozen=True)
@@ -140,19 +148,26 @@ def encode_record(tok, rec, opt: ChatOptions = DEFAULT_OPTIONS, check: bool = Fa
 
 class ShardWriter:
     def __init__(self, out_dir: str, shard_size: int):
+        self.made_dir = not os.path.isdir(out_dir)
         os.makedirs(out_dir, exist_ok=True)
         self.out_dir, self.shard_size = out_dir, shard_size
         self.n = 0
+        self.paths: list[str] = []  # the files written
         self._f = None
 
-    def add(self, ids: list[int], mask: list[int], roles: list[list] | None = None) -> None:
+    def add(
+        self, ids: list[int], mask: list[int], roles: list[list] | None = None, unk: int | None = None
+    ) -> None:
         if self._f is None or self.n % self.shard_size == 0:
             self.close()
             path = os.path.join(self.out_dir, f"part-{self.n // self.shard_size:05d}.jsonl")
             self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115
+            self.paths.append(path)
         rec = {"input_ids": ids, "loss_mask": mask}
         if roles is not None:
             rec["roles"] = roles
+        if unk is not None:
+            rec["unk"] = unk
         self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
         self.n += 1
 
@@ -160,6 +175,15 @@ class ShardWriter:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+    def discard(self) -> None:
+        """Remove what this writer wrote (and its directory when it made it and it is empty now)."""
+        self.close()
+        for path in self.paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if self.made_dir and not os.listdir(self.out_dir):
+            os.rmdir(self.out_dir)
 
 
 def is_heldout(line: str, fraction: float) -> bool:
@@ -180,17 +204,30 @@ def _truncate_roles(roles: list[list], n: int) -> list[list]:
     return out
 
 
+def _lines(path: str):
+    """(line number, line) of one input file; PrepareError naming the file (and line) when it cannot be read."""
+    lineno = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):  # noqa: B007 - the last one read names a decoding error
+                yield lineno, line
+    except UnicodeDecodeError as e:
+        raise PrepareError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise PrepareError(f"--input: {path!r}: {e.strerror or e}") from None
+
+
 def _records(inputs: list[str]):
     """(where, raw line, record) of every non-blank input line; PrepareError naming the line if not JSON."""
     for path in inputs:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield f"{path}:{lineno}", line, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise PrepareError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+        for lineno, line in _lines(path):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PrepareError(json_error(f"{path}:{lineno}", line, e)) from None
+            yield f"{path}:{lineno}", line, rec
 
 
 def check_inputs_served(tok, inputs: list[str], opt: ChatOptions) -> int:
@@ -217,9 +254,13 @@ def prepare(
     shard_size: int = 100_000,
     heldout_fraction: float = 0.0,
     options: ChatOptions = DEFAULT_OPTIONS,
+    max_unk_share: float | None = UNK_LIMIT,
 ) -> dict:
+    """Tokenize ``inputs`` into ``out_dir``; the counts. A PrepareError (a bad line, too many unknown tokens
+    above ``max_unk_share``; None: any share) leaves nothing of this run's output behind."""
     stats = {"served_checked": check_inputs_served(tok, inputs, options)}
     stats.update(sequences=0, tokens=0, trained_tokens=0, skipped_empty=0, truncated=0)
+    unknown = UnknownTokens.of(tok, max_unk_share)
     w = ShardWriter(out_dir, shard_size)
     held = ShardWriter(os.path.join(out_dir, "heldout"), shard_size) if heldout_fraction > 0 else None
     if held is not None:
@@ -241,19 +282,26 @@ def prepare(
                 if not any(mask[1:]):
                     stats["skipped_empty"] += 1
                     continue
+                unk = unknown.count(ids)
                 if held is not None and is_heldout(line, heldout_fraction):
-                    held.add(ids, mask, roles)
+                    held.add(ids, mask, roles, unk)
                     stats["heldout_sequences"] += 1
                     continue
-                w.add(ids, mask, roles)
+                w.add(ids, mask, roles, unk)
                 stats["sequences"] += 1
                 stats["tokens"] += len(ids)
                 stats["trained_tokens"] += sum(mask)
+        unknown.check()
+    except BaseException:
+        for writer in (held, w):
+            if writer is not None:
+                writer.discard()
+        raise
     finally:
         w.close()
         if held is not None:
             held.close()
-    return stats
+    return {**stats, **unknown.stats()}
 
 
 def json_object(flag: str, text: str) -> dict:
@@ -311,6 +359,16 @@ def _parser() -> argparse.ArgumentParser:
         default=8,
         help="chat records checked against the served rendering (0: off)",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="a used --output-dir: remove an earlier prepare's output first (part-*.jsonl, heldout/; nothing else)",
+    )
+    p.add_argument(
+        "--allow-unk",
+        action="store_true",
+        help=f"prepare even when over {UNK_LIMIT:.0%} of the tokens are the tokenizer's unknown token",
+    )
     add_report_flags(p)
     return p
 
@@ -325,6 +383,49 @@ def _options(a) -> ChatOptions:
     if a.served_check < 0:
         raise PrepareError(f"--served-check: must be >= 0, got {a.served_check}")
     return ChatOptions(kwargs, a.thinking, a.turns, served, a.served_check)
+
+
+def load_tokenizer(path: str):
+    """The local tokenizer of ``--tokenizer`` (nothing downloaded), or PrepareError in one line."""
+    if not os.path.isdir(path):
+        raise PrepareError(
+            f"--tokenizer: {path!r} is not a directory (a local model directory; nothing is downloaded)"
+        )
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises for a directory it cannot read
+        why = (str(e).strip().splitlines() or [""])[0][:200]
+        raise PrepareError(
+            f"--tokenizer: no tokenizer could be read from {path!r} ({type(e).__name__}: {why})"
+        ) from None
+
+
+def check_inputs(inputs: list[str]) -> None:
+    for path in inputs:
+        if not os.path.exists(path):
+            raise PrepareError(f"--input: {path!r}: no such file")
+        if not os.path.isfile(path):
+            raise PrepareError(f"--input: {path!r} is not a file")
+
+
+def _run(a, options: ChatOptions) -> dict:
+    """Check the inputs and the output directory, load the tokenizer, then prepare; PrepareError in one line."""
+    check_inputs(a.input)
+    claim(a.output_dir, a.overwrite, remove=False)  # a used directory is refused before anything loads
+    tok = load_tokenizer(a.tokenizer)
+    claim(a.output_dir, a.overwrite)
+    return prepare(
+        tok,
+        a.input,
+        a.output_dir,
+        max_seq_len=a.max_seq_len,
+        shard_size=a.shard_size,
+        heldout_fraction=a.heldout_fraction,
+        options=options,
+        max_unk_share=None if a.allow_unk else UNK_LIMIT,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,23 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --heldout-fraction: must be in [0, 1), got {a.heldout_fraction}", file=sys.stderr)
         return 2
     try:
-        options = _options(a)
-    except PrepareError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(a.tokenizer, local_files_only=True)
-    try:
-        stats = prepare(
-            tok,
-            a.input,
-            a.output_dir,
-            max_seq_len=a.max_seq_len,
-            shard_size=a.shard_size,
-            heldout_fraction=a.heldout_fraction,
-            options=options,
-        )
+        stats = _run(a, _options(a))
     except PrepareError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2

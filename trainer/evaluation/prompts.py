@@ -18,6 +18,7 @@ import glob
 import json
 import os
 
+from trainer.data.dataset import json_error
 from trainer.evaluation.load import EvalError
 
 
@@ -96,7 +97,7 @@ def read_prompts(
                             tok, tok_loaded = tokenizer_loader(), True
                         ids = _from_text(rec, tok, prompt_len)
                 except json.JSONDecodeError as e:
-                    raise EvalError(f"{fn}:{lineno}: not valid JSON ({e.msg})") from None
+                    raise EvalError(json_error(f"{fn}:{lineno}", line, e)) from None
                 except EvalError as e:
                     raise EvalError(f"{fn}:{lineno}: {e}") from None
                 ids = ids[-max_prompt_len:]

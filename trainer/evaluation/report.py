@@ -5,7 +5,9 @@
   accepted (with every position before it: acceptance is a prefix);
 - ``histogram[n - 1]``: verify steps with acceptance length n = 1 .. block_size;
 - ``spec_tok_s`` / ``target_tok_s``: new tokens over decode seconds (after the prefill), speculative and
-  target alone, in the same run; ``speedup`` = their ratio;
+  target alone, in the same run; ``speedup`` = their ratio, which the acceptance length bounds (a verify step
+  costs at least one one-token forward and yields ``mean_accept_len`` tokens): ``speedup_warning`` says why
+  when it reads higher (``speedup_warning``);
 - ``rewind_forwards`` (hybrid linear-attention targets): the extra target forwards that rolled the
   linear-attention state back after a rejected draft (one per such verify step; included in the timing);
 - ``mean_accept_len_se`` (``over_prompts``): the standard error of ``mean_accept_len`` with the *prompt* as
@@ -36,6 +38,30 @@ def summarize(accept_lens: list[int], block_size: int) -> dict:
         "histogram": hist,
         "verify_steps": steps,
     }
+
+
+def speedup_warning(r: dict) -> str | None:
+    """Why a ``speedup`` above ``mean_accept_len`` is not the drafter's (None when it is not above): the
+    target alone took longer a token than speculative decoding a whole step (verify forward and drafter)."""
+    speedup, accept = r.get("speedup"), r.get("mean_accept_len")
+    if not speedup or not accept or speedup <= accept:
+        return None
+    token_ms, step_ms = 1000 / r["target_tok_s"], 1000 * accept / r["spec_tok_s"]
+    if str(r.get("device", "cpu")).startswith("cuda"):
+        cause = (
+            "the GPU busy with other work while the baseline ran, or a baseline warm-up that did not cover it"
+        )
+    else:
+        cause = (
+            f"on a CPU, threads contending with other processes ({r.get('threads')} thread(s) on "
+            f"{r.get('cpu_count')} cores, load average {r.get('load_average')}): rerun on an idle machine, "
+            "--threads at most its free cores"
+        )
+    return (
+        f"speedup {speedup:.2f}x is above the acceptance length {accept:.2f}, which bounds it: the target alone "
+        f"took {token_ms:.1f} ms a token, longer than a whole speculative step ({step_ms:.1f} ms); the baseline's "
+        f"time is inflated, not the drafter faster. Likely cause: {cause}"
+    )
 
 
 def over_prompts(per_prompt: list[list[int]]) -> dict:
@@ -99,6 +125,7 @@ def pool(reports: list[dict]) -> dict:
     out["speedup"] = (
         out["spec_tok_s"] / out["target_tok_s"] if out["spec_tok_s"] and out["target_tok_s"] else None
     )
+    out["speedup_warning"] = speedup_warning(out)
     out["seconds"] = max(r["seconds"] for r in reports)
     out["shards"] = len(reports)
     return out
@@ -154,7 +181,7 @@ def format_report(r: dict) -> str:
     lines = [
         f"drafter {r['drafter']} (block {r['block_size']}) on {r['target']}",
         f"{r['prompts']} prompts x up to {r['max_new_tokens']} new tokens, temperature {r['temperature']:g}, "
-        f"device {r['device']}",
+        f"device {r['device']}" + (f", {r['threads']} thread(s)" if r.get("threads") else ""),
         f"mean acceptance length: {r['mean_accept_len']:.3f}"
         + (f" +- {r['mean_accept_len_se']:.3f}" if r.get("mean_accept_len_se") is not None else "")
         + f" tokens per verify step ({r['verify_steps']} steps, {r['new_tokens']} new tokens"
@@ -164,6 +191,8 @@ def format_report(r: dict) -> str:
         f"decode: speculative {r['spec_tok_s']:.1f} tok/s, target alone {r['target_tok_s']:.1f} tok/s, "
         f"speedup {r['speedup']:.2f}x",
     ]
+    if r.get("speedup_warning"):
+        lines.append(f"warning: {r['speedup_warning']}")
     if r.get("rewind_forwards"):
         lines.append(
             f"linear-attention roll-back: {r['rewind_forwards']} extra target forwards "

@@ -2,8 +2,10 @@
 
 ``main(argv)`` parses the flags, loads the target (bf16 on CUDA, fp32 on CPU; ``--target-dtype fp8``: FP8
 projections, refused before anything loads where the device cannot run them) and the drafter (the target's
-dtype), reads the prompts, and for each prompt decodes with the target alone and then speculatively (the
-same seed for both at temperature > 0), after one untimed warm-up prompt. Prints a text report, or with
+dtype), reads the prompts, and for each prompt decodes with the target alone and speculatively (the same seed
+for both at temperature > 0; the order alternates over the prompts), after one untimed warm-up prompt of each,
+at ``--threads`` torch threads (default 1). A speed-up above the acceptance length, which bounds it, is reported
+with a warning naming the likely cause (``report.speedup_warning``). Prints a text report, or with
 ``--json`` one JSON object (``report.summarize`` fields plus speed, greedy match and run facts). A progress
 line goes to stderr when it is a terminal. Exit status: 0, 2 for bad input (``error: ...``), 1 otherwise.
 """
@@ -20,6 +22,8 @@ from typing import Any
 
 from trainer.evaluation.load import EvalError
 from trainer.run.flags import finite_float
+
+DEFAULT_THREADS = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
         "static on CUDA where the target is one it knows and --rewind is states, else cache (docs/evaluate.md)",
     )
     p.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        help="torch CPU threads, the same for both decoders (default 1: on a CPU, more threads than free cores "
+        "slow the one-token baseline far more than the verify blocks, and inflate the speed-up; docs/evaluate.md)",
+    )
+    p.add_argument(
         "--progress-every",
         type=float,
         default=10.0,
@@ -118,6 +129,8 @@ def check_args(a) -> None:
     ):
         if v < 1:
             raise EvalError(f"{flag}: must be >= 1, got {v}")
+    if a.threads < 1:
+        raise EvalError(f"--threads: must be >= 1, got {a.threads}")
     if a.num_prompts is not None and a.num_prompts < 1:
         raise EvalError(f"--num-prompts: must be >= 1, got {a.num_prompts}")
     if a.temperature < 0:
@@ -321,46 +334,65 @@ class _Tally:
     outputs: list = field(default_factory=list)
 
 
+def _decode_one(a, st: _Setup, i: int, prompt, gen, t: _Tally) -> None:
+    """One prompt both ways from the same seed, timed alike; the order alternates over the prompts (even:
+    target alone first), so neither decoder always runs on caches the other just warmed."""
+    from trainer.evaluation.divergence import divergence
+    from trainer.evaluation.spec_decode import speculative_generate, target_generate
+
+    def baseline():
+        gen.manual_seed(a.seed * 1_000_003 + i)
+        return target_generate(st.target, prompt, a.max_new_tokens, a.temperature, gen, st.eos)
+
+    def speculative():
+        gen.manual_seed(a.seed * 1_000_003 + i)
+        return speculative_generate(
+            st.target, st.proposer, prompt, a.max_new_tokens, a.temperature, gen, st.eos
+        )
+
+    base = None
+    if a.no_baseline:
+        spec = speculative()
+    elif i % 2 == 0:
+        base, spec = baseline(), speculative()
+    else:
+        spec, base = speculative(), baseline()
+    if base is not None:
+        t.base_tokens += len(base.tokens)
+        t.base_s += base.decode_s
+    t.spec_tokens += len(spec.tokens)
+    t.spec_s += spec.decode_s
+    t.per_prompt.append(list(spec.accept_lens))
+    t.accepted += sum(spec.accept_lens)
+    t.verify_steps += len(spec.accept_lens)
+    t.outputs.append((list(prompt), list(spec.tokens)))
+    t.rewinds += spec.rewind_forwards
+    if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
+        t.mismatches += 1
+        t.divergences.append({"prompt": i, **divergence(st.target, prompt, base.tokens, spec.tokens)})
+
+
 def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _Tally:
-    """Per prompt: the target alone (unless ``--no-baseline``), then speculative decoding, from one seed."""
+    """Per prompt: the target alone (unless ``--no-baseline``) and speculative decoding, from one seed."""
     import torch
 
-    from trainer.evaluation.divergence import divergence
     from trainer.evaluation.spec_decode import speculative_generate, target_generate
 
     gen = torch.Generator(device=device)
     progress = Progress(len(st.prompts), show_progress, a.progress_every)
     warm = "capturing CUDA graphs, warming up" if st.engine == "static" and device != "cpu" else "warming up"
     progress.say(
-        f"{len(st.prompts)} prompt(s) x {a.max_new_tokens} new tokens on {device} ({st.engine}); {warm}"
+        f"{len(st.prompts)} prompt(s) x {a.max_new_tokens} new tokens on {device} ({st.engine}, "
+        f"{torch.get_num_threads()} thread(s)); {warm}"
     )
-    # warm-up (untimed): kernels, allocator, caches
+    # warm-up (untimed), both decoders alike: kernels, allocator, caches
     w_new = min(8, a.max_new_tokens)
     target_generate(st.target, st.prompts[0], w_new, 0.0, None, st.eos)
     speculative_generate(st.target, st.proposer, st.prompts[0], w_new, 0.0, None, st.eos)
 
     t = _Tally()
     for i, prompt in enumerate(st.prompts):
-        base = None
-        if not a.no_baseline:
-            gen.manual_seed(a.seed * 1_000_003 + i)
-            base = target_generate(st.target, prompt, a.max_new_tokens, a.temperature, gen, st.eos)
-            t.base_tokens += len(base.tokens)
-            t.base_s += base.decode_s
-        gen.manual_seed(a.seed * 1_000_003 + i)
-        spec = speculative_generate(
-            st.target, st.proposer, prompt, a.max_new_tokens, a.temperature, gen, st.eos
-        )
-        t.spec_tokens += len(spec.tokens)
-        t.spec_s += spec.decode_s
-        t.per_prompt.append(list(spec.accept_lens))
-        t.accepted += sum(spec.accept_lens)
-        t.verify_steps += len(spec.accept_lens)
-        t.outputs.append((list(prompt), list(spec.tokens)))
-        t.rewinds += spec.rewind_forwards
-        if base is not None and a.temperature <= 0 and base.tokens != spec.tokens:
-            t.mismatches += 1
-            t.divergences.append({"prompt": i, **divergence(st.target, prompt, base.tokens, spec.tokens)})
+        _decode_one(a, st, i, prompt, gen, t)
         progress.update(
             i + 1,
             t.accepted / t.verify_steps if t.verify_steps else None,
@@ -372,13 +404,15 @@ def _decode_prompts(a, st: _Setup, device: str, show_progress: str | None) -> _T
 
 
 def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dict:
+    import torch
+
     from trainer.evaluation.divergence import summary
-    from trainer.evaluation.report import over_prompts, summarize
+    from trainer.evaluation.report import over_prompts, speedup_warning, summarize
 
     spec_tok_s = t.spec_tokens / t.spec_s if t.spec_s > 0 else None
     target_tok_s = t.base_tokens / t.base_s if t.base_s > 0 else None
     greedy = a.temperature <= 0 and not a.no_baseline
-    return {
+    report = {
         **summarize([n for lens in t.per_prompt for n in lens], st.cfg.block_size),
         **over_prompts(t.per_prompt),
         "block_size": st.cfg.block_size,
@@ -403,16 +437,21 @@ def _report(a, st: _Setup, t: _Tally, device: str, dtype, t_start: float) -> dic
         **(summary(t.divergences) if greedy else {}),
         "drafter": os.path.abspath(st.drafter_dir),
         "target": os.path.abspath(a.target_model),
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "load_average": round(os.getloadavg()[0], 2),
         "seconds": time.monotonic() - t_start,
     }
+    return {**report, "speedup_warning": speedup_warning(report)}
 
 
 def evaluate(a, show_progress: str | None = None) -> dict:
     """Load, decode every prompt both ways, save the outputs if asked; the report's fields."""
-    import torch  # noqa: F401 - before the clock starts: the report's "seconds" leave torch's import out
+    import torch  # before the clock starts: the report's "seconds" leave torch's import out
 
     from trainer.evaluation.load import resolve_target_dtype
 
+    torch.set_num_threads(a.threads)  # both decoders, every prompt: --threads (docs/evaluate.md)
     t_start = time.monotonic()
     device, dtype = _device(a)
     resolved = resolve_target_dtype(a.target_model, a.target_dtype, device, a.fp8_scales)
@@ -434,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 2
     if a.json:
+        if report["speedup_warning"]:  # the text report has it as a line of its own
+            print(f"warning: {report['speedup_warning']}", file=sys.stderr, flush=True)
         print(json.dumps(report), flush=True)
     else:
         from trainer.evaluation.report import format_report

@@ -551,18 +551,19 @@ def launch_mode(launch: str, target: list[str], drafter: list[str]) -> str:
     return launch
 
 
-def check_devices(devices: Devices) -> None:
-    """Refuse CUDA indices this machine lacks (needs torch)."""
+def check_devices(devices: Devices, eval_device: str | None = None) -> None:
+    """Refuse CUDA indices this machine lacks (needs torch): the trainer's before its run directory or any
+    worker (``pipeline.main``), each worker's again for its own node; ``eval_device``: ``--eval-device``."""
     import torch
 
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    for flag, devs in (("--target-gpus", devices.target), ("--drafter-gpus", devices.drafter)):
-        for d in devs:
-            if d.startswith("cuda:") and int(d.split(":")[1]) >= n:
-                have = f"indices 0..{n - 1}" if n else "no CUDA device"
-                raise FlagError(
-                    flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})"
-                )
+    given = [("--target-gpus", d) for d in devices.target] + [("--drafter-gpus", d) for d in devices.drafter]
+    if eval_device is not None:
+        given.append(("--eval-device", eval_device))
+    for flag, d in given:
+        if d.startswith("cuda:") and int(d.split(":")[1]) >= n:
+            have = f"indices 0..{n - 1}" if n else "no CUDA device"
+            raise FlagError(flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})")
 
 
 def dflash2_flags(args) -> dict:

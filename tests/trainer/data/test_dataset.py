@@ -33,8 +33,26 @@ def test_malformed_line_names_file_and_line(tmp_path, line, why):
     _write(tmp_path, "b.jsonl", ['{"input_ids": [4, 5, 6], "loss_mask": [0, 1, 1]}', "", line])
     with pytest.raises(DataError) as e:
         load_dir(str(tmp_path), 100)
-    assert str(e.value).startswith(f"{tmp_path / 'b.jsonl'}:3: ")
+    assert str(e.value).startswith(f"{tmp_path / 'b.jsonl'}:3:")  # JSON errors: FILE:LINE:COLUMN:
     assert why in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "col", "torn"),
+    [
+        ('{"input_ids": [1, 2, 3, 4', 26, True),  # a write cut short: json itself says "line 2 column 1"
+        ('{"input_ids": [1, 2], "loss_m', 30, True),
+        ('{"input_ids": [1, 2]}}', 22, False),
+        ('{"input_ids": [1, x]}', 19, False),
+    ],
+)
+def test_a_torn_line_points_at_its_column(tmp_path, line, col, torn):
+    _write(tmp_path, "a.jsonl", ['{"input_ids": [1, 2, 3]}', line])
+    with pytest.raises(DataError) as e:
+        load_dir(str(tmp_path), 100)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'a.jsonl'}:2:{col}: not valid JSON (") and f"at column {col}" in msg
+    assert ("cut short" in msg) is torn
 
 
 def test_an_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ def _prepare(tok_dir, tmp_path, records, *flags):
     raw = tmp_path / "in.jsonl"
     raw.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "out"
-    argv = ["--tokenizer", str(tok_dir), "--input", str(raw), "--output-dir", str(out), *flags]
+    argv = ["--tokenizer", str(tok_dir), "--input", str(raw), "--output-dir", str(out), "--overwrite", *flags]
     return main(argv), raw, out
 
 

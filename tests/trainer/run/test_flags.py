@@ -97,6 +97,26 @@ def test_cli_exits_2_naming_the_flag(tiny_assets, tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_cuda_index_the_machine_lacks_fails_before_the_run_dir_and_any_worker(tiny_assets, tmp_path):
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # index 0 and 1 on a machine without CUDA (issue 54: two workers started, the error twice, a run dir left)
+    lists = ("0", "1") if n == 0 else (str(n), str(n + 1))
+    out = tmp_path / "o"
+    p = _trainer(tiny_flags(tiny_assets, out, "--target-gpus", lists[0], "--drafter-gpus", lists[1]))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(
+        f"error: --target-gpus: CUDA index {lists[0]} does not"
+    )
+    assert not out.exists() and "started" not in p.stdout + p.stderr
+    p = _trainer(tiny_flags(tiny_assets, out, "--eval-every", "1", "--eval-data", str(tiny_assets / "data"),
+                            "--eval-device", f"cuda:{n}"))  # fmt: skip
+    assert p.returncode == 2 and p.stderr.startswith("error: --eval-device: CUDA index")
+    assert not out.exists()
+
+
+@pytest.mark.e2e
 def test_empty_data_dir_and_malformed_data_are_refused(tiny_assets, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
