@@ -449,7 +449,7 @@ class ConsoleApp(App):
                 live_pid=live,
                 code_dir=self.deployed_code_dir,
                 submitted_as=submitted_as(self.session.place),
-                vet=self.session.prefill_concerns,
+                vet=getattr(self.session, "prefill_concerns", None),  # test fakes may lack it
             ),
             callback=self._launched,
         )

@@ -1,8 +1,10 @@
 """Client of the remote helper (console/core/helper_program/) over one SSH exec channel.
 
-``Helper.start(conn, place=...)`` runs ``python3 -c PROGRAM`` where the trainer lives (the host, or a
-container through its exec prefix: console/core/place.py), quoted with shlex.join; waits for the
-hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
+``Helper.start(conn, place=...)`` runs a short bootstrap, ``python3 -c 'import sys;exec(...read(N)...)'
+dflash-console-helper``, where the trainer lives (the host, or a container through its exec prefix:
+console/core/place.py), quoted with shlex.join, and sends the program (N bytes) on its stdin: the
+program's text is in no process's command line (``ps``, ``pgrep -f trainer.pipeline`` never list the
+helper). It waits for the hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
 answer, ``helper.stream(op, on_push, **args)`` for a request that pushes data until cancelled.
 When the channel closes every pending call fails with :class:`HelperGone`; a call not answered within its
 limit (:func:`call_limit`) fails with :class:`HelperTimeout`, naming the request.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import itertools
 import json
 import shlex
@@ -82,9 +85,26 @@ class PlaceUnreachable(HelperStartError):
     runtime's program missing on the host, no python3 there. The message names the command tried."""
 
 
+HELPER_NAME = "dflash-console-helper"  # its command line's last word (and, cut to 15 bytes, its comm)
+
+
+@functools.cache
+def program_bytes() -> bytes:
+    return program_text().encode("utf-8")
+
+
+def bootstrap_argv(python: str = "python3") -> list[str]:
+    """What starts the helper: read exactly the program's bytes from stdin and run them (the requests
+    follow on the same stdin, after the hello); it names no trainer, only the helper."""
+    size = len(program_bytes())
+    code = f"import sys;exec(compile(sys.stdin.buffer.read({size}),{HELPER_NAME!r},'exec'))"
+    return [python, "-c", code, HELPER_NAME]
+
+
 def helper_command(place: Place, python: str = "python3") -> str:
-    """The remote command line that starts the helper in ``place``, quoted from an argument list."""
-    return place.command([python, "-c", program_text()])
+    """The remote command line that starts the helper in ``place``, quoted from an argument list (its
+    program follows on stdin: :meth:`Helper.start`)."""
+    return place.command(bootstrap_argv(python))
 
 
 def b64decode(text: str) -> bytes:
@@ -105,7 +125,7 @@ async def _read_hello(process: asyncssh.SSHClientProcess, place: Place, python: 
                 err = await asyncio.wait_for(process.stderr.read(), 2)
             text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
             said = "; ".join(ln.strip() for ln in text.splitlines() if ln.strip())[:600] or "no output"
-            tried = place.command([python, "-c", "<helper>"])
+            tried = helper_command(place, python) + " (the helper's program on stdin)"
             raise PlaceUnreachable(f"could not start the helper on {place.describe}: {said} (ran: {tried})")
         try:
             msg = json.loads(line)
@@ -155,6 +175,8 @@ class Helper:
         timeout: float = 30.0,
     ) -> Helper:
         process = await conn.create_process(helper_command(place, python), encoding=None)
+        with contextlib.suppress(asyncssh.Error, OSError):  # a place that did not start says why below
+            process.stdin.write(program_bytes())
         try:
             hello = await asyncio.wait_for(_read_hello(process, place, python), timeout)
         except asyncio.TimeoutError as e:

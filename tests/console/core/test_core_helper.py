@@ -48,7 +48,7 @@ async def test_hello_runs_inside_the_container(helper, host):
     assert helper.hello["pidfd"] is True  # this kernel has pidfd_open: exit is seen at once
     assert helper.home == str(host.container_dir(CT))
     info = await helper.proc(helper.pid)
-    assert info["cmdline"][1] == "-c"  # started as `python3 -c PROGRAM`, nothing installed
+    assert info["cmdline"][1] == "-c"  # started as `python3 -c BOOTSTRAP`, nothing installed
     assert info["cwd"] == str(host.container_dir(CT))
 
 
@@ -178,6 +178,37 @@ async def test_helper_dies_with_its_channel(host):
     with pytest.raises(HelperGone):
         await hp.call("ping")
     await asyncio.to_thread(wait_until, lambda: not alive(pid), 5, "helper exit")
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and its parents up to this test's process (as /proc says): the helper and its starters."""
+    out = set()
+    while pid > 1 and pid != os.getpid() and pid not in out:
+        out.add(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return out
+
+
+async def test_pgrep_for_the_trainer_lists_only_trainers_never_the_helper(helper, tmp_path):
+    """Issue 54, item 2: the helper's program travels on stdin, so neither the helper nor the commands
+    that started it (``sh -c``, ``pct exec``) match a user's ``pgrep -af trainer.pipeline``; its command
+    line and comm name it."""
+    trainer = start_user_script(tmp_path, str(tmp_path / "run"))
+    try:
+        for pattern in ("train_dflash_pipeline.py", "trainer.pipeline"):
+            r = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30)
+            pids = {int(ln.split()[0]) for ln in r.stdout.splitlines()}
+            assert not pids & _ancestors(helper.pid), r.stdout  # neither the helper nor its starters
+            if pattern.endswith(".py"):
+                assert trainer.pid in pids, r.stdout
+        cmdline = Path(f"/proc/{helper.pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[-2] == b"dflash-console-helper" and len(b" ".join(cmdline)) < 200, cmdline
+        assert Path(f"/proc/{helper.pid}/comm").read_text().strip() == "dflash-console-"
+        assert await helper.call("ping") is not None  # the requests follow on the same stdin
+    finally:
+        trainer.kill()
+        trainer.wait(10)
 
 
 async def test_no_such_container_is_said(host):
