@@ -388,3 +388,25 @@ async def test_a_line_over_the_consoles_limit_fails_its_request_by_id():
         await asyncio.wait_for(call, 10)
     Proc.stdout.q.put_nowait(b"")
     await asyncio.wait_for(hp.wait_closed(), 5)
+
+
+async def test_the_screens_nvidia_smi_ends_with_its_channel_even_hung(host, tmp_path):
+    """Issue 55: the long-lived nvidia-smi of the telemetry channel, hung, is killed when the console
+    closes its channel (a quit), not left behind."""
+    from console.core.telemetry import Telemetry
+
+    fake = Path(host.bin_dir) / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    conn = await connect(options_for(host))
+    try:
+        tel = Telemetry(lambda _e: None, place=Proxmox(CT))
+        tel.start(conn)
+        await asyncio.to_thread(wait_until, lambda: (tmp_path / "pid").exists(), 30, "nvidia-smi to start")
+        pid = int((tmp_path / "pid").read_text())
+        assert alive(pid)
+        await tel.stop()
+    finally:
+        conn.close()
+        fake.unlink()
+    await asyncio.to_thread(wait_until, lambda: not alive(pid), 10, "the hung nvidia-smi to go")
