@@ -587,7 +587,9 @@ class Session:
         try:  # refuse before stopping when it could not be launched again
             plan, concerns, trainer = await self.plan_restart(code_dir)
             if shown is not None and plan != shown:
-                raise ControlError("run.json changed after it was shown; look again")
+                raise ControlError(
+                    "what it would run changed after it was shown (run.json, or a new deployment); look again"
+                )
             unconfirmed = [c for c in concerns if c not in trusted]
             if unconfirmed:
                 return ActionResult(Outcome.ERROR, refusal(unconfirmed), self.trainer)
