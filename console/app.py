@@ -406,14 +406,14 @@ class ConsoleApp(App):
 
     @work(exclusive=True, group="restart-plan", exit_on_error=False)
     async def _plan_restart(self) -> None:
-        try:  # a restart runs the code deployed from this screen, if any
-            plan, concerns, _trainer = await self.session.plan_restart(self.deployed_code_dir)
+        try:  # the CLI's planner: it runs the last deployment (this screen's `d` or the CLI's deploy)
+            plan, concerns, _trainer = await self.session.plan_restart()
         except Exception as exc:  # noqa: BLE001 - said, the screen goes on (no run.json, not connected)
             self.notify(f"cannot restart: {exc}", severity="warning", timeout=10)
             return
         if isinstance(self.screen, StopDialog):
             return
-        runner = functools.partial(self.session.restart_trainer, code_dir=self.deployed_code_dir, shown=plan)
+        runner = functools.partial(self.session.restart_trainer, shown=plan)
         self.push_screen(RestartDialog(self.state, runner, plan, concerns, timeout=self.stop_timeout))
 
     def _control(self, kind: str) -> None:
@@ -427,8 +427,8 @@ class ConsoleApp(App):
         runner = None
         if self.session is not None:
             runner = self.session.stop_trainer
-            if kind == "restart":  # a restart runs the code deployed from this screen, if any
-                runner = functools.partial(self.session.restart_trainer, code_dir=self.deployed_code_dir)
+            if kind == "restart":  # the one planner picks the code (the last deployment)
+                runner = self.session.restart_trainer
         else:
 
             async def runner(**_):
@@ -449,6 +449,7 @@ class ConsoleApp(App):
                 live_pid=live,
                 code_dir=self.deployed_code_dir,
                 submitted_as=submitted_as(self.session.place),
+                vet=getattr(self.session, "prefill_concerns", None),  # test fakes may lack it
             ),
             callback=self._launched,
         )

@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--code-dir",
                 metavar="DIR",
                 help="relaunch with this code dir, the folder that holds the trainer package "
-                "(default run.json's)",
+                "(default: the last deployment to this place when run.json's is a deployed one, else run.json's)",
             )
             p.add_argument(
                 "--wait", type=float, default=300.0, metavar="S", help="wait for the first step (300)"
@@ -462,7 +462,8 @@ async def cmd_deploy(args) -> int:
     print(
         f"deployed the bundled trainer to {where} ({time.monotonic() - t0:.1f} s; compile-checked, and "
         f"{python} imports torch and transformers); launch with --python {shlex.quote(python)} "
-        f"--code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given)"
+        f"--code-dir {shlex.quote(where)} (launch deploys it by itself when --code-dir is not given); "
+        "a restart of a run that runs deployed code runs this one (restart --code-dir DIR for another)"
     )
     return EXIT_OK
 

@@ -16,6 +16,7 @@ from console.core.control_error import ControlError
 from console.core.helper import Helper, HelperError, HelperGone, b64encode
 
 CODE_HOME = ".dflash-console/code"
+LAST = "last"  # CODE_HOME/last: {"hash", "t"} of the last deployment to this place (deploy writes it)
 
 
 def bundled_trainer_dir() -> Path:
@@ -123,6 +124,7 @@ async def deploy(helper: Helper, python: str = "python3", base: str | None = Non
     base = base or deployed_base(helper)
     final = posixpath.join(base, digest)
     if (await helper.stat(posixpath.join(final, ".complete"))).get("exists"):
+        await _record_last(helper, base, digest)
         return final
     tmp = posixpath.join(base, f".tmp-{digest}-{secrets.token_hex(4)}")
     try:
@@ -148,4 +150,31 @@ async def deploy(helper: Helper, python: str = "python3", base: str | None = Non
         with contextlib.suppress(HelperError, HelperGone):
             if (await helper.stat(tmp)).get("exists"):
                 await helper.call("rmtree", path=tmp)
+    await _record_last(helper, base, digest)
     return final
+
+
+async def _record_last(helper: Helper, base: str, digest: str) -> None:
+    """Name ``base/digest`` the last deployment (a restart runs it: :func:`last_deployed`)."""
+    rec = json.dumps({"hash": digest, "t": time.time()}).encode()
+    await helper.call("write", path=posixpath.join(base, LAST), data=b64encode(rec))
+
+
+async def last_deployed(helper: Helper, base: str | None = None) -> tuple[str, float] | None:
+    """(code dir, when) of the last deployment to this place, None when there is none that verifies:
+    ``base/last`` (a regular file, not a link) names a hash whose ``base/HASH/.complete`` is read with
+    no link on the way (HASH a real folder) and names that hash too."""
+    base = base or deployed_base(helper)
+    try:
+        rec = await helper.read_json(posixpath.join(base, LAST))
+        digest = rec.get("hash") if isinstance(rec, dict) else None
+        if not isinstance(digest, str) or not _is_hash(digest):
+            return None
+        data, _, _ = await helper.read(f"{digest}/.complete", root=base)
+        manifest = json.loads(data)
+    except (HelperError, ValueError):  # absent, a link, not JSON: no deployment to speak of
+        return None
+    if not isinstance(manifest, dict) or manifest.get("hash") != digest:
+        return None
+    t = rec.get("t")
+    return posixpath.join(base, digest), float(t) if isinstance(t, (int, float)) else 0.0

@@ -1,8 +1,10 @@
 """Client of the remote helper (console/core/helper_program/) over one SSH exec channel.
 
-``Helper.start(conn, place=...)`` runs ``python3 -c PROGRAM`` where the trainer lives (the host, or a
-container through its exec prefix: console/core/place.py), quoted with shlex.join; waits for the
-hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
+``Helper.start(conn, place=...)`` runs a short bootstrap, ``python3 -c 'import sys;exec(...read(N)...)'
+dflash-console-helper``, where the trainer lives (the host, or a container through its exec prefix:
+console/core/place.py), quoted with shlex.join, and sends the program (N bytes) on its stdin: the
+program's text is in no process's command line (``ps``, ``pgrep -f trainer.pipeline`` never list the
+helper). It waits for the hello, then multiplexes requests by id: ``await helper.call(op, **args)`` for one
 answer, ``helper.stream(op, on_push, **args)`` for a request that pushes data until cancelled.
 When the channel closes every pending call fails with :class:`HelperGone`; a call not answered within its
 limit (:func:`call_limit`) fails with :class:`HelperTimeout`, naming the request.
@@ -13,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import itertools
 import json
+import re
 import shlex
 from collections.abc import Callable
 
@@ -41,6 +45,7 @@ class HelperTimeout(HelperError):
 
 
 CALL_S = 30.0  # one file, one directory listing or one /proc entry
+MAX_LINE = 16 << 20  # bytes of one reply line read at most (the helper answers at most 8 MiB: MAX_REPLY)
 LONG_CALL_S = 600.0  # a walk, a checksum, a deploy's files, a command without its own timeout
 MARGIN_S = 30.0  # beyond an op's own remote ``timeout``
 LONG_OPS = frozenset({"checkpoints", "tree", "sha256", "write_files", "rmtree", "scan", "find", "spawn"})
@@ -82,9 +87,26 @@ class PlaceUnreachable(HelperStartError):
     runtime's program missing on the host, no python3 there. The message names the command tried."""
 
 
+HELPER_NAME = "dflash-console-helper"  # its command line's last word (and, cut to 15 bytes, its comm)
+
+
+@functools.cache
+def program_bytes() -> bytes:
+    return program_text().encode("utf-8")
+
+
+def bootstrap_argv(python: str = "python3") -> list[str]:
+    """What starts the helper: read exactly the program's bytes from stdin and run them (the requests
+    follow on the same stdin, after the hello); it names no trainer, only the helper."""
+    size = len(program_bytes())
+    code = f"import sys;exec(compile(sys.stdin.buffer.read({size}),{HELPER_NAME!r},'exec'))"
+    return [python, "-c", code, HELPER_NAME]
+
+
 def helper_command(place: Place, python: str = "python3") -> str:
-    """The remote command line that starts the helper in ``place``, quoted from an argument list."""
-    return place.command([python, "-c", program_text()])
+    """The remote command line that starts the helper in ``place``, quoted from an argument list (its
+    program follows on stdin: :meth:`Helper.start`)."""
+    return place.command(bootstrap_argv(python))
 
 
 def b64decode(text: str) -> bytes:
@@ -105,7 +127,7 @@ async def _read_hello(process: asyncssh.SSHClientProcess, place: Place, python: 
                 err = await asyncio.wait_for(process.stderr.read(), 2)
             text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
             said = "; ".join(ln.strip() for ln in text.splitlines() if ln.strip())[:600] or "no output"
-            tried = place.command([python, "-c", "<helper>"])
+            tried = helper_command(place, python) + " (the helper's program on stdin)"
             raise PlaceUnreachable(f"could not start the helper on {place.describe}: {said} (ran: {tried})")
         try:
             msg = json.loads(line)
@@ -141,6 +163,7 @@ class Helper:
         self.hello = hello
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
+        self._whats: dict[int, str] = {}  # rid -> the request as an error names it (_what)
         self._streams: dict[int, Stream] = {}
         self._closed: asyncio.Future = asyncio.get_running_loop().create_future()
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
@@ -155,6 +178,8 @@ class Helper:
         timeout: float = 30.0,
     ) -> Helper:
         process = await conn.create_process(helper_command(place, python), encoding=None)
+        with contextlib.suppress(asyncssh.Error, OSError):  # a place that did not start says why below
+            process.stdin.write(program_bytes())
         try:
             hello = await asyncio.wait_for(_read_hello(process, place, python), timeout)
         except asyncio.TimeoutError as e:
@@ -180,13 +205,52 @@ class Helper:
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
+    async def _read_line(self) -> tuple[bytes, int]:
+        """(one whole line, its size): asyncssh hands a line longer than its buffer (~2 MB) over in
+        parts, joined here up to :data:`MAX_LINE`; a longer one is dropped, and only its first bytes
+        (where its id is) come back. (b"", 0) at EOF."""
+        parts: list[bytes] | None = []
+        head, size = b"", 0
+        while True:
+            part = await self._process.stdout.readline()
+            if not part:
+                break
+            head = head or part[:64]
+            size += len(part)
+            if parts is not None and size <= MAX_LINE:
+                parts.append(part)
+            else:
+                parts = None
+            if part.endswith(b"\n"):
+                break
+        return (b"".join(parts) if parts is not None else head), size
+
+    def _too_long(self, head: bytes, size: int) -> None:
+        """A reply over MAX_LINE: its request fails, saying so (it is not left waiting on its limit)."""
+        m = re.match(rb'\{"id":(\d+)', head)
+        rid = int(m.group(1)) if m else None
+        self._fail(rid, f"{size / 2**20:.1f} MiB long, over the console's limit of {MAX_LINE >> 20} MiB")
+
+    def _fail(self, rid: int | None, why: str) -> None:
+        fut = self._pending.pop(rid, None)
+        st = self._streams.pop(rid, None)
+        target = fut if fut is not None else (st.done if st is not None else None)
+        what = self._whats.pop(rid, None) or "a request"
+        if target is not None and not target.done():
+            target.set_exception(
+                HelperError(f"the helper's answer to `{what}` was not read: it is {why}", "ReplyTooLong")
+            )
+
     async def _read_loop(self) -> None:
         reason = "helper channel closed"
         try:
             while True:
-                line = await self._process.stdout.readline()
+                line, size = await self._read_line()
                 if not line:
                     break
+                if size > MAX_LINE:
+                    self._too_long(line, size)
+                    continue
                 try:  # bounded, and every string cleaned: what any caller gets is safe to show
                     msg = loads(line)
                 except ValueError:
@@ -204,8 +268,12 @@ class Helper:
 
                             logging.getLogger(__name__).exception("stream consumer failed")
                     continue
+                if msg.get("kind") == "ReplyTooLong":  # the helper's own limit (framing.MAX_REPLY)
+                    self._fail(rid, str(msg.get("error", "too long")))
+                    continue
                 fut = self._pending.pop(rid, None)
                 st = self._streams.pop(rid, None)
+                self._whats.pop(rid, None)
                 target = fut if fut is not None else (st.done if st is not None else None)
                 if target is None or target.done():
                     continue
@@ -247,6 +315,7 @@ class Helper:
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        self._whats[rid] = _what(op, args)
         try:
             self._send({"id": rid, "op": op, **args})
         except HelperGone:
@@ -273,6 +342,7 @@ class Helper:
     def _give_up(self, rid: int, op: str) -> None:
         """Forget request ``rid``; a cancellable one is cancelled in the helper (its answer is ignored)."""
         fut = self._pending.pop(rid, None)
+        self._whats.pop(rid, None)
         if fut is not None and not fut.done():
             fut.cancel()
         if op in CANCELLABLE and not self.closed:

@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core.control_error import ControlError
-from console.core.deploy import code_folder, deploy, preflight, resolve_code_folder
+from console.core.deploy import code_folder, deploy, is_deployed_path, preflight, resolve_code_folder
 from console.core.events import ActionResult, Outcome, TrainerInfo
 from console.core.finding import find_trainer
 from console.core.helper import Helper
 from console.core.metrics import MetricsParser
 from console.core.place import HOST, Place, PlaceError
 from console.core.remote_files import file_size, tail_lines
+from console.core.restart_env import passed_env
 from console.core.streams import FileTail
 from console.core.trainer_argv import TRAINER_MODULE, flag_value, resolve, set_flag
 
@@ -217,9 +218,10 @@ async def _await_start(
 
 @dataclass(frozen=True)
 class RestartPlan:
-    """What a restart launches (:func:`restart_plan`): run.json's interpreter, cwd, code dir, env and
-    argv with ``--resume auto``. ``code_given``: the code dir is the operator's (``--code-dir``, a deploy
-    from the screen), not run.json's."""
+    """What a restart launches (:func:`restart_plan`): run.json's interpreter, cwd, env and argv with
+    ``--resume auto``, and the code dir ``code_from`` chose: ``given`` (``--code-dir``), ``deployed`` (the
+    last deployment to this place, :func:`deploy.last_deployed`) or ``run.json``; ``code_why`` says why,
+    for the prompt. ``dropped``: run.json's env names never passed on (test hooks: restart_trust.py)."""
 
     flags: list[str]
     python: str
@@ -227,8 +229,15 @@ class RestartPlan:
     code_dir: str | None
     env: dict[str, str]
     run_dir: str
-    code_given: bool = False
+    code_from: str = "run.json"
+    code_why: str = "run.json"
+    dropped: tuple[str, ...] = ()
     submitted_as: str | None = None  # where a scheduler takes it (a Slurm job): how it is submitted
+
+    @property
+    def code_given(self) -> bool:
+        """The code dir is not run.json's word: the operator's ``--code-dir`` or a verified deployment."""
+        return self.code_from != "run.json"
 
     @property
     def argv(self) -> list[str]:
@@ -241,26 +250,57 @@ class RestartPlan:
             f"interpreter: {self.python}",
             "code directory: "
             + (
-                f"{self.code_dir} ({'given' if self.code_given else 'run.json'})"
+                f"{self.code_dir} ({self.code_why})"
                 if self.code_dir
                 else "(none: the bundled trainer is deployed first)"
             ),
             f"working directory: {self.cwd or '(the home directory)'}",
             f"environment: {env or '(none)'}",
+            *([f"not passed on (test hooks): {' '.join(self.dropped)}"] if self.dropped else []),
             f"command: {shlex.join(self.argv)}",
             *([f"submitted as: {self.submitted_as}"] if self.submitted_as else []),
         ]
 
 
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t)) if t > 0 else "time unknown"
+
+
+def choose_code(
+    given: str | None, old: str | None, last: tuple[str, float] | None, base: str
+) -> tuple[str | None, str, str]:
+    """(code dir, code_from, code_why) of a restart: the operator's ``given`` one; else the last
+    deployment to this place (``last``: dir, time) when run.json's code dir ``old`` is a deployed one
+    (``base/HASH``) or absent; else run.json's (a checkout of the user's own is not swapped for the
+    bundled trainer; the prompt names the newer deployment and ``--code-dir`` for it)."""
+    if given:
+        return given, "given", "given"
+    if last is not None and (old is None or is_deployed_path(old, base)):
+        if old is not None and posixpath.normpath(old) == last[0]:
+            return old, "deployed", f"deployed last: {_when(last[1])}; run.json's too"
+        was = f"; run.json had {old}" if old else ""
+        return last[0], "deployed", f"deployed last: {_when(last[1])}{was}"
+    if last is not None and old is not None:
+        return old, "run.json", f"run.json: the run's own code; the last deployment is --code-dir {last[0]}"
+    return old, "run.json", "run.json"
+
+
 def restart_plan(
-    trainer: TrainerInfo | None, run: dict | None, code_dir: str | None = None, old_folder: str | None = None
+    trainer: TrainerInfo | None,
+    run: dict | None,
+    code_dir: str | None = None,
+    old_folder: str | None = None,
+    last: tuple[str, float] | None = None,
+    base: str = "",
 ) -> RestartPlan:
     """The one planning pass of a restart, before anything is stopped: the run.json of ``trainer`` (else
-    ``run``, the run dir's) made into what the relaunch starts: its interpreter, cwd, code dir (or
-    ``code_dir``), env and argv + ``--resume auto``. :class:`ControlError` when there is no run.json
-    (``NO_TRAINER`` without a trainer; a trainer found by its command line only cannot be restarted) or
-    it cannot be launched again. ``old_folder``: run.json's ``code_dir`` as :func:`resolve_code_folder`
-    found it in the container (default: :func:`code_folder` of it)."""
+    ``run``, the run dir's) made into what the relaunch starts: its interpreter, cwd, env and argv +
+    ``--resume auto``, the code dir :func:`choose_code` picks (``code_dir``: the operator's; ``last``: the
+    last deployment under ``base``). :class:`ControlError` when there is no run.json (``NO_TRAINER``
+    without a trainer; a trainer found by its command line only cannot be restarted) or it cannot be
+    launched again. ``old_folder``: run.json's ``code_dir`` as :func:`resolve_code_folder` found it in the
+    container (default: :func:`code_folder` of it). Test hooks in run.json's env are dropped
+    (:func:`restart_env.passed_env`)."""
     run = (trainer.run if trainer and trainer.run else None) or run
     if run is None:
         if trainer is not None:
@@ -274,8 +314,8 @@ def restart_plan(
             raise ControlError(f"run.json has no {key!r}; cannot restart the same run")
     recorded = run.get("code_dir") if isinstance(run.get("code_dir"), str) else None
     old = old_folder or code_folder(recorded)
-    new = code_folder(code_dir) or old
-    env = {k: str(v) for k, v in (run.get("env") or {}).items() if v is not None}
+    new, code_from, why = choose_code(code_folder(code_dir), old, last, base)
+    env, dropped = passed_env(run.get("env"))
     if new:
         env["PYTHONPATH"] = pythonpath(new, env.get("PYTHONPATH"), old, recorded)
     return RestartPlan(
@@ -285,7 +325,9 @@ def restart_plan(
         code_dir=new,
         env=env,
         run_dir=run["output_dir"],
-        code_given=bool(code_dir),
+        code_from=code_from,
+        code_why=why,
+        dropped=dropped,
     )
 
 

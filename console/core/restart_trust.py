@@ -6,12 +6,16 @@ shows all of it first (``RestartPlan.lines``), and each of these needs a confirm
 (``--trust-run-json`` in the CLI, a typed ``trust`` on the screen; ``--yes`` or ``y`` alone does not
 cover it):
 
-- the code directory is run.json's (not the operator's ``--code-dir`` or a deploy from the screen)
+- the code directory is run.json's (not the operator's ``--code-dir`` or the last deployment)
   and is not one of the deployed code folders (``~/.dflash-console/code/HASH``, with its ``.complete``);
 - PYTHONPATH holds another folder than the code directory;
 - the interpreter is not the one the running trainer runs (``/proc/PID/exe``) or, with none running,
   not the one run.json's own ``command`` names;
-- an environment variable the trainer never records in run.json (``LD_PRELOAD``, ...).
+- the working directory is neither the helper's home nor the code directory (``python -m`` imports from
+  it first);
+- an environment variable the trainer never records in run.json (``LD_PRELOAD``, ...), or one that
+  changes what the trainer loads (``LD_LIBRARY_PATH``, ``PYTHON*``, ``PATH``: restart_env.py). Test hooks
+  (``DFLASH_TEST_*``) are never passed on.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from console.core.deploy import code_folder, deployed_base, is_deployed_path
 from console.core.events import TrainerInfo
 from console.core.helper import Helper, HelperError
 from console.core.launching import RestartPlan
+from console.core.restart_env import changes_what_loads
 
 # the environment run.json records (mirrors trainer/run/rundir.py ENV_KEYS / ENV_PREFIXES)
 RECORDED_ENV = (
@@ -96,15 +101,58 @@ async def _code(helper: Helper, plan: RestartPlan) -> list[str]:
 
 
 def _env(plan: RestartPlan) -> list[str]:
-    odd = [k for k in sorted(plan.env) if k not in RECORDED_ENV and not k.startswith(RECORDED_PREFIXES)]
-    return [f"run.json's env sets {k}, which the trainer never records" for k in odd]
+    out = []
+    for k in sorted(plan.env):
+        if k not in RECORDED_ENV and not k.startswith(RECORDED_PREFIXES):
+            out.append(f"run.json's env sets {k}, which the trainer never records")
+        elif changes_what_loads(k):
+            out.append(f"run.json's env sets {k}={plan.env[k]}, which changes what the trainer loads")
+    return out
+
+
+def _cwd(helper: Helper, plan: RestartPlan) -> list[str]:
+    """run.json's cwd is used only when it is the helper's home or the code directory: ``python -m``
+    imports from its working directory first (a planted ``trainer/`` there would run)."""
+    cwd = plan.cwd
+    safe = {posixpath.normpath(p) for p in (helper.home, plan.code_dir) if p}
+    if not cwd or posixpath.normpath(cwd) in safe:
+        return []
+    return [
+        f"the working directory {cwd} (run.json's) is neither the home directory nor the code "
+        "directory: python -m imports from it first"
+    ]
 
 
 async def restart_concerns(
     helper: Helper, plan: RestartPlan, trainer: TrainerInfo | None, run: dict | None
 ) -> list[str]:
     """Why ``plan`` needs its own confirmation ([] when run.json asks for nothing unusual)."""
-    return [*await _code(helper, plan), *await _interpreter(helper, plan.python, trainer, run), *_env(plan)]
+    return [
+        *await _code(helper, plan),
+        *_cwd(helper, plan),
+        *await _interpreter(helper, plan.python, trainer, run),
+        *_env(plan),
+    ]
+
+
+async def prefill_concerns(
+    helper: Helper, python: str | None, code_dir: str | None, run: dict | None
+) -> list[str]:
+    """Why the launch dialog's run.json prefill needs its own confirmation, by the restart's rules:
+    ``python`` and ``code_dir`` are run.json's values (None: the operator's own or none)."""
+    out = []
+    if code_dir:
+        base = deployed_base(helper)
+        done = is_deployed_path(code_dir, base) and (
+            await helper.stat(posixpath.join(code_dir, ".complete"))
+        ).get("exists")
+        if not done:
+            out.append(
+                f"the code directory {code_dir} (run.json's) is not a deployed code folder ({base}/HASH)"
+            )
+    if python:
+        out += await _interpreter(helper, python, None, run)
+    return out
 
 
 def refusal(concerns: list[str]) -> str:

@@ -38,7 +38,7 @@ from console.core.metrics import MetricsParser
 from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
 from console.core.place import HOST, Place, PlaceError
-from console.core.restart_trust import refusal, restart_concerns
+from console.core.restart_trust import prefill_concerns, refusal, restart_concerns
 from console.core.ssh import backoff, connect
 from console.core.stop import StopFollow
 from console.core.streams import FileTail, LineSplitter, start_offset
@@ -543,7 +543,9 @@ class Session:
         self, code_dir: str | None = None
     ) -> tuple[launching.RestartPlan, list[str], TrainerInfo | None]:
         """(what a restart would launch, why it needs its own confirmation (restart_trust), the trainer
-        it would stop first); :class:`ControlError` when it could not be launched again."""
+        it would stop first); :class:`ControlError` when it could not be launched again. The one planner
+        of the CLI's ``restart`` and the screen's ``r``: without ``code_dir`` it runs the last deployment
+        to this place (deploy.last_deployed) where run.json's code is a deployed one (launching.choose_code)."""
         helper = self._writable()
         trainer = self.trainer or await self._refresh_trainer()
         run = self.run
@@ -552,7 +554,9 @@ class Session:
         recorded = ((trainer.run if trainer and trainer.run else None) or run or {}).get("code_dir")
         old = await deploy.resolve_code_folder(helper, recorded) if isinstance(recorded, str) else None
         code_dir = await deploy.resolve_code_folder(helper, code_dir)
-        plan = launching.restart_plan(trainer, run, code_dir, old_folder=old)
+        last = None if code_dir else await deploy.last_deployed(helper)
+        base = deploy.deployed_base(helper)
+        plan = launching.restart_plan(trainer, run, code_dir, old_folder=old, last=last, base=base)
         with contextlib.suppress(PlaceError):  # a job by id: the relaunch itself says why it cannot
             batch = self.place.submit(
                 plan.argv, log=posixpath.join(plan.run_dir, "train.log"), cwd=plan.cwd or "~"
@@ -583,7 +587,9 @@ class Session:
         try:  # refuse before stopping when it could not be launched again
             plan, concerns, trainer = await self.plan_restart(code_dir)
             if shown is not None and plan != shown:
-                raise ControlError("run.json changed after it was shown; look again")
+                raise ControlError(
+                    "what it would run changed after it was shown (run.json, or a new deployment); look again"
+                )
             unconfirmed = [c for c in concerns if c not in trusted]
             if unconfirmed:
                 return ActionResult(Outcome.ERROR, refusal(unconfirmed), self.trainer)
@@ -634,6 +640,15 @@ class Session:
             if helper.hello.get("slurm_job") == job:
                 await asyncio.sleep(0.5)  # the job is still ending: squeue still shows it running
         return helper
+
+    async def prefill_concerns(
+        self, python: str | None, code_dir: str | None, run: dict | None = None
+    ) -> list[str]:
+        """Why the launch dialog's run.json values (``python``, ``code_dir``; None: not run.json's) need
+        a typed ``trust`` (restart_trust.prefill_concerns, the restart's rules)."""
+        helper = self._writable()
+        code = await deploy.resolve_code_folder(helper, code_dir)
+        return await prefill_concerns(helper, python, code, run or self.run)
 
     async def launch(
         self,

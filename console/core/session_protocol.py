@@ -44,6 +44,12 @@ class ScreenSession(Protocol):
         """What a restart would launch, why it needs its own confirmation, the trainer it stops first."""
         ...
 
+    async def prefill_concerns(
+        self, python: str | None, code_dir: str | None, run: dict | None = ...
+    ) -> list[str]:
+        """Why the launch dialog's run.json values need a typed ``trust``."""
+        ...
+
     async def launch(
         self,
         flags: list[str],

@@ -13,7 +13,7 @@ from console.core.devices import join_devices
 from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.events import Gpu
 from console.core.formatting import fmt_age, fmt_duration
-from console.core.helper import HelperError
+from console.core.helper import Helper, HelperError
 from console.core.metrics import headline_tok_s
 from console.core.place import from_json, to_json
 from console.core.remote_files import recent_records
@@ -75,19 +75,29 @@ async def collect(session: Session) -> dict:
         out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
     out["job"] = await session.job_state()
-    try:
-        r = await helper.run(nvidia_smi_argv(None), timeout=15)
-        if r["rc"] == 0:
-            out["gpus"] = gpu_entries(parse_output(r["stdout"]), out["throughput"], out["run"])
-        else:
-            out["gpu_detail"] = f"nvidia-smi failed: {(r['stderr'] or r['stdout']).strip()[:200]}"
-    except HelperError as e:
-        out["gpu_detail"] = f"nvidia-smi is not available ({e})"
+    out.update(await _gpus(helper, out["throughput"], out["run"]))
     return out
 
 
 def ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+NVIDIA_SMI_TIMEOUT_S = 10.0  # a hung one (a lost GPU, a stuck driver) is killed, its children too
+
+
+async def _gpus(helper: Helper, throughput, run) -> dict:
+    """``{"gpus": [...]}`` from one nvidia-smi query, or ``{"gpu_detail": why not}``."""
+    try:
+        r = await helper.run(nvidia_smi_argv(None), timeout=NVIDIA_SMI_TIMEOUT_S)
+    except HelperError as e:
+        return {"gpu_detail": f"nvidia-smi is not available ({e})"}
+    if r.get("timed_out"):
+        return {"gpu_detail": f"nvidia-smi timed out after {NVIDIA_SMI_TIMEOUT_S:.0f} s (killed)"}
+    if r["rc"] == 0:
+        return {"gpus": gpu_entries(parse_output(r["stdout"]), throughput, run)}
+    said = (r["stderr"] or r["stdout"]).strip()[:200]
+    return {"gpu_detail": f"nvidia-smi failed (exit code {r['rc']})" + (f": {said}" if said else "")}
 
 
 def job_text(job: dict | None) -> str | None:

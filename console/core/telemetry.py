@@ -28,6 +28,20 @@ def nvidia_smi_argv(interval_ms: int | None = 500) -> list[str]:
     return argv
 
 
+# nvidia-smi watched by its channel: when the console closes it (stdin EOF: a quit, a dropped link) a
+# hung nvidia-smi is killed, not left behind; its own exit ends the channel as before (its exit status)
+# (fd 3: the channel's stdin, which sh gives an asynchronous list as /dev/null)
+WATCHED = (
+    'exec 3<&0; "$@" </dev/null 3<&- & p=$!; '
+    '{ cat <&3 >/dev/null; kill -KILL "$p"; } >/dev/null 2>&1 & exec 3<&-; wait "$p"'
+)
+
+
+def watched(argv: list[str]) -> list[str]:
+    """``argv`` run so that it ends when its channel's stdin closes (:data:`WATCHED`)."""
+    return ["sh", "-c", WATCHED, "sh", *argv]
+
+
 def remote_command(argv: list[str], place: Place) -> str:
     """``argv`` as the SSH channel runs it in ``place`` (console/core/place.py)."""
     return place.command(argv)
@@ -92,7 +106,7 @@ class Telemetry:
         self._proc = None
 
     async def _run(self, conn: asyncssh.SSHClientConnection) -> None:
-        cmd = remote_command(nvidia_smi_argv(self.interval_ms), self.place)
+        cmd = remote_command(watched(nvidia_smi_argv(self.interval_ms)), self.place)
         try:
             self._proc = proc = await conn.create_process(cmd, encoding="utf-8", errors="replace")
         except (asyncssh.Error, OSError) as e:

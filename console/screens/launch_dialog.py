@@ -1,5 +1,7 @@
 """Launch: trainer flags prefilled from the last run's argv (run.json), with its interpreter and
-code directory; Cancel is focused, Enter in a field launches, Escape cancels. A launch that succeeds
+code directory; Cancel is focused, Enter in a field launches, Escape cancels. run.json's interpreter and
+code directory, left as prefilled, are checked by the restart's rules (restart_trust.prefill_concerns):
+what only run.json vouches for is listed and needs ``trust`` typed in the field that appears. A launch that succeeds
 closes the dialog with its result (the screen says what started); a failed one stays, saying why."""
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from console.core.deploy import code_folder
 from console.core.events import Outcome
 
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
+Vetter = Callable[..., Awaitable[list[str]]]  # (python, code_dir, run) of run.json's word -> concerns
+TRUST_WORD = "trust"
 
 
 def prefill(run: dict | None) -> tuple[str, str, str]:
@@ -59,8 +63,11 @@ class LaunchDialog(ModalScreen[object]):
         live_pid: int | None = None,
         code_dir: str | None = None,
         submitted_as: str | None = None,
+        vet: Vetter | None = None,
     ) -> None:
         super().__init__()
+        self.vet = vet  # what run.json's prefill needs confirmed (restart_trust.prefill_concerns)
+        self.shown_concerns: list[str] = []
         self.submitted_as = (
             submitted_as  # where a scheduler takes the launch: "a new Slurm job NAME (sbatch)"
         )
@@ -131,9 +138,37 @@ class LaunchDialog(ModalScreen[object]):
         self._say(Text("launching… (waiting for the trainer's started event)", style="yellow"))
         self._go(flags, python, code_dir)
 
+    def _from_run_json(self, python: str, code_dir: str | None) -> tuple[str | None, str | None]:
+        """Which of ``python`` and ``code_dir`` are run.json's prefill, unchanged (None: the operator's)."""
+        _, run_python, run_code = prefill(self.last_run) if self.last_run else ("", "", "")
+        ours = self.code_dir is not None and code_dir == self.code_dir  # deployed from this screen
+        return (
+            python if run_python and python == run_python else None,
+            code_dir if run_code and code_dir == run_code and not ours else None,
+        )
+
+    async def _unconfirmed(self, python: str, code_dir: str | None) -> list[str]:
+        """What run.json's prefill asks for that the operator has not typed ``trust`` for."""
+        if self.vet is None:
+            return []
+        concerns = await self.vet(*self._from_run_json(python, code_dir), self.last_run)
+        boxes = self.query("#trust")
+        typed = bool(boxes) and boxes.first(Input).value.strip() == TRUST_WORD
+        if not concerns or (typed and set(concerns) <= set(self.shown_concerns)):
+            return []
+        self.shown_concerns = list(concerns)  # "trust" covers what was shown, nothing new
+        if not boxes:
+            box = Input(placeholder=f"type {TRUST_WORD} to confirm", id="trust")
+            await self.query_one(Vertical).mount(box, before="#outcome")
+        return concerns
+
     @work(exclusive=True, group="launch")
     async def _go(self, flags: list[str], python: str, code_dir: str | None) -> None:
         try:
+            concerns = await self._unconfirmed(python, code_dir)
+            if concerns:
+                self._say(_concerns_text(concerns))
+                return
             self.result = await self.launcher(flags, python=python, code_dir=code_dir, on_status=self._status)
         except Exception as exc:
             self.result = exc
@@ -152,6 +187,16 @@ class LaunchDialog(ModalScreen[object]):
 
     def _say(self, text: Text) -> None:
         self.query_one("#outcome", Static).update(text)
+
+
+def _concerns_text(concerns: list[str]) -> Text:
+    t = Text("Needs its own confirmation (only run.json vouches for it):\n", style="bold yellow")
+    for c in concerns:
+        t.append(f"  ! {c}\n", style="yellow")
+    t.append(
+        f'Type "{TRUST_WORD}" above and press Enter to launch it anyway, or change the field.', style="yellow"
+    )
+    return t
 
 
 def describe(result: object) -> tuple[bool, str]:

@@ -258,8 +258,26 @@ def op_identify(req):
     return out
 
 
+CMDLINE_CAP = 16 << 10  # characters of a command line that op_find returns
+
+
+def _cut_cmdline(info, cap=CMDLINE_CAP):
+    """``info`` with its command line cut to ``cap`` characters (``cmdline_cut``: it was longer): the
+    kernel allows megabytes, and another user's process may hold them. A cut one is never the same
+    command line to :func:`identity`, so such a process is shown, never signalled."""
+    out, used = [], 0
+    for arg in info["cmdline"]:
+        if used + len(arg) > cap:
+            out.append(arg[: max(0, cap - used)] + "...")
+            return dict(info, cmdline=out, cmdline_cut=True)
+        out.append(arg)
+        used += len(arg)
+    return info
+
+
 def op_find(req):
-    """Processes whose command line has an argument containing one of ``patterns``."""
+    """Processes whose command line has an argument containing one of ``patterns`` (each command line
+    cut to CMDLINE_CAP characters after the match)."""
     pats = [str(p) for p in req["patterns"]]
     me = os.getpid()
     out = []
@@ -270,5 +288,5 @@ def op_find(req):
         if info is None or not info["alive"]:
             continue
         if any(pat in arg for arg in info["cmdline"] for pat in pats):
-            out.append(info)
+            out.append(_cut_cmdline(info))
     return out

@@ -109,8 +109,18 @@ def _on_term(signum, frame):
     threading.Timer(TERM_GRACE_S, os._exit, (0,)).start()
 
 
+def _name_process(name=b"dflash-console-helper"):
+    """Its comm (what ``ps -o comm``, ``top`` and ``pgrep NAME`` show; the kernel keeps 15 bytes)."""
+    try:
+        with open("/proc/self/comm", "wb") as f:
+            f.write(name[:15])
+    except OSError:
+        pass
+
+
 def main():
     signal.signal(signal.SIGTERM, _on_term)
+    _name_process()
     _send(
         {
             "hello": "dflash-console-helper",

@@ -135,32 +135,43 @@ def _env(overrides):
 
 
 def op_run(req):
+    """Run a command to its end (``timeout``: then its whole process group is killed, children too, and
+    ``timed_out`` says so); its output's last ``max_output`` bytes."""
     argv = [str(a) for a in req["argv"]]
     limit = int(req.get("max_output", MAX_READ))
     data = req.get("input")
+    p = subprocess.Popen(
+        argv,
+        cwd=req.get("cwd"),
+        env=_env(req.get("env")),
+        stdin=subprocess.PIPE if isinstance(data, str) else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own group: a timeout kills what it started too
+    )
+    timed_out = False
     try:
-        p = subprocess.run(
-            argv,
-            cwd=req.get("cwd"),
-            env=_env(req.get("env")),
-            input=data.encode("utf-8") if isinstance(data, str) else None,
-            stdin=None if isinstance(data, str) else subprocess.DEVNULL,
-            capture_output=True,
-            timeout=req.get("timeout"),
-        )
-    except subprocess.TimeoutExpired as e:
-        return {
-            "rc": None,
-            "timed_out": True,
-            "stdout": (e.stdout or b"")[-limit:].decode("utf-8", "replace"),
-            "stderr": (e.stderr or b"")[-limit:].decode("utf-8", "replace"),
-        }
+        out, err = p.communicate(data.encode("utf-8") if isinstance(data, str) else None, req.get("timeout"))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(p.pid)
+        try:
+            out, err = p.communicate(timeout=5)
+        except subprocess.TimeoutExpired:  # stuck in the kernel: what it wrote so far is given up
+            out, err = b"", b""
     return {
-        "rc": p.returncode,
-        "timed_out": False,
-        "stdout": p.stdout[-limit:].decode("utf-8", "replace"),
-        "stderr": p.stderr[-limit:].decode("utf-8", "replace"),
+        "rc": None if timed_out else p.returncode,
+        "timed_out": timed_out,
+        "stdout": (out or b"")[-limit:].decode("utf-8", "replace"),
+        "stderr": (err or b"")[-limit:].decode("utf-8", "replace"),
     }
+
+
+def _kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def op_spawn(req):

@@ -99,7 +99,8 @@ def test_deploy_writes_a_versioned_compiled_copy_once(host):
     r2 = cli("deploy", *conn_args(host))
     assert r2.returncode == 0 and code_dir in r2.stdout
     assert (code / ".complete").stat().st_mtime_ns == manifest.st_mtime_ns  # not written over
-    assert [p.name for p in code.parent.iterdir()] == [code.name]  # no temporary dir left
+    assert sorted(p.name for p in code.parent.iterdir()) == [code.name, "last"]  # no temporary dir left
+    assert "a restart of a run that runs deployed code runs this one" in r2.stdout  # and names it last
 
 
 def test_unknown_or_changed_host_key_is_refused_with_its_fingerprint(host, tmp_path):

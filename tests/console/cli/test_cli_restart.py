@@ -108,3 +108,23 @@ def test_on_a_terminal_y_is_not_enough_trust_must_be_typed(host, tmp_path):
     code, out = _on_a_terminal(args, "y\ntrust\n")
     assert code == 0, out
     assert (run_dir / "RAN").exists()
+
+
+def test_deploy_then_restart_plans_the_new_code(host):
+    """Issue 54, item 1: after ``deploy``, ``restart`` of a run on an older deployment plans the new
+    deployment's code (and says why), not run.json's."""
+    from tests.support.fake_code import fake_deployment
+
+    ct_dir = host.container_dir(CT)
+    old = fake_deployment(ct_dir / ".dflash-console" / "code", "5" * 16)
+    run_dir = ct_dir / "runs" / "redeployed"
+    run_dir.mkdir(parents=True)
+    run_json_for(run_dir, ct_dir, old)
+    r = cli("deploy", *conn_args(host), "--python", sys.executable, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    new = r.stdout.split(" to ", 1)[1].split(" (", 1)[0]
+    r = cli("restart", *conn_args(host), "--run-dir", str(run_dir), timeout=120)  # no terminal: asks, stops
+    assert r.returncode == 1 and "without --yes" in r.stderr, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("  code directory: "))
+    assert line.startswith(f"  code directory: {new} (deployed last: ") and f"run.json had {old}" in line
+    assert not (run_dir / "RAN").exists()

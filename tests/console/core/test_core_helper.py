@@ -48,7 +48,7 @@ async def test_hello_runs_inside_the_container(helper, host):
     assert helper.hello["pidfd"] is True  # this kernel has pidfd_open: exit is seen at once
     assert helper.home == str(host.container_dir(CT))
     info = await helper.proc(helper.pid)
-    assert info["cmdline"][1] == "-c"  # started as `python3 -c PROGRAM`, nothing installed
+    assert info["cmdline"][1] == "-c"  # started as `python3 -c BOOTSTRAP`, nothing installed
     assert info["cwd"] == str(host.container_dir(CT))
 
 
@@ -180,6 +180,37 @@ async def test_helper_dies_with_its_channel(host):
     await asyncio.to_thread(wait_until, lambda: not alive(pid), 5, "helper exit")
 
 
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and its parents up to this test's process (as /proc says): the helper and its starters."""
+    out = set()
+    while pid > 1 and pid != os.getpid() and pid not in out:
+        out.add(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return out
+
+
+async def test_pgrep_for_the_trainer_lists_only_trainers_never_the_helper(helper, tmp_path):
+    """Issue 54, item 2: the helper's program travels on stdin, so neither the helper nor the commands
+    that started it (``sh -c``, ``pct exec``) match a user's ``pgrep -af trainer.pipeline``; its command
+    line and comm name it."""
+    trainer = start_user_script(tmp_path, str(tmp_path / "run"))
+    try:
+        for pattern in ("train_dflash_pipeline.py", "trainer.pipeline"):
+            r = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, timeout=30)
+            pids = {int(ln.split()[0]) for ln in r.stdout.splitlines()}
+            assert not pids & _ancestors(helper.pid), r.stdout  # neither the helper nor its starters
+            if pattern.endswith(".py"):
+                assert trainer.pid in pids, r.stdout
+        cmdline = Path(f"/proc/{helper.pid}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[-2] == b"dflash-console-helper" and len(b" ".join(cmdline)) < 200, cmdline
+        assert Path(f"/proc/{helper.pid}/comm").read_text().strip() == "dflash-console-"
+        assert await helper.call("ping") is not None  # the requests follow on the same stdin
+    finally:
+        trainer.kill()
+        trainer.wait(10)
+
+
 async def test_no_such_container_is_said(host):
     conn = await connect(options_for(host))
     try:
@@ -264,3 +295,118 @@ async def test_a_linked_export_is_listed_with_the_reason_it_is_not_offered(helpe
     (entry,) = parse(str(tmp_path), out).checkpoints
     assert entry.export is None
     assert entry.refused and str(tmp_path / "elsewhere") in entry.refused, entry
+
+
+async def test_a_command_past_its_timeout_is_killed_with_its_children(helper, tmp_path):
+    """Issue 55: a hung command (nvidia-smi) is killed with what it started, not left behind per call;
+    status says it timed out, naming how long it waited."""
+    from console.core import status
+
+    child = tmp_path / "child"
+    hang = tmp_path / "nvidia-smi"
+    hang.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {child}\nwait\n")
+    hang.chmod(0o755)
+    t0 = time.monotonic()
+    r = await helper.run([str(hang)], timeout=1)
+    assert r["timed_out"] and r["rc"] is None and time.monotonic() - t0 < 20
+    pid = int(child.read_text())
+    await asyncio.to_thread(wait_until, lambda: not alive(pid), 10, "the hung command's child to go")
+
+    old = status.nvidia_smi_argv, status.NVIDIA_SMI_TIMEOUT_S
+    status.nvidia_smi_argv, status.NVIDIA_SMI_TIMEOUT_S = (lambda _ms: [str(hang)]), 1.0
+    try:
+        said = await status._gpus(helper, None, None)
+    finally:
+        status.nvidia_smi_argv, status.NVIDIA_SMI_TIMEOUT_S = old
+    assert said == {"gpu_detail": "nvidia-smi timed out after 1 s (killed)"}
+
+
+async def test_replies_over_the_channels_buffer_are_read_and_too_long_ones_said(helper):
+    """Issue 55: a reply longer than asyncssh's buffer (~2 MB) is read whole; one over the helper's limit
+    (8 MiB) fails at once, naming the request, instead of leaving the call to wait out its limit."""
+    script = "import sys; sys.stdout.write('x' * int(sys.argv[1]))"
+    r = await helper.call(
+        "run", argv=[sys.executable, "-c", script, str(5 << 20)], max_output=6 << 20, wait_s=60
+    )
+    assert len(r["stdout"]) == 5 << 20
+    t0 = time.monotonic()
+    with pytest.raises(HelperError, match=r"answer to `run .*` was not read: it is 1\d\.\d MiB long") as e:
+        await helper.call(
+            "run", argv=[sys.executable, "-c", script, str(10 << 20)], max_output=12 << 20, wait_s=60
+        )
+    assert e.value.kind == "ReplyTooLong" and time.monotonic() - t0 < 30
+    assert await helper.call("ping") is not None  # the channel goes on
+
+
+async def test_find_cuts_the_command_lines_it_returns(helper):
+    """Issue 55: other users' processes with megabyte command lines that mention trainer.pipeline do not
+    make ``find`` (status, restart) wait out its limit: each command line comes back cut."""
+    arg = "trainer.pipeline " + "a" * (120 << 10)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", *[arg] * 11])
+        for _ in range(3)
+    ]
+    try:
+        found = await helper.call("find", patterns=["trainer.pipeline"], wait_s=60)
+        ours = [f for f in found if f["pid"] in {p.pid for p in procs}]
+        assert len(ours) == 3
+        assert all(f["cmdline_cut"] and sum(map(len, f["cmdline"])) < 17 << 10 for f in ours)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+async def test_a_line_over_the_consoles_limit_fails_its_request_by_id():
+    """The console's own bound (helper.MAX_LINE): a reply line longer than it is dropped part by part
+    as asyncssh hands it over, and its request fails saying so."""
+    from console.core import helper as helper_mod
+
+    class Stdout:
+        def __init__(self) -> None:
+            self.q: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def readline(self) -> bytes:
+            return await self.q.get()
+
+    class Proc:
+        stdout = Stdout()
+
+        class stdin:  # noqa: N801 - the shape of asyncssh's writer
+            @staticmethod
+            def write(data: bytes) -> None:
+                pass
+
+    hp = Helper(Proc(), {"pid": 1, "home": "/"})
+    call = asyncio.ensure_future(hp.call("find", patterns=["x"]))
+    await asyncio.sleep(0)
+    part = b'{"id":1,"ok":true,"result":"' + b"a" * (2 << 20)
+    for _ in range(helper_mod.MAX_LINE // len(part) + 2):
+        Proc.stdout.q.put_nowait(part)
+    Proc.stdout.q.put_nowait(b'"}\n')
+    with pytest.raises(HelperError, match=r"answer to `find` was not read: it is 1\d\.\d MiB long"):
+        await asyncio.wait_for(call, 10)
+    Proc.stdout.q.put_nowait(b"")
+    await asyncio.wait_for(hp.wait_closed(), 5)
+
+
+async def test_the_screens_nvidia_smi_ends_with_its_channel_even_hung(host, tmp_path):
+    """Issue 55: the long-lived nvidia-smi of the telemetry channel, hung, is killed when the console
+    closes its channel (a quit), not left behind."""
+    from console.core.telemetry import Telemetry
+
+    fake = Path(host.bin_dir) / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    conn = await connect(options_for(host))
+    try:
+        tel = Telemetry(lambda _e: None, place=Proxmox(CT))
+        tel.start(conn)
+        await asyncio.to_thread(wait_until, lambda: (tmp_path / "pid").exists(), 30, "nvidia-smi to start")
+        pid = int((tmp_path / "pid").read_text())
+        assert alive(pid)
+        await tel.stop()
+    finally:
+        conn.close()
+        fake.unlink()
+    await asyncio.to_thread(wait_until, lambda: not alive(pid), 10, "the hung nvidia-smi to go")

@@ -67,3 +67,28 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
         await until(pilot, lambda: dlg.done, 120, "the relaunch")
         assert (run_dir / "RAN").read_text().endswith("--resume auto"), screen_text(app)
         assert "restarted: launched pid" in screen_text(app)
+
+
+async def test_the_launch_dialogs_run_json_prefill_needs_trust_for_other_code(host, short_dir):
+    """Issue 55: the launch dialog prefills run.json's code dir; Tab, Enter does not run a planted
+    ``trainer/`` on run.json's word: the restart's rules list it, and ``trust`` must be typed."""
+    from console.screens.launch_dialog import LaunchDialog
+
+    ct_dir = host.container_dir(CT)
+    run_dir = ct_dir / "runs" / "l"
+    run_dir.mkdir(parents=True)
+    code = other_code(short_dir / "planted")
+    run_json_for(run_dir, ct_dir, code)
+    session = Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False)
+    app = ConsoleApp(session, target=f"devhost · CT {CT}")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.trainer_known and session.run, 30, "the run's run.json")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LaunchDialog), 30, "the launch dialog")
+        dlg = app.screen
+        await pilot.press("tab", "enter")  # Cancel has focus: Tab to Launch, Enter
+        await until(pilot, lambda: "! the code directory" in screen_text(app), 30, "the concerns")
+        assert code in screen_text(app) and not dlg.busy and not (run_dir / "RAN").exists()
+        dlg.query_one("#trust", Input).focus()
+        await pilot.press(*"trust", "enter")
+        await until(pilot, lambda: (run_dir / "RAN").exists(), 120, "the launch")
