@@ -83,8 +83,8 @@ def batch(argv: list[str]) -> Batch | None:
             "trap 'kill -INT $pid 2>/dev/null' INT",  # --signal=B:INT@S reaches this shell: pass it on
             "trap 'kill -TERM $pid 2>/dev/null' TERM",
             f'{{ srun --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c {q(_TORCHRUN)} '
-            'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { kill -0 $pid 2>/dev/null && { echo "dflash-console: '
-            'the workers\' step ended with exit $?: stopping the launcher" >&2; kill -TERM $pid; }; }; } & step=$!',
+            'sh "$py" "$n" "$k" "$addr" "$mport" "$@" || { s=$?; kill -0 $pid 2>/dev/null && { echo "dflash-console: '
+            "the workers' step ended with exit $s: stopping the launcher\" >&2; kill -TERM $pid; }; }; } & step=$!",
             "while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done",  # (a trap ends a wait)
             # torchrun's agents leave through their exit barrier: a moment for it, then the job ends
             "i=0; while kill -0 $step 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done",
