@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -26,7 +27,7 @@ import socket
 import sys
 import time
 
-from console import __version__
+from console import __version__, cli_serve
 from console.cli_exit import (  # noqa: F401  (the exit codes are part of this module's interface)
     EXIT_CODES,
     EXIT_ERROR,
@@ -206,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("connect", help="open the operator screen (an overview first for several runs)")
     _conn_flags(p, multi=True)
     p.add_argument("--readonly", action="store_true", help="hide every action that changes the remote")
+    p.add_argument("--serve", type=cli_serve.endpoint_arg, metavar="KIND:PORT", help=cli_serve.SERVE_HELP)
     p.add_argument(
         "--record",
         metavar="FILE",
@@ -218,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="stop recording (and say so) at this compressed size (256)",
     )
+
+    cli_serve.add_parser(sub, _conn_flags)
 
     p = sub.add_parser("replay", help="show a record (connect --record) again: offline, read-only")
     p.add_argument("file", metavar="FILE")
@@ -280,7 +284,7 @@ def resolve_targets(args):
     from console.core.targets import resolve
 
     base = options_from_args(argparse.Namespace(**{**vars(args), "host": "-"}))
-    return resolve(
+    targets = resolve(
         list(args.host),
         base,
         places=from_flags(vars(args)) or None,
@@ -288,9 +292,11 @@ def resolve_targets(args):
         readonly=getattr(args, "readonly", False),
         config=load(),
     )
+    serve = getattr(args, "serve", None)  # --serve: every run named here (else each entry's own)
+    return [dataclasses.replace(t, serve=serve) for t in targets] if serve is not None else targets
 
 
-ONE_RUN = ("launch", "deploy", "stop", "restart", "logs", "threads")
+ONE_RUN = ("launch", "deploy", "stop", "restart", "logs", "threads", "serve-status")
 CHANGING = ("launch", "deploy", "stop", "restart")
 
 
@@ -760,7 +766,7 @@ def cmd_connect(args) -> int:
         sessions = [r.session for r in runs]
     else:
         t = targets[0]
-        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly)
+        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly, serve=t.serve)
         target = t.where
         if t.label and t.label != t.name:
             target = f"{t.label} · {target}"
@@ -840,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
         "restart": cmd_restart,
         "logs": cmd_logs,
         "threads": lambda a: cmd_threads(a, _session, several_trainers),
+        "serve-status": lambda a: cli_serve.cmd_serve_status(a, _session),
     }[args.command]
     import asyncssh
 

@@ -168,6 +168,31 @@ class JobState:
         return cls(**fields, t=t)
 
 
+@dataclass(frozen=True)
+class ServedState:
+    """A serving endpoint's word on the drafter it serves (console/core/serving.py), polled through the
+    helper: the acceptance length over ``window_s`` (``lifetime``: the server's totals since it started)."""
+
+    endpoint: str = ""  # "vllm:8000"
+    accept_length: float | None = None
+    per_pos: list[float] = field(default_factory=list)
+    drafts: float = 0.0
+    req_per_s: float | None = None
+    tok_per_s: float | None = None
+    window_s: float = 0.0
+    lifetime: bool = False
+    error: str | None = None
+    t: float = 0.0  # local clock: when it was asked
+
+    @classmethod
+    def of(cls, endpoint: str, s) -> ServedState:
+        """From a :class:`console.core.serving.Served`."""
+        return cls(
+            endpoint, s.accept_length, list(s.per_pos), s.drafts, s.req_per_s, s.tok_per_s, s.window_s,
+            s.lifetime, s.error, s.t,
+        )  # fmt: skip
+
+
 Event = (
     ConnState
     | Record
@@ -178,4 +203,5 @@ Event = (
     | ActionPhase
     | DiskInfo
     | JobState
+    | ServedState
 )

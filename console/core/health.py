@@ -23,7 +23,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from console.core.events import ActionPhase, DiskInfo, Event, Gpu, GpuSample, JobState, Record, TrainerFound
+from console.core.events import (
+    ActionPhase,
+    DiskInfo,
+    Event,
+    Gpu,
+    GpuSample,
+    JobState,
+    Record,
+    ServedState,
+    TrainerFound,
+)
 from console.core.formatting import fmt_bytes, fmt_duration
 from console.core.numeric import number
 from console.core.phases import SIGNALLED, StopPhase
@@ -51,6 +61,8 @@ class HealthConfig:
     gpu_mem_pct: float = 97.0
     gpu_temp_c: float = 87.0  # the slowdown threshold (nvidia-smi -q -d TEMPERATURE: "GPU Slowdown Temp")
     accept_drop: float = 0.2  # real acceptance this share below its best
+    served_drop: float = 0.15  # served acceptance this share below the last evaluation's: a warning
+    served_min_drafts: float = 50.0  # ... judged over at least this many drafts
     job_left_s: float = 1800.0  # a scheduler job (Slurm) with less time left than this before its limit
     code_note: bool = True
     bell: bool = True  # ring the terminal bell when an alert starts
@@ -149,6 +161,7 @@ class _Facts:
     accept_last: float | None = None
     accept_step: int | None = None
     job: JobState | None = None  # the place's scheduler job, as last polled (its ``t``: the local clock)
+    served: ServedState | None = None  # the serving endpoint's acceptance, as last polled
 
 
 class Health:
@@ -190,6 +203,8 @@ class Health:
                 self.f.disk = event
             case JobState():
                 self.f.job = event
+            case ServedState():
+                self.f.served = event
             case ActionPhase():
                 if StopPhase.of(event.phase) in SIGNALLED:
                     self.f.stop_requested = True
@@ -597,6 +612,25 @@ def job_time_left(r: RuleInput) -> Iterator[Firing]:
         )
 
 
+def served_below_eval(r: RuleInput) -> Iterator[Firing]:
+    """The server's acceptance of the drafter it serves is well below what the trainer's own evaluation
+    measured: the served drafter is another (an older export), or it is served otherwise than it was trained
+    (the chat template, the target-layer ids, a server defect: docs/serving.md)."""
+    s, f, c = r.f.served, r.f, r.config
+    if s is None or s.accept_length is None or s.drafts < c.served_min_drafts or not f.accept_last:
+        return
+    if s.accept_length < (1 - c.served_drop) * f.accept_last:
+        over = "since the server started" if s.lifetime else f"over {fmt_duration(s.window_s)}"
+        yield Firing(
+            "served_below_eval",
+            "served_below_eval",
+            WARNING,
+            f"served acceptance {s.accept_length:.2f} ({s.endpoint}, {over}) is "
+            f"{1 - s.accept_length / f.accept_last:.0%} below the evaluation's {f.accept_last:.2f} (step "
+            f"{f.accept_step}): is this run's drafter served, and served as trained?",
+        )
+
+
 # every rule, in the order evaluate() reports what changed
 RULES: list[Rule] = [
     trainer_exit,
@@ -609,4 +643,5 @@ RULES: list[Rule] = [
     accept_drop,
     code_differs,
     job_time_left,
+    served_below_eval,
 ]

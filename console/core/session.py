@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import asyncssh
 
-from console.core import deploy, finding, launching, pyspy, remote_files, threads, trainer_argv
+from console.core import deploy, finding, launching, pyspy, remote_files, serve_watch, threads, trainer_argv
 from console.core.control_error import ControlError
 from console.core.events import (
     ActionPhase,
@@ -39,6 +39,7 @@ from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
 from console.core.place import HOST, Place, PlaceError
 from console.core.restart_trust import prefill_concerns, refusal, restart_concerns
+from console.core.serving import Endpoint
 from console.core.ssh import backoff, connect
 from console.core.stop import StopFollow
 from console.core.streams import FileTail, LineSplitter, start_offset
@@ -75,6 +76,7 @@ class Session:
         log_history: int = 64 << 10,
         rescan_s: float = 1.0,
         link=None,
+        serve: Endpoint | None = None,
     ) -> None:
         self.options = options
         # a console.core.hostlink.HostLink when several sessions share one connection to a host
@@ -87,6 +89,7 @@ class Session:
         self.metrics_history = metrics_history
         self.log_history = log_history
         self.rescan_s = rescan_s
+        self.serve = serve  # a serving endpoint whose acceptance the screen shows (console/core/serving.py)
         self.trainer: TrainerInfo | None = None
         self.run: dict | None = None
         self.conn: asyncssh.SSHClientConnection | None = None
@@ -98,6 +101,7 @@ class Session:
         self._supervisor: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
         self._job_watcher: asyncio.Task | None = None  # the place's scheduler job (Slurm), on the screen
+        self._serve_watcher: asyncio.Task | None = None  # the serving endpoint's /metrics, on the screen
         self._telemetry = (
             Telemetry(self._emit, place=place, interval_ms=gpu_interval_ms) if telemetry else None
         )
@@ -205,10 +209,13 @@ class Session:
         self._watcher = asyncio.get_running_loop().create_task(self._watch(helper))
         if self._telemetry is not None and self.place.state_argv() is not None:
             self._job_watcher = asyncio.get_running_loop().create_task(self._watch_job(helper))
+        if self.streams and self.serve is not None:
+            watching = serve_watch.watch(helper, self.serve, self._emit, lambda: self._closing)
+            self._serve_watcher = asyncio.get_running_loop().create_task(watching)
 
     async def _teardown(self) -> None:
         self._linked.clear()
-        for task in (self._watcher, self._job_watcher):
+        for task in (self._watcher, self._job_watcher, self._serve_watcher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -22,6 +22,7 @@ from console.core.events import (
     GpuSample,
     JobState,
     Record,
+    ServedState,
     TelemetryState,
     TrainerFound,
     TrainerInfo,
@@ -81,6 +82,7 @@ class ConsoleState:
     telemetry_available: bool | None = None
     telemetry_detail: str = ""
     job: JobState | None = None  # the place's scheduler job (a Slurm job), as last polled
+    served: ServedState | None = None  # the serving endpoint's acceptance, as last polled
     trainer: TrainerInfo | None = None
     trainer_known: bool = False  # a TrainerFound has arrived (None then means: no trainer)
     last_run: dict | None = None  # run.json of the newest trainer seen; kept after it exits
@@ -149,6 +151,9 @@ class ConsoleState:
                 self._touch()
             case JobState():
                 self.job = event
+                self._touch()
+            case ServedState():
+                self.served = event
                 self._touch()
             case ConnState():
                 self._on_conn_state(event)

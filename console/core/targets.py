@@ -26,6 +26,7 @@ from pathlib import Path
 from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
 from console.core.place import CONFIG_KEYS, HOST, Place, PlaceError, from_config, parse
+from console.core.serving import Endpoint, EndpointError, parse_endpoint
 
 KEYS = {
     "host": str,
@@ -37,6 +38,7 @@ KEYS = {
     "run_dir": str,
     "label": str,
     "readonly": bool,
+    "serve": str,
 }
 
 
@@ -48,6 +50,7 @@ class Target:
     run_dir: str | None = None
     label: str = ""
     readonly: bool = False
+    serve: Endpoint | None = None  # a serving endpoint whose acceptance the screen shows (serving.py)
 
     @property
     def where(self) -> str:
@@ -83,7 +86,9 @@ def targets_from_config(data: dict, path: Path | str | None = None) -> dict[str,
                 raise ConfigError(f"{where}: [targets.{name}] {key} must be a {kind.__name__}, not {value!r}")
         try:
             from_config(entry)
-        except PlaceError as e:
+            if "serve" in entry:
+                parse_endpoint(entry["serve"])
+        except (PlaceError, EndpointError) as e:
             raise ConfigError(f"{where}: [targets.{name}] {e}") from None
         if "host" not in entry:
             raise ConfigError(f"{where}: [targets.{name}] needs a host")
@@ -108,6 +113,7 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
         run_dir=entry.get("run_dir"),
         label=entry.get("label", name),
         readonly=entry.get("readonly", False),
+        serve=parse_endpoint(entry["serve"]) if "serve" in entry else None,
     )
 
 

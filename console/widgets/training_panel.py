@@ -45,6 +45,24 @@ def accept_text(state: ConsoleState) -> Text:
     return t
 
 
+def served_text(state: ConsoleState) -> Text | None:
+    """The serving endpoint's acceptance (``--serve``): ``3.91 vLLM :8000, 60 s, 1.2 req/s``; None without one."""
+    s = state.served
+    if s is None:
+        return None
+    if s.accept_length is None:
+        return Text(f"- {s.endpoint}: {s.error or 'no figure yet'}", style="dim")
+    low = state.health.f.accept_last and s.accept_length < (1 - state.health.config.served_drop) * (
+        state.health.f.accept_last
+    )
+    t = Text(f"{s.accept_length:.2f}", style="bold red" if low else "bold green")
+    over = "since start" if s.lifetime else f"{s.window_s:.0f} s"
+    t.append(f" {s.endpoint}, {over}", style="dim")
+    if s.req_per_s is not None:
+        t.append(f", {s.req_per_s:.1f} req/s", style="dim")
+    return t
+
+
 def startup_text(v, what: str) -> Text:
     """What the start-up does, after a bar: time against the estimate, else the target's bytes."""
     frac = fraction(v)
@@ -78,6 +96,9 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     rows.append(("epoch", fmt_number(state.epoch, ".2f")))
     rows.append(("loss", Text(fmt_number(state.loss, ".4f"), style="bold yellow")))
     rows.append(("accept len", accept_text(state)))
+    served = served_text(state)
+    if served is not None:
+        rows.append(("served", served))
     rows.append(("acc k=1..", acc_text(state.acc)))
     rows.append(("lr", fmt_number(state.lr, ".2e")))
     age = state.checkpoint_age_s()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 # The program's pieces, in the order they are sent: each uses only the names of those before it at
 # import time (a module-level value, a default argument); the last one runs main().
-PIECES = ("framing", "identity", "files", "trees", "spawning", "run_threads", "request_loop")
+PIECES = ("framing", "identity", "files", "trees", "spawning", "run_threads", "loopback_http", "request_loop")
 
 
 def _defined(tree: ast.Module) -> set[str]:

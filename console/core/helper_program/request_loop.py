@@ -23,6 +23,7 @@ from .files import (
 )
 from .framing import VERSION, _send
 from .identity import op_find, op_identify, op_proc
+from .loopback_http import op_http_get
 from .run_threads import op_pyspy, op_threads
 from .spawning import op_kill, op_run, op_spawn, op_wait_exit
 from .trees import op_checkpoints, op_scan, op_tree
@@ -67,6 +68,7 @@ SLOW = {
     "scan": op_scan,
     "threads": op_threads,
     "pyspy": op_pyspy,
+    "http_get": op_http_get,
 }
 CANCELLABLE = {"wait_exit": op_wait_exit, "follow": op_follow}
 
