@@ -9,7 +9,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def vllm_body(drafts: float, accepted: float, per_pos: list[float], requests: float = 0, tokens: float = 0) -> str:
+def vllm_body(
+    drafts: float, accepted: float, per_pos: list[float], requests: float = 0, tokens: float = 0
+) -> str:
     """Counters in vLLM's exposition (v1 engine: ``_total`` samples, ``_created`` gauges, labels)."""
     lab = 'engine="0",model_name="tiny"'
     lines = [
@@ -53,13 +55,16 @@ class MetricsServer:
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if outer.mode == "trickle":
-                    for b in data[:60]:
-                        self.wfile.write(bytes([b]))
-                        self.wfile.flush()
-                        time.sleep(1.0)
-                    return
-                self.wfile.write(data)
+                try:
+                    if outer.mode == "trickle":
+                        for b in data[:60]:
+                            self.wfile.write(bytes([b]))
+                            self.wfile.flush()
+                            time.sleep(1.0)
+                        return
+                    self.wfile.write(data)
+                except OSError:  # the client gave up (a deadline, a size limit): that is the point
+                    pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

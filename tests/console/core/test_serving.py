@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from console.cli_serve import CRITICAL, OK, UNKNOWN, WARNING, judge
 from console.core.helper_program.loopback_http import op_http_get
 from console.core.serving import (
     Counters,
@@ -17,7 +18,6 @@ from console.core.serving import (
     parse_metrics,
     served,
 )
-from console.cli_serve import CRITICAL, OK, UNKNOWN, WARNING, judge
 from tests.support.metrics_server import MetricsServer, vllm_body
 
 
@@ -75,12 +75,10 @@ def test_the_helper_reaches_loopback_only_and_follows_no_redirect():
 
 
 def test_a_trickling_or_huge_answer_is_cut_off():
-    with MetricsServer(vllm_body(10, 20, [6, 4]), mode="trickle") as srv:
-        with pytest.raises(TimeoutError):
-            op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics", "timeout": 3})
-    with MetricsServer(mode="huge") as srv:
-        with pytest.raises(ValueError, match="over"):
-            op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics"})
+    with MetricsServer(vllm_body(10, 20, [6, 4]), mode="trickle") as srv, pytest.raises(TimeoutError):
+        op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics", "timeout": 3})
+    with MetricsServer(mode="huge") as srv, pytest.raises(ValueError, match="over"):
+        op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics"})
 
 
 def test_serve_status_judges_the_served_figure_against_the_evaluation():
@@ -90,7 +88,10 @@ def test_serve_status_judges_the_served_figure_against_the_evaluation():
                 "error": None}  # fmt: skip
 
     assert judge(out(3.3), 0.15)[0] == OK
-    assert judge(out(2.8), 0.15) == (WARNING, judge(out(2.8), 0.15)[1]) and "18% below" in judge(out(2.8), 0.15)[1]
+    assert (
+        judge(out(2.8), 0.15) == (WARNING, judge(out(2.8), 0.15)[1])
+        and "18% below" in judge(out(2.8), 0.15)[1]
+    )
     assert judge(out(2.0), 0.15)[0] == CRITICAL
     assert judge(out(2.0, ev=None), 0.15)[0] == OK  # nothing to compare: said
     assert judge({"endpoint": "vllm:1", "served": None, "eval": None, "error": "refused"}, 0.15)[0] == UNKNOWN

@@ -57,7 +57,9 @@ async def test_the_screen_shows_served_acceptance_and_alerts_when_it_falls_below
             alerted = lambda: any(a.rule == "served_below_eval" for a in app.state.health.alerts())  # noqa: E731
             await until(pilot, alerted, 60, "the served_below_eval alert")
             alert = next(a for a in app.state.health.alerts() if a.rule == "served_below_eval")
-            assert "served acceptance 1.30" in alert.message and "below the evaluation's 3.40" in alert.message
+            assert (
+                "served acceptance 1.30" in alert.message and "below the evaluation's 3.40" in alert.message
+            )
 
 
 def test_serve_status_reads_the_endpoint_through_the_helper_and_exits_as_a_check(host):
@@ -71,7 +73,9 @@ def test_serve_status_reads_the_endpoint_through_the_helper_and_exits_as_a_check
         srv.body = vllm_body(100, 100, [60, 30, 10, 0])
         r = cli("serve-status", *base, "--serve", f"vllm:{srv.port}", "--window", "0", "--json")
         out = json.loads(r.stdout)
-        assert r.returncode == 2 and out["served"]["accept_length"] == 2.0 and out["eval"]["accept_len"] == 3.4
+        assert (
+            r.returncode == 2 and out["served"]["accept_length"] == 2.0 and out["eval"]["accept_len"] == 3.4
+        )
     r = cli("serve-status", *base, "--serve", f"vllm:{srv.port}", "--window", "0")  # nothing listens now
     assert r.returncode == 3 and r.stdout.startswith("SERVED UNKNOWN: vllm:"), r.stdout + r.stderr
     r = cli("serve-status", *base)
