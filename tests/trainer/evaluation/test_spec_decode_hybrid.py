@@ -257,7 +257,7 @@ def test_evaluate_on_a_hybrid_target_directory(tiny_hybrid_moe, tmp_path, rewind
     assert rep["verify_steps"] - rep["histogram"][-1] > 0
     assert (rep["rewind_forwards"] == 0) == (rewind == "states")
     err = capsys.readouterr().err  # progress as lines (not a terminal), from before the first prompt
-    assert "evaluate: 2 prompt(s) x 16 new tokens on cpu (cache); warming up" in err
+    assert "evaluate: 2 prompt(s) x 16 new tokens on cpu (cache, 1 thread(s)); warming up" in err
     assert re.search(r"evaluate: 2/2 prompts  accept [0-9.]+  spec [0-9,]+ tok/s  target [0-9,]+ tok/s", err)
 
 
