@@ -14,8 +14,8 @@ and the stop protocol; log lines go to stdout.
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory / no checkpoint that verifies (trainer/run/resume.py), 3 stopped after repeated NaN losses (after saving the
 last good state), 4 the final checkpoint (of a stop or the end) could not be written (a full disk: the
-``error`` event says what failed; ``latest`` still names the last complete checkpoint). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
-NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
+``error`` event says what failed; ``latest`` still names the last complete checkpoint). Nothing in the
+environment is a test hook: tests inject their faults from their own module (tests/support/faults.py).
 """
 
 from __future__ import annotations

@@ -166,10 +166,7 @@ class MetricsWriter:
     A write that fails with ENOSPC, EDQUOT or EIO drops that record (a torn line is cut off again) and
     training goes on: the first failure of a streak is said once on stderr (train.log) with the free
     space, every dropped record is counted, and the first write that succeeds again is preceded by a
-    ``metrics_dropped`` event with the count. Other errors are raised.
-
-    Test hook: ``DFLASH_TEST_ENOSPC_METRICS=3,4`` makes those writes of the process (1-based) fail as a
-    full disk does (half the line written, then ENOSPC)."""
+    ``metrics_dropped`` event with the count. Other errors are raised."""
 
     def __init__(self, path: str, *, err: Callable[[str], None] | None = None):
         self.path = path
@@ -181,10 +178,6 @@ class MetricsWriter:
         self._dropped_since: float | None = None
         self._torn = False  # a failed write left part of a line that could not be cut off
         self._err = err or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self._writes = 0
-        self._fail = {
-            int(x) for x in os.environ.get("DFLASH_TEST_ENOSPC_METRICS", "").split(",") if x.strip()
-        }
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"t": time.time(), "kind": kind, **fields}
@@ -225,10 +218,6 @@ class MetricsWriter:
             if self._torn:
                 self._writeall(b"\n")  # end the torn line: readers skip it as one bad line
                 self._torn = False
-            self._writes += 1
-            if self._writes in self._fail:
-                self._writeall(data[: len(data) // 2])
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self._writeall(data)
             return True
         except OSError as e:
