@@ -110,12 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_root = os.path.join(run_dir, "checkpoints")
     try:
         rundir.check_not_running(run_dir)
+        rundir.refuse_links(
+            run_dir
+        )  # checkpoints/, metrics.jsonl, the trackers' folders: never written through a link
         chosen = choose(args.resume, ckpt_root)  # verified (trainer/run/resume.py); auto: never over bad ones
         # the settings take the drafter config of the checkpoint chosen (not merely the newest complete one)
         args.resume = chosen.path or "none"
         args = resolve(args)  # frozen settings: defaults (the family's, a resumed checkpoint's), checked
         devices = args.devices()
-    except rundir.RunDirBusy as e:
+    except (rundir.RunDirBusy, rundir.LinkRefused) as e:
         print(f"error: --output-dir: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except FlagError as e:

@@ -30,7 +30,7 @@ import shutil
 import uuid
 from collections.abc import Callable
 
-from trainer.run.rundir import atomic_write_text, fsync_dir
+from trainer.run.rundir import atomic_write_text, fsync_dir, own_dir
 
 STAGES = (
     "tmp_created",  # empty temp folder exists
@@ -222,7 +222,10 @@ def save(
     complete checkpoints are untouched. Older checkpoints are pruned to ``keep`` only after the new one
     is complete and ``latest`` names it.
     """
-    os.makedirs(ckpt_root, exist_ok=True)
+    os.makedirs(os.path.dirname(ckpt_root), exist_ok=True)
+    own_dir(
+        ckpt_root
+    )  # a link planted in its place is refused (LinkRefused: an OSError), never written through
     name = step_dir_name(step)
     final = os.path.join(ckpt_root, name)
     tmp = os.path.join(ckpt_root, f"{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
