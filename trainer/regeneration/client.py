@@ -1,5 +1,5 @@
 """An OpenAI-compatible server (vLLM, SGLang) as the generator: ``/v1/chat/completions`` for chats,
-``/v1/completions`` for completion prompts (stdlib ``urllib``, one blocking request per thread).
+``/v1/completions`` for completion prompts (stdlib ``http.client``, one blocking request per thread).
 
 Retried with exponential backoff (``backoff * 2**attempt`` seconds, capped at 30, with jitter): HTTP 5xx, 408
 and 429, timeouts, refused or dropped connections, a reply cut short. Any other 4xx or a reply that is not
