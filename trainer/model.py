@@ -328,7 +328,9 @@ def _config_from_json(d: dict) -> DraftConfig:
         rope_theta=float(d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
         rope_scaling=d.get("rope_scaling") or None,
         max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
-        layer_types=list(d.get("layer_types") or []),  # none: all full_attention (DraftConfig, once n is checked)
+        layer_types=list(
+            d.get("layer_types") or []
+        ),  # none: all full_attention (DraftConfig, once n is checked)
         sliding_window=d.get("sliding_window"),
         attention_bias=bool(d.get("attention_bias", False)),
         arch=arch,

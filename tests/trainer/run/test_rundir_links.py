@@ -21,7 +21,9 @@ def test_the_trainer_refuses_a_symlinked_run_directory_file(tiny_assets, tmp_pat
     else:
         victim.mkdir()
     (out / name).symlink_to(victim)
-    rc, output = run(tiny_flags(tiny_assets, out, "--max-steps", "2", "--report-to", "tensorboard"), timeout=180)
+    rc, output = run(
+        tiny_flags(tiny_assets, out, "--max-steps", "2", "--report-to", "tensorboard"), timeout=180
+    )
     assert rc == 2, output
     said = [x for x in output.splitlines() if x.startswith("error:")]
     assert len(said) == 1 and f"{out / name} is a symbolic link (to '{victim}'): refused" in said[0], output
