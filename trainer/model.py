@@ -283,6 +283,15 @@ def config_json(cfg: DraftConfig, dtype: torch.dtype = torch.bfloat16) -> dict:
 
 
 def config_from_json(d: dict) -> DraftConfig:
+    """The DraftConfig of a drafter's config.json; ``ValueError`` (``ConfigError`` among them) when it cannot be
+    one: a number too large for an integer (``1e999``) too, never an ``OverflowError``."""
+    try:
+        return _config_from_json(d)
+    except OverflowError as e:
+        raise ValueError(f"drafter config.json: a size is not a finite integer ({e})") from None
+
+
+def _config_from_json(d: dict) -> DraftConfig:
     dflash = d.get("dflash_config") or {}
     block_size = d.get("block_size", dflash.get("block_size"))
     for name, value in (
@@ -319,7 +328,9 @@ def config_from_json(d: dict) -> DraftConfig:
         rope_theta=float(d.get("rope_theta") or (d.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
         rope_scaling=d.get("rope_scaling") or None,
         max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
-        layer_types=list(d.get("layer_types") or ["full_attention"] * n),
+        layer_types=list(
+            d.get("layer_types") or []
+        ),  # none: all full_attention (DraftConfig, once n is checked)
         sliding_window=d.get("sliding_window"),
         attention_bias=bool(d.get("attention_bias", False)),
         arch=arch,

@@ -14,8 +14,8 @@ and the stop protocol; log lines go to stdout.
 Exit status: 0 finished or stopped by SIGINT/SIGTERM (after a checkpoint), 1 error (a worker died, an
 exception), 2 bad flags / data / busy run directory / no checkpoint that verifies (trainer/run/resume.py), 3 stopped after repeated NaN losses (after saving the
 last good state), 4 the final checkpoint (of a stop or the end) could not be written (a full disk: the
-``error`` event says what failed; ``latest`` still names the last complete checkpoint). Test instrumentation: ``DFLASH_TEST_NAN_STEPS=3,4`` makes those (1-based) steps' loss
-NaN; ``DFLASH_TEST_PAUSE_AT`` pauses the checkpoint writer (trainer/run/checkpoint.py).
+``error`` event says what failed; ``latest`` still names the last complete checkpoint). Nothing in the
+environment is a test hook: tests inject their faults from their own module (tests/support/faults.py).
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_root = os.path.join(run_dir, "checkpoints")
     try:
         rundir.check_not_running(run_dir)
+        rundir.refuse_links(
+            run_dir
+        )  # checkpoints/, metrics.jsonl, the trackers' folders: never written through a link
         chosen = choose(args.resume, ckpt_root)  # verified (trainer/run/resume.py); auto: never over bad ones
         # the settings take the drafter config of the checkpoint chosen (not merely the newest complete one)
         args.resume = chosen.path or "none"
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         devices = args.devices()
         if devices.mode != "torchrun":  # torchrun's workers may run on other nodes: each checks its own
             check_devices(devices, args.eval_device if args.eval_every else None)
-    except rundir.RunDirBusy as e:
+    except (rundir.RunDirBusy, rundir.LinkRefused) as e:
         print(f"error: --output-dir: {e}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except FlagError as e:

@@ -145,7 +145,9 @@ def tracker_for(to: str, run_dir: str, logdir: str | None) -> Tracker:
             f"{where} already holds event files (the run's own --report-to tensorboard, or an earlier "
             "export): give another --logdir",
         )
-    return TensorBoard(where)
+    return TensorBoard(
+        where if logdir else None
+    )  # None: RUN/tensorboard, made and checked as the trainer does
 
 
 def export(run_dir: str, tracker: Tracker, reading: Reading) -> None:

@@ -23,6 +23,10 @@ PhaseCallback = Callable[[ActionPhase], None]
 SCAN_EVERY_S = 0.5  # a trainer without events: how often its --output-dir is looked at while it saves
 REPORT_EVERY_S = 2.0  # ... and how often a growing file's new size is said
 
+TRAINER_SAVE_FAILED = (
+    4  # the trainer's exit status when its final checkpoint could not be written (docs/run-directory.md)
+)
+
 
 def _changed(before: dict, after: dict) -> dict[str, int]:
     """Files of ``after`` that are new or grew (or were rewritten) since ``before``: {relpath: size}."""
@@ -312,8 +316,10 @@ class StopFollow:
         keeps = (
             f"; checkpoints/latest still names {latest}" if latest else "; there is no complete checkpoint"
         )
-        failed = (self.stopped or {}).get("reason") == "checkpoint_failed" or (
-            self.saving_seen and bool(self.errors)
+        failed = (
+            (self.stopped or {}).get("reason") == "checkpoint_failed"
+            or (self.saving_seen and bool(self.errors))
+            or rc == TRAINER_SAVE_FAILED  # a full disk may refuse even the events that say so
         )
         if failed:
             err = self.errors[-1] if self.errors else "the save did not complete"

@@ -4,7 +4,8 @@ tiny target's real greedy generations (transformers ``generate`` on CPU), with f
 ``faults[prompt_id]`` is a list of actions taken by that prompt's successive requests (then ``ok``):
 ``500``, ``400``, ``sleep`` (no reply until the server stops: the client's timeout fires), ``drop`` (the
 socket closed with no reply), ``cut`` (half a reply, then closed), ``garbage`` / ``nested`` / ``huge`` (a 200 whose body is
-not the API's: a number as content, JSON nested too deeply, 4 MB). A prompt's id is its last message's content (chat) or its text (completion). ``always[prompt_id]`` is
+not the API's: a number as content, JSON nested too deeply, 4 MB), ``surrogate`` (a content holding an escaped lone
+surrogate), ``redirect`` (a 302 to ``redirect_to``), ``trickle`` (headers one byte every 0.2 s, never ending). A prompt's id is its last message's content (chat) or its text (completion). ``always[prompt_id]`` is
 an action for every request. ``serve_limit``: after that many answers, requests wait for ``gate``.
 """
 
@@ -69,6 +70,7 @@ class FaultyServer:
         self.bodies: list[dict] = []
         self.auth: list[str | None] = []  # the Authorization header of every request
         self.served = 0
+        self.redirect_to = ""  # where the "redirect" action points
         self.serve_limit: int | None = None
         self.gate = threading.Event()
         self.stopping = threading.Event()
@@ -115,6 +117,7 @@ BAD_REPLIES = {
     "garbage": b'{"choices": [{"message": {"content": 7}}]}',
     "nested": b"[" * 200_000,
     "huge": b'{"choices": [{"message": {"content": "' + b"x" * 4_000_000 + b'"}}]}',
+    "surrogate": b'{"choices": [{"message": {"content": "ok \\ud800 then"}, "finish_reason": "stop"}]}',
 }
 
 
@@ -169,6 +172,20 @@ def _handler(server: FaultyServer):
                 return
             if act in ("500", "400"):
                 self._send(int(act), b'{"error": "injected"}')
+                return
+            if act == "redirect":  # to server.redirect_to (another origin), as a hostile server may
+                self.send_response(302)
+                self.send_header("Location", server.redirect_to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if act == "trickle":  # the status line and headers one byte at a time, never ending
+                for b in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 1000:
+                    if server.stopping.wait(0.2):
+                        break
+                    self.wfile.write(bytes([b]))
+                    self.wfile.flush()
+                self.close_connection = True
                 return
             if act in BAD_REPLIES:
                 self._send(200, BAD_REPLIES[act])

@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+FAULT_SITE = str(Path(__file__).resolve().parent / "fault_site")  # tests/support/faults.py's sitecustomize
 
 
 def env(**extra: str) -> dict[str, str]:
+    """The environment of a trainer the tests start; given any ``DFLASH_TEST_*`` fault (tests/support/faults.py)
+    it also gets the test-only ``sitecustomize`` that injects them (the trainer itself reads none)."""
     e = dict(os.environ)
     e.update(
         {
@@ -31,6 +34,8 @@ def env(**extra: str) -> dict[str, str]:
     for k in [k for k in e if k.startswith("DFLASH_TEST_")]:
         del e[k]
     e.update(extra)
+    if any(k.startswith("DFLASH_TEST_") for k in extra):
+        e["PYTHONPATH"] = f"{e['PYTHONPATH']}:{FAULT_SITE}"
     return e
 
 
@@ -163,15 +168,14 @@ def run_in_process(flags: list[str], *, stop_after_step: int | None = None, **en
 
     What a run changes in the process is put back afterwards: the SIGINT/SIGTERM handlers, ``os.environ``
     (the compile cache's variables), ``sys.pycache_prefix``, the main thread's OS name, torch's global RNG,
-    default dtype, deterministic-algorithms flags and thread count, Python's and NumPy's global RNGs, the
-    checkpoint writer's per-process save count (test hooks count saves of "this process"); a thread it
+    default dtype, deterministic-algorithms flags and thread count, Python's and NumPy's global RNGs; a thread it
     started that is still alive after 10 s fails the call.
     """
     import numpy as np
     import torch
 
     from trainer import pipeline
-    from trainer.run import checkpoint, rundir
+    from trainer.run import rundir
 
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     environ = dict(os.environ)
@@ -184,7 +188,6 @@ def run_in_process(flags: list[str], *, stop_after_step: int | None = None, **en
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
     )
-    saves = checkpoint._saves_done
     before = set(threading.enumerate())
     write = rundir.MetricsWriter.write
     e = env(**env_extra)
@@ -200,7 +203,6 @@ def run_in_process(flags: list[str], *, stop_after_step: int | None = None, **en
 
     if stop_after_step is not None:
         rundir.MetricsWriter.write = write_then_stop
-    checkpoint._saves_done = 0
     try:
         try:
             return pipeline.main(list(flags))
@@ -222,7 +224,6 @@ def run_in_process(flags: list[str], *, stop_after_step: int | None = None, **en
         torch.set_default_dtype(dtype)
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
-        checkpoint._saves_done = saves
         end = time.monotonic() + 10
         left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
         for t in left:

@@ -3,6 +3,7 @@ cursor), refuses one whose config differs from its flags, and a run that finds i
 The trainer runs in this process (tests/support/trainer_run.py ``run_in_process``)."""
 
 import json
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
@@ -56,3 +57,26 @@ def test_init_drafter_starts_from_the_weights_and_checks_the_config(tiny_assets,
         tiny_assets, tmp_path / "b", capfd, "--max-steps", "3", "--init-drafter", src, "--lr", "1e-30"
     )
     assert "resuming this run's own checkpoint" in so + se
+
+
+def test_a_hostile_init_drafter_config_is_one_line_exit_2(tiny_assets, tmp_path, capfd):
+    """A config.json of 10**12 layers, a hidden size whose drafter outgrows the machine, or a size of 1e999: each
+    is refused by the sizes' bounds before anything is allocated (never a MemoryError or OverflowError)."""
+    _run(tiny_assets, tmp_path / "a", capfd, "--max-steps", "1", "--resume", "none")
+    src = Path(checkpoint.latest(str(tmp_path / "a" / "checkpoints"))) / "export"
+    good = json.loads((src / "config.json").read_text())
+    bad = [
+        ({"num_hidden_layers": 10**12}, "num_draft_layers must be an integer in 1..1024"),
+        ({"hidden_size": 200_000}, "more than this machine's memory"),
+        ({"intermediate_size": float("inf")}, "not a finite integer"),
+    ]
+    for i, (change, said) in enumerate(bad):
+        d = tmp_path / f"bad{i}"
+        d.mkdir()
+        cfg = {k: v for k, v in {**good, **change}.items() if k != "layer_types"}
+        (d / "config.json").write_text(json.dumps(cfg))
+        (d / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+        rc, _, se = _run(tiny_assets, tmp_path / f"run{i}", capfd, "--init-drafter", str(d), check=False)
+        assert rc == 2 and "Traceback" not in se, se
+        errors = [x for x in se.splitlines() if x.startswith("error:")]
+        assert len(errors) == 1 and errors[0].startswith("error: --init-drafter:") and said in errors[0], se

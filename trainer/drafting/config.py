@@ -23,6 +23,7 @@ API (stable; the pipeline codes against it):
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,17 @@ ARCHS = ("dflash", "dflash2")
 DFLASH2_FIELDS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 # the published DFlash 2 defaults (z-lab drafters; vllm-project/speculators DFlash2SpeculatorConfig)
 DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
+# a drafter is a few layers; no target has this many (the largest decoders have ~128): checked before any list
+# of layers is made, so a config of 10**12 layers is a ConfigError, not a MemoryError
+MAX_DRAFT_LAYERS = 1024
+
+
+def machine_bytes() -> int:
+    """This machine's physical memory (the bound on a drafter's fp32 weights); 2**40 where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (OSError, ValueError):
+        return 2**40
 
 
 class ConfigError(ValueError):
@@ -71,6 +83,10 @@ def default_target_layer_ids(num_target_layers: int, n: int) -> list[int]:
     drafter fewer features than it trained on (docs/model.md, "What each server reads")."""
     if n < 1:
         raise ValueError(f"number of target layers to capture must be >= 1, got {n}")
+    if n > MAX_DRAFT_LAYERS:  # before a list of n ids is made
+        raise ConfigError(
+            "num_draft_layers", f"num_draft_layers must be an integer in 1..{MAX_DRAFT_LAYERS}, got {n}"
+        )
     if n == 1:
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
@@ -110,6 +126,7 @@ class DraftConfig:
     selector_top_k: int | None = None  # candidates kept per block position
 
     def __post_init__(self) -> None:
+        self._validate_size()  # before anything is sized by the fields
         if not self.layer_types:
             self.layer_types = ["full_attention"] * self.num_draft_layers
         self.target_layer_ids = [int(i) for i in self.target_layer_ids]
@@ -187,6 +204,36 @@ class DraftConfig:
                     "rope_scaling",
                     f"rope_scaling rope_type {rtype!r} is not supported (one of {_ROPE_TYPES})",
                 )
+
+    def parameters(self) -> int:
+        """The drafter's parameter count from its sizes (fc, the layers, a DFlash 2 selector's codebooks)."""
+        h, hd = self.hidden_size, self.head_dim
+        attn = 2 * h * self.num_attention_heads * hd + 2 * h * self.num_key_value_heads * hd
+        layer = attn + 3 * h * self.intermediate_size
+        n = h * len(self.target_layer_ids) * h + self.num_draft_layers * layer
+        if self.arch == "dflash2" and isinstance(self.selector_rank, int):
+            n += 2 * self.vocab_size * self.selector_rank
+        return n
+
+    def _validate_size(self) -> None:
+        """Sizes bounded before they are used: the layer count, and the fp32 weights within the machine's memory."""
+        n = self.num_draft_layers
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_DRAFT_LAYERS:
+            raise ConfigError(
+                "num_draft_layers", f"num_draft_layers must be an integer in 1..{MAX_DRAFT_LAYERS}, got {n!r}"
+            )
+        sizes = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+        if not all(type(getattr(self, k)) is int and getattr(self, k) > 0 for k in (*sizes, "vocab_size")):
+            return  # validate() names the field
+        if not isinstance(self.target_layer_ids, list):
+            return
+        need, have = 4 * self.parameters(), machine_bytes()
+        if need > have:
+            raise ConfigError(
+                "hidden_size",
+                f"these sizes make a drafter of {self.parameters():,} parameters ({need / 1e9:.1f} GB in fp32), "
+                f"more than this machine's memory ({have / 1e9:.1f} GB)",
+            )
 
     def _validate_arch(self) -> None:
         if self.arch not in ARCHS:

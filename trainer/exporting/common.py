@@ -28,6 +28,9 @@ SIZE_DEFAULTS = {
     "vocab_size": 151936,
 }
 _MISSING = object()
+# the most layers a drafter config may name (trainer/drafting/config.py MAX_DRAFT_LAYERS): checked before a
+# list of layers or of expected tensors is made, so ``num_hidden_layers: 1e18`` is one error, not 13 GB
+MAX_LAYERS = 1024
 
 
 def is_int(v: object) -> bool:
@@ -95,6 +98,8 @@ def sizes(top: dict) -> tuple[list[Problem], dict | None]:
             )
         elif not is_int(v) or v < 1:
             out.append(error(k, f"{shown(v)} is not a positive integer"))
+        elif k == "num_hidden_layers" and v > MAX_LAYERS:
+            out.append(error(k, f"{v} layers: more than a drafter has (at most {MAX_LAYERS})"))
         else:
             got[k] = v
     heads, kv = got.get("num_attention_heads"), got.get("num_key_value_heads")

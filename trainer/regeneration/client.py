@@ -1,27 +1,31 @@
 """An OpenAI-compatible server (vLLM, SGLang) as the generator: ``/v1/chat/completions`` for chats,
-``/v1/completions`` for completion prompts (stdlib ``urllib``, one blocking request per thread).
+``/v1/completions`` for completion prompts (stdlib ``http.client``, one blocking request per thread).
 
 Retried with exponential backoff (``backoff * 2**attempt`` seconds, capped at 30, with jitter): HTTP 5xx, 408
 and 429, timeouts, refused or dropped connections, a reply cut short. Any other 4xx or a reply that is not
 what the API promises fails at once (``Permanent``). The reply is untrusted: at most ``MAX_REPLY`` bytes are
-read and every field used is type-checked. Requests go to the endpoint as given (``http_proxy`` is not used).
+read, every field used is type-checked, and text that is not UTF-8 (a lone surrogate escaped in the JSON) is a
+rejected reply. ``timeout`` is a deadline for the whole request (headers and body, however slowly they come).
+Requests go to the endpoint as given (``http_proxy`` is not used) and a redirect is never followed (it could
+take the ``Authorization`` key to another origin): a 3xx is a ``Permanent`` failure naming where it pointed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass
 
 from trainer.regeneration.prompt_file import Prompt, Reply
 
 MAX_REPLY = 16 * 2**20
 RETRY_STATUS = {408, 429}
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the endpoint as given, no proxy
 
 
 class Permanent(Exception):
@@ -70,7 +74,17 @@ def _str_or_none(d: dict, name: str) -> str | None:
     v = d.get(name)
     if v is not None and not isinstance(v, str):
         raise Permanent(f"reply: {name} is {type(v).__name__}, not a string")
+    if v is not None:
+        _utf8(v, name)
     return v
+
+
+def _utf8(text: str, name: str) -> None:
+    """JSON can escape a lone surrogate (``"\\ud800"``), which no UTF-8 file can hold: such a reply is refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise Permanent(f"reply: {name} is not UTF-8 text ({e.reason} at character {e.start})") from None
 
 
 def _completion_tokens(rep: dict) -> int | None:
@@ -107,27 +121,60 @@ def parse_reply(raw: bytes, chat: bool) -> Reply:
     calls = msg.get("tool_calls")
     if calls is not None and (not isinstance(calls, list) or not all(isinstance(x, dict) for x in calls)):
         raise Permanent("reply: tool_calls is not a list of objects")
+    if calls:
+        _utf8(json.dumps(calls, ensure_ascii=False), "tool_calls")
     return Reply(content, finish, calls or None, _completion_tokens(rep))
 
 
 def _post(url: str, body: dict, timeout: float, api_key: str | None = None) -> bytes:
-    data = json.dumps(body).encode("utf-8")
+    """POST ``body``; the reply's bytes. ``timeout`` is a deadline for the whole exchange (connect, headers and
+    body): a server that trickles its reply is cut off when it passes. No redirect is followed."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise Permanent(f"{url}: not an http(s) URL")
+    conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(u.hostname, u.port, timeout=timeout)
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=data, headers=headers)
+    expired = threading.Event()
+    watchdog = threading.Timer(timeout, _expire, (conn, expired))
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            raw = resp.read(MAX_REPLY + 1)
-            length = resp.headers.get("Content-Length", "")
-    except urllib.error.HTTPError as e:
-        detail = e.read(500).decode("utf-8", "replace")
-        e.close()
-        err = f"HTTP {e.code}: {detail}"
-        raise (Transient(err) if e.code >= 500 or e.code in RETRY_STATUS else Permanent(err)) from None
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise Transient(f"{type(reason).__name__}: {reason}") from None
+        conn.request("POST", u.path + (f"?{u.query}" if u.query else ""), json.dumps(body).encode(), headers)
+        resp = conn.getresponse()
+        return _reply(resp, url)
+    except (http.client.HTTPException, OSError) as e:
+        if expired.is_set():
+            raise Transient(f"no whole reply within {timeout:g} s") from None
+        raise Transient(f"{type(e).__name__}: {e}") from None
+    finally:
+        watchdog.cancel()
+        conn.close()
+
+
+def _expire(conn: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """The deadline passed: the blocked read (headers or body) returns at once."""
+    expired.set()
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _reply(resp: http.client.HTTPResponse, url: str) -> bytes:
+    if 300 <= resp.status < 400:  # never followed: it could take the request (and the key) to another origin
+        where = " ".join(str(resp.getheader("Location", "")).split())[:200]
+        raise Permanent(
+            f"HTTP {resp.status}: a redirect (to {where!r}) is not followed; give the final endpoint"
+        )
+    if resp.status >= 400:
+        detail = resp.read(500).decode("utf-8", "replace")
+        err = f"HTTP {resp.status}: {detail}"
+        raise Transient(err) if resp.status >= 500 or resp.status in RETRY_STATUS else Permanent(err)
+    raw = resp.read(MAX_REPLY + 1)
+    length = resp.getheader("Content-Length", "") or ""
     if len(raw) > MAX_REPLY:
         raise Permanent(f"reply larger than {MAX_REPLY} bytes")
     if length.isdigit() and len(raw) < int(length) <= MAX_REPLY:  # read() returns what came before a close

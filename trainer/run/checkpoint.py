@@ -8,12 +8,14 @@ trainer has sizes only: those are what it checks). A SIGKILL at any point leaves
 previous complete one. A save of step N where a ``step_N/`` that does not verify is in the way moves that one
 aside (``set_aside``: ``step_N.bad``, never pruned nor overwritten) instead of deleting it.
 
-Test instrumentation: with ``DFLASH_TEST_PAUSE_AT=<stage>`` (one of ``STAGES``) the writer prints
-``DFLASH_TEST_PAUSE <stage> <path>`` and sleeps ``DFLASH_TEST_PAUSE_S`` seconds (default 3600) at that
-stage of save number ``DFLASH_TEST_PAUSE_SAVE`` (1-based, counted in this process, default 1), or until
-the path ``DFLASH_TEST_PAUSE_UNTIL`` exists. With ``DFLASH_TEST_ENOSPC_SAVE=2,4`` those save attempts
-(1-based, counted in this process) fail as a full disk does: half of every payload file is written,
-then ``OSError(ENOSPC)`` is raised (the same path a real ``write`` failing with ENOSPC takes).
+A save that fails anywhere (the payload's writers, the manifest, the fsyncs, the renames, ``latest``) is one
+failed save: ``SaveFailed`` (an ``OSError``), its folder removed, ``latest`` as it was. The payload's writers
+do not all raise ``OSError`` on a full disk: safetensors raises ``SafetensorError`` ("No space left on device
+(os error 28)"), ``torch.save`` a ``RuntimeError`` ("unexpected pos ..."); both are taken as the write failing.
+
+``on_stage(stage, path)`` is called at each of ``STAGES``: a no-op here; tests replace it in-process (or
+through their own module on PYTHONPATH, tests/support/fault_site) to pause or fail a save at that point.
+Nothing in the environment changes what a save does.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ import json
 import os
 import re
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 
-from trainer.run.rundir import atomic_write_text, fsync_dir
+from trainer.run.rundir import atomic_write_text, fsync_dir, own_dir
 
 STAGES = (
     "tmp_created",  # empty temp folder exists
@@ -42,33 +43,40 @@ STAGES = (
 STEP_RE = re.compile(r"^step_(\d{8,})$")
 MANIFEST = "manifest.json"
 
-_saves_done = 0  # complete saves of this process (DFLASH_TEST_PAUSE_SAVE counts these + 1)
-_attempts = 0  # saves begun (DFLASH_TEST_ENOSPC_SAVE counts these)
+
+def on_stage(stage: str, path: str) -> None:
+    """Called at each of ``STAGES`` of a save (a seam for tests; does nothing)."""
 
 
-def _enospc(tmp: str) -> None:
-    """Test hook: fail this save attempt as a full disk does, leaving a half-written payload."""
-    wanted = {int(x) for x in os.environ.get("DFLASH_TEST_ENOSPC_SAVE", "").split(",") if x.strip()}
-    if _attempts not in wanted:
-        return
-    for rel in _walk_files(tmp):
-        p = os.path.join(tmp, rel)
-        os.truncate(p, os.path.getsize(p) // 2)
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+class SaveFailed(OSError):
+    """A save that did not complete; its ``errno`` is the write's (ENOSPC for a full disk) where known."""
 
 
-def _pause(stage: str, path: str) -> None:
-    if os.environ.get("DFLASH_TEST_PAUSE_AT") != stage:
-        return
-    if int(os.environ.get("DFLASH_TEST_PAUSE_SAVE", "1")) != _saves_done + 1:
-        return
-    print(f"DFLASH_TEST_PAUSE {stage} {path}", flush=True)
-    deadline = time.monotonic() + float(os.environ.get("DFLASH_TEST_PAUSE_S", "3600"))
-    release = os.environ.get("DFLASH_TEST_PAUSE_UNTIL")  # a path: the pause ends once it exists
-    while time.monotonic() < deadline:  # short sleeps: signal handlers run in between
-        if release and os.path.exists(release):
-            return
-        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+_OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def _write_failed(e: Exception, tmp: str) -> SaveFailed:
+    """A payload writer's own error (safetensors' ``SafetensorError``, ``torch.save``'s ``RuntimeError``) as
+    the ``OSError`` it stands for: the errno its text names, else ENOSPC where the disk is (nearly) full, else
+    EIO; the writer's text kept."""
+    m = _OS_ERROR.search(str(e))
+    if m:
+        code = int(m.group(1))
+    else:
+        try:
+            st = os.statvfs(tmp)
+            code = errno.ENOSPC if st.f_bavail * st.f_frsize < (1 << 20) else errno.EIO
+        except OSError:
+            code = errno.EIO
+    return SaveFailed(code, f"{os.strerror(code)} ({type(e).__name__}: {e})", tmp)
+
+
+def _payload_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return (RuntimeError,)
+    return (RuntimeError, SafetensorError)
 
 
 def step_dir_name(step: int) -> str:
@@ -214,24 +222,27 @@ def save(
     complete checkpoints are untouched. Older checkpoints are pruned to ``keep`` only after the new one
     is complete and ``latest`` names it.
     """
-    global _saves_done, _attempts
-    _attempts += 1
-    os.makedirs(ckpt_root, exist_ok=True)
+    os.makedirs(os.path.dirname(ckpt_root), exist_ok=True)
+    own_dir(
+        ckpt_root
+    )  # a link planted in its place is refused (LinkRefused: an OSError), never written through
     name = step_dir_name(step)
     final = os.path.join(ckpt_root, name)
     tmp = os.path.join(ckpt_root, f"{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     os.mkdir(tmp)
     try:
-        _pause("tmp_created", tmp)
-        write_payload(tmp)
-        _enospc(tmp)
-        _pause("files_written", tmp)
+        on_stage("tmp_created", tmp)
+        try:
+            write_payload(tmp)
+        except _payload_errors() as e:
+            raise _write_failed(e, tmp) from e
+        on_stage("files_written", tmp)
         rels = _walk_files(tmp)
         files = {rel: os.path.getsize(os.path.join(tmp, rel)) for rel in rels}
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump({**meta, "step": step, "files": files, "sha256": checksums(tmp, rels)}, f, indent=1)
         _fsync_tree(tmp)
-        _pause("synced", tmp)
+        on_stage("synced", tmp)
         trash = _make_way(ckpt_root, final)
         os.rename(tmp, final)
         if trash is not None:
@@ -240,14 +251,17 @@ def save(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _pause("renamed", final)
-    atomic_write_text(
-        os.path.join(ckpt_root, "latest"),
-        name + "\n",
-        before_rename=lambda: _pause("latest_tmp_written", final),
-    )
-    _pause("latest_written", final)
-    _saves_done += 1
+    on_stage("renamed", final)
+    try:
+        atomic_write_text(
+            os.path.join(ckpt_root, "latest"),
+            name + "\n",
+            before_rename=lambda: on_stage("latest_tmp_written", final),
+        )
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)  # latest does not name it: the save failed as a whole
+        raise
+    on_stage("latest_written", final)
     nbytes = sum(files.values()) + os.path.getsize(os.path.join(final, MANIFEST))
     _prune(ckpt_root, keep, newest=name)
     return final, nbytes

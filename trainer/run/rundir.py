@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -39,6 +40,66 @@ ENV_SECRETS = ("DFLASH_CONTROL_SECRET",)  # never into run.json (0644)
 
 class RunDirBusy(RuntimeError):
     """run.json names a trainer that is still alive."""
+
+
+# what the trainer (and its trackers) write in the run directory under a fixed name: never a link it did not make
+OWN_NAMES = ("metrics.jsonl", "checkpoints", "evals", "tensorboard", "wandb", "mlruns")
+
+
+class LinkRefused(OSError):
+    """A name the trainer writes under is a symbolic link (or not what it should be): the trainer does not follow it."""
+
+
+def _refusal(path: str, what: str) -> LinkRefused:
+    try:
+        target = f" (to {os.readlink(path)!r})"
+    except OSError:
+        target = ""
+    return LinkRefused(
+        f"{path} is {what}{target}: refused (the trainer makes its run directory's files itself)"
+    )
+
+
+def refuse_links(run_dir: str, names: tuple[str, ...] = OWN_NAMES) -> None:
+    """Raise ``LinkRefused`` naming the first of ``names`` in ``run_dir`` that is a symbolic link."""
+    for n in names:
+        p = os.path.join(run_dir, n)
+        if os.path.islink(p):
+            raise _refusal(p, "a symbolic link")
+
+
+def own_dir(path: str) -> str:
+    """``path`` as a real folder (made 0755 where missing); ``LinkRefused`` where it is a link or not a folder."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise _refusal(path, "a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refusal(path, "not a folder")
+    return path
+
+
+def open_append(path: str):
+    """``path`` opened to append (made 0644 where missing), never through a link, and only a regular file (a FIFO
+    would hold the open, a device take the writes): an unbuffered binary file object."""
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644
+        )
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO with no reader
+            raise _refusal(
+                path, "a symbolic link" if e.errno == errno.ELOOP else "not a regular file"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refusal(path, "not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def fsync_dir(path: str) -> None:
@@ -166,25 +227,18 @@ class MetricsWriter:
     A write that fails with ENOSPC, EDQUOT or EIO drops that record (a torn line is cut off again) and
     training goes on: the first failure of a streak is said once on stderr (train.log) with the free
     space, every dropped record is counted, and the first write that succeeds again is preceded by a
-    ``metrics_dropped`` event with the count. Other errors are raised.
-
-    Test hook: ``DFLASH_TEST_ENOSPC_METRICS=3,4`` makes those writes of the process (1-based) fail as a
-    full disk does (half the line written, then ENOSPC)."""
+    ``metrics_dropped`` event with the count. Other errors are raised."""
 
     def __init__(self, path: str, *, err: Callable[[str], None] | None = None):
         self.path = path
         self._lock = threading.Lock()
-        self._f = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the run
+        self._f = open_append(path)  # lives as long as the run
         self.listeners: list[Callable[[dict[str, Any]], None]] = []  # called with each record once written
         self.dropped = 0  # records dropped in the current streak of failed writes
         self.dropped_total = 0
         self._dropped_since: float | None = None
         self._torn = False  # a failed write left part of a line that could not be cut off
         self._err = err or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        self._writes = 0
-        self._fail = {
-            int(x) for x in os.environ.get("DFLASH_TEST_ENOSPC_METRICS", "").split(",") if x.strip()
-        }
 
     def write(self, kind: str, **fields: Any) -> dict[str, Any]:
         rec = {"t": time.time(), "kind": kind, **fields}
@@ -225,10 +279,6 @@ class MetricsWriter:
             if self._torn:
                 self._writeall(b"\n")  # end the torn line: readers skip it as one bad line
                 self._torn = False
-            self._writes += 1
-            if self._writes in self._fail:
-                self._writeall(data[: len(data) // 2])
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self._writeall(data)
             return True
         except OSError as e:

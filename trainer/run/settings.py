@@ -211,6 +211,11 @@ RULES = (
         lambda s: s.max_seq_len <= s.block_size,
         lambda s: f"must exceed --block-size {s.block_size}",
     ),
+    Rule(  # one anchor per token at most: the bound keeps the anchor count's tensors sized by the batch
+        "--max-anchors",
+        lambda s: s.max_anchors > s.token_budget,
+        lambda s: f"{s.max_anchors} exceeds --token-budget {s.token_budget} (at most one anchor per token)",
+    ),
     Rule(
         "--est-holdout",
         lambda s: s.est_holdout > 0 and s.est_anchors == 0,

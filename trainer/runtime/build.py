@@ -195,8 +195,20 @@ class DrafterBuild:
 
         from trainer.model import config_from_json
 
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            saved = config_from_json(json.load(f)).to_dict()
+        config = os.path.join(path, "config.json")
+        try:
+            with open(config, encoding="utf-8") as f:
+                saved = config_from_json(json.load(f)).to_dict()
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            OverflowError,
+            RecursionError,
+        ) as e:  # ConfigError too: a ValueError
+            raise FlagError(
+                "--init-drafter", f"{config}: not a drafter config this trainer builds: {e}"
+            ) from None
         check_config(st.cfg, "--init-drafter", path, saved, "pass the flags it was trained with")
         weights = load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
         st.drafter.load_state_dict(weights, strict=True)  # copied into the training dtype's tensors

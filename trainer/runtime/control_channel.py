@@ -10,8 +10,12 @@ bytes, hex; the launcher's workers get it in ``DFLASH_CONTROL_SECRET``, torchrun
 ``RUN/control.secret``, mode 0600, ``write_secret_file``): the launcher sends ``{"op": "challenge",
 "nonce"}``, the worker answers ``{"op": "auth", "mac": HMAC-SHA256(secret, "worker" nonce), "nonce": its
 own}``, the launcher proves itself with ``{"op": "authok", "mac": HMAC(secret, "launcher" its nonce)}``.
-The secret never crosses the wire. A peer that does not answer in ``AUTH_TIMEOUT_S`` or answers wrong is
-dropped before anything it sends is read as a message, and logged once (``Server.log``); the run goes on.
+The secret never crosses the wire. A peer that does not finish its handshake within ``AUTH_TIMEOUT_S`` (a
+deadline over all its bytes: trickling them does not extend it) or answers wrong is dropped before anything it
+sends is read as a message, and logged once (``Server.log``); the run goes on. The accept loop never waits on a
+peer and never turns a newcomer away: past ``HANDSHAKES_MAX`` handshakes at once, or ``PER_SOURCE_MAX`` from one
+address, the oldest pending one (of that address) is dropped to make room, so a worker, which answers at once,
+gets through peers that hold connections open; a worker whose handshake is cut before the challenge retries.
 After that the channel is neither encrypted nor signed per message: across hosts (``--launch torchrun``)
 it is as private as the network between them.
 """
@@ -36,7 +40,8 @@ SECRET_ENV = "DFLASH_CONTROL_SECRET"
 SECRET_FILE = "control.secret"  # in the run directory, mode 0600: for torchrun's workers
 AUTH_TIMEOUT_S = 10.0
 AUTH_LINE_MAX = 4096  # bytes of a handshake line; a longer one is a failed handshake
-HANDSHAKES_MAX = 64  # handshakes under way at once; a connection beyond them is dropped at once
+HANDSHAKES_MAX = 64  # handshakes under way at once; past them the oldest pending one is dropped
+PER_SOURCE_MAX = 16  # handshakes under way from one source address; past them its oldest is dropped
 DROP_LOG_MAX = 20  # dropped peers logged one line each; after that one line says further ones are not
 
 
@@ -77,6 +82,34 @@ def worker_secret(run_dir: str) -> str:
     if not got:
         raise AuthError(f"no control secret: {path} is empty")
     return got
+
+
+def _cut(sock: socket.socket) -> None:
+    """End a handshake now: its blocked read returns."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class deadline:  # noqa: N801 - used as a function
+    """A handshake's deadline over all its bytes: ``sock`` is shut down after ``seconds`` unless ``cancel()`` came
+    first (a handshake that finished in time is never cut after the fact)."""
+
+    def __init__(self, sock: socket.socket, seconds: float):
+        self._lock, self._over, self.fired = threading.Lock(), False, False
+        self._t = threading.Timer(seconds, self._fire, (sock,))
+        self._t.daemon = True
+        self._t.start()
+
+    def _fire(self, sock: socket.socket) -> None:
+        with self._lock:
+            if not self._over:
+                self._over = self.fired = True
+                _cut(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._over = True
+        self._t.cancel()
 
 
 def _mac(secret: str, who: bytes, nonce: str) -> str:
@@ -145,20 +178,29 @@ class Channel:
 def connect(address: str, secret: str, timeout: float = 120.0) -> Channel:
     """A channel to the launcher at ``host:port``, authenticated both ways (AuthError where it fails)."""
     host, _, port = address.rpartition(":")
-    deadline = time.monotonic() + timeout
+    end = time.monotonic() + timeout
     while True:
         try:
             sock = socket.create_connection((host, int(port)), timeout=10)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            break
         except OSError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > end:
                 raise
             time.sleep(0.2)
-    ch = Channel(sock)
+            continue
+        ch = Channel(sock)
+        timer = deadline(sock, AUTH_TIMEOUT_S)
+        try:
+            challenge = ch.read_one()
+        except AuthError:  # cut before the challenge (the launcher made room for newer peers): again
+            timer.cancel()
+            ch.close()
+            if time.monotonic() > end:
+                raise AuthError(f"control socket {address}: no challenge from the launcher") from None
+            time.sleep(0.05)
+            continue
+        break
     try:
-        sock.settimeout(AUTH_TIMEOUT_S)
-        challenge = ch.read_one()
         mine = secrets.token_hex(16)
         ch.send("auth", mac=_mac(secret, b"worker", str(challenge.get("nonce", ""))), nonce=mine)
         try:
@@ -177,6 +219,8 @@ def connect(address: str, secret: str, timeout: float = 120.0) -> Channel:
     except (AuthError, OSError) as e:
         ch.close()
         raise AuthError(f"control socket {address}: {e}") from None
+    finally:
+        timer.cancel()
     return ch
 
 
@@ -201,7 +245,9 @@ class Server:
         self.dropped = 0
         self._n = 0
         self._lock = threading.Lock()
-        self._handshakes = threading.BoundedSemaphore(HANDSHAKES_MAX)
+        self._pending: dict[
+            socket.socket, str
+        ] = {}  # handshakes under way (oldest first): their source address
         threading.Thread(target=named(self._accept), name="dflash-control-accept", daemon=True).start()
 
     def _accept(self) -> None:
@@ -211,15 +257,27 @@ class Server:
             except OSError:
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if not self._handshakes.acquire(blocking=False):  # a flood of silent peers: no thread each
-                with contextlib.suppress(OSError):
-                    sock.close()
-                self._dropped(peer, AuthError(f"more than {HANDSHAKES_MAX} handshakes at once"))
-                continue
+            self._make_room(peer[0] if isinstance(peer, tuple) else str(peer))
+            with self._lock:
+                self._pending[sock] = peer[0] if isinstance(peer, tuple) else str(peer)
             # the handshake in the connection's own thread: a silent peer holds up no other
             threading.Thread(
                 target=named(self._serve), args=(sock, peer), name="dflash-control", daemon=True
             ).start()
+
+    def _make_room(self, source: str) -> None:
+        """Past the caps, the oldest pending handshake (of ``source`` where its own cap is reached) is cut: its
+        thread drops it. A newcomer is never turned away, so peers that hold connections open starve nobody."""
+        with self._lock:
+            mine = [s for s, src in self._pending.items() if src == source]
+            if len(mine) >= PER_SOURCE_MAX:
+                victim = mine[0]
+            elif len(self._pending) >= HANDSHAKES_MAX:
+                victim = next(iter(self._pending))
+            else:
+                return
+            del self._pending[victim]
+        _cut(victim)
 
     def _authenticate(self, sock: socket.socket, ch: Channel) -> None:
         sock.settimeout(AUTH_TIMEOUT_S)
@@ -238,14 +296,18 @@ class Server:
 
     def _serve(self, sock: socket.socket, peer) -> None:
         ch = Channel(sock)
+        timer = deadline(sock, AUTH_TIMEOUT_S)
         try:
             self._authenticate(sock, ch)
         except (AuthError, OSError) as e:
             ch.close()
-            self._dropped(peer, e)
+            late = AuthError(f"no answer within {AUTH_TIMEOUT_S:g} s, a deadline over all its bytes")
+            self._dropped(peer, late if timer.fired else e)
             return
         finally:
-            self._handshakes.release()
+            timer.cancel()
+            with self._lock:
+                self._pending.pop(sock, None)
         with self._lock:
             cid, self._n = self._n, self._n + 1
         self.channels[cid] = ch

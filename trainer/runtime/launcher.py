@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,29 @@ from trainer.runtime.common import EXIT_ERROR, EXIT_OK, log
 from trainer.runtime.handoff import Layout
 
 ABORT_GRACE_S = 60.0
+
+
+def local_store(tcp_store, timeout):
+    """A master TCPStore listening on 127.0.0.1 only (torch's own listener takes every interface): it is handed
+    a socket bound here, whose descriptor it then owns (and closes)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(256)
+        port = sock.getsockname()[1]
+        store = tcp_store(
+            "127.0.0.1",
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timeout,
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()
+    return store
 
 
 class RemoteMeter:
@@ -111,9 +135,7 @@ class Launcher:
         from torch.distributed import TCPStore
 
         # the rendezvous store lives here, not in rank 0: a target that exits first does not take it away
-        self.store = TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(minutes=30)
-        )
+        self.store = local_store(TCPStore, timedelta(minutes=30))
         port = self.store.port
         L = self.layout
         argv = [sys.executable, "-m", "trainer.worker", *worker_argv(self.args)]

@@ -290,7 +290,7 @@ class DrafterRole:
                     )
                     loss = loss + sel
                     metrics = {**metrics, "selector_loss": sel.detach(), **sel_metrics}
-            if poison:  # test instrumentation (DFLASH_TEST_NAN_STEPS): a NaN loss, as a diverging run gives
+            if poison:  # a test's diverging run (Trainer.poisoned): a NaN loss, as a diverging run gives
                 loss = loss * float("nan")
             (loss * loss_scale).backward()
         self.meter.end(hb.tokens)  # on CUDA: an event, no host sync (runtime.gpu_meter)

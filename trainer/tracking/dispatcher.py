@@ -15,16 +15,14 @@ run goes on, as a ``tracker_failed`` event (``tracker``, ``message``); training 
 ``close()`` after the ``stopped`` event: each worker logs what is queued and closes its run (its status from
 ``stopped``), within ``CLOSE_S`` seconds in all; a tracker still busy then is left behind (a daemon thread) and said.
 
-Test instrumentation: ``DFLASH_TEST_TRACKER_RAISE=NAME:N[,NAME:open|close]`` makes that tracker's worker raise
-before its N-th batch (1-based), its open or its close; ``DFLASH_TEST_TRACKER_HANG=NAME`` makes it wait, before it
-opens, until ``Worker.release`` is set (nothing sets it in a trainer: the tracker hangs).
+``Worker._check(when)`` is called before a tracker opens, before each batch and before it closes: a no-op, a seam
+where tests make a tracker fail or hang (tests/support/faults.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
 import queue
 import threading
 import time
@@ -58,15 +56,6 @@ def message(e: BaseException) -> str:
     return " ".join(f"{type(e).__name__}: {e}".split())[:MAX_MESSAGE]
 
 
-def _hooks(var: str) -> dict[str, str]:
-    out = {}
-    for item in os.environ.get(var, "").split(","):
-        name, _, when = item.strip().partition(":")
-        if name:
-            out[name] = when
-    return out
-
-
 class Worker:
     """One tracker's queue and thread."""
 
@@ -75,11 +64,8 @@ class Worker:
         self.q: queue.Queue = queue.Queue(CAPACITY)
         self.dropped = 0
         self.failed = False
-        self.release = threading.Event()
         self._lock = threading.Lock()
         self._streak = False
-        self._raise_at = _hooks("DFLASH_TEST_TRACKER_RAISE").get(name)
-        self._hang = name in _hooks("DFLASH_TEST_TRACKER_HANG")
         self.tracker = make(name)  # the module only: its library is imported when it opens, in the thread
         self.tracker.prepare()  # environment defaults now, before any thread or process could read them
         self.thread = threading.Thread(target=named(self._run), name=f"dflash-tracking-{name}", daemon=True)
@@ -110,14 +96,11 @@ class Worker:
             pass
 
     def _check(self, when: str) -> None:
-        if self._raise_at == when:
-            raise RuntimeError(f"DFLASH_TEST_TRACKER_RAISE {self.name}:{when}")
+        """Before ``open``, each batch (``"1"``, ``"2"``...) and ``close``: a seam for tests; does nothing."""
 
     def _run(self) -> None:
         tracker = None
         try:
-            if self._hang:
-                self.release.wait()
             self._check("open")
             tracker = self.tracker
             tracker.open(self.ctx)

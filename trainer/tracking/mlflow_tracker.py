@@ -16,6 +16,7 @@ import os
 import time
 from pathlib import Path
 
+from trainer.run.rundir import own_dir
 from trainer.tracking.base import Context, Tracker, hparams
 from trainer.tracking.records import Point
 
@@ -43,6 +44,8 @@ class MLflow(Tracker):
             os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
     def open(self, ctx: Context) -> None:
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            own_dir(os.path.join(ctx.run_dir, STORE))  # RUN/mlruns: never through a planted link
         uri = tracking_uri(ctx.run_dir)
         from mlflow.tracking import MlflowClient
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+from trainer.run.rundir import own_dir
 from trainer.tracking.base import Context, Tracker, hparams
 from trainer.tracking.records import Point
 
@@ -28,7 +29,9 @@ class TensorBoard(Tracker):
     def open(self, ctx: Context) -> None:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self.where = self.log_dir or os.path.join(ctx.run_dir, LOG_DIR)
+        self.where = self.log_dir or own_dir(
+            os.path.join(ctx.run_dir, LOG_DIR)
+        )  # never through a planted link
         self._w = EventFileWriter(self.where, max_queue_size=100, flush_secs=10)
         hp = hparams(ctx.settings)
         self._add(0, time.time(), [self._hparams(hp), self._text("settings", _table(hp))])

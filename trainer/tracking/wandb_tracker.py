@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import secrets
 
+from trainer.run.rundir import own_dir
 from trainer.tracking.base import Context, Tracker
 from trainer.tracking.records import Point
 
@@ -44,6 +45,8 @@ class WandB(Tracker):
         settings = {"console": "off", "silent": True}
         if offline:
             settings.update(x_disable_stats=True, x_disable_machine_info=True)
+        if not os.environ.get(DIR_ENV):
+            own_dir(os.path.join(ctx.run_dir, "wandb"))  # RUN/wandb: never through a planted link
         self._run = wandb.init(
             dir=None if os.environ.get(DIR_ENV) else ctx.run_dir,
             project=None if os.environ.get("WANDB_PROJECT") else PROJECT,

@@ -23,7 +23,7 @@ from console.screens.stop_dialog import StopDialog
 from tests.support.core_util import options_for
 from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
-from tests.support.trainer_run import ROOT, tiny_flags
+from tests.support.trainer_run import FAULT_SITE, ROOT, tiny_flags
 
 CT = 200
 SIZE = (120, 36)
@@ -38,7 +38,7 @@ def trainer(host, tiny_assets):
     """A tiny trainer in container 200, launched through Session.launch; killed at the end if alive.
 
     Its first checkpoint save (the stop's: no periodic saves) pauses after writing its files until
-    ``run_dir/../release`` exists (trainer/run/checkpoint.py's test instrumentation), so that the last
+    ``run_dir/../release`` exists (tests/support/faults.py, on the trainer's PYTHONPATH), so that the last
     test can run a stop into its timeout first."""
     run_dir = host.container_dir(CT) / "run"
     release = host.container_dir(CT) / "release"
@@ -46,6 +46,7 @@ def trainer(host, tiny_assets):
         "OMP_NUM_THREADS": "1",
         "DFLASH_TEST_PAUSE_AT": "files_written",
         "DFLASH_TEST_PAUSE_UNTIL": str(release),
+        "PYTHONPATH": FAULT_SITE,  # the tests' fault module (tests/support/faults.py): the trainer reads no hook
     }
 
     async def launch():

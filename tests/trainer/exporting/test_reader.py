@@ -96,3 +96,29 @@ def test_text_from_the_files_cannot_reach_a_terminal_raw(variant):
     assert any("architectures" in line for line in lines)
     assert all(line.isascii() and "\x1b" not in line and "\x07" not in line for line in lines)
     json.dumps(lines)
+
+
+def test_a_huge_layer_count_is_one_error_before_anything_is_sized_by_it(variant):
+    """num_hidden_layers 10**18 grew the check to 13.5 GB (a list of every layer's tensors): it is one error of
+    every server now, found before a list of layers is made."""
+
+    def hostile(conf):
+        conf["num_hidden_layers"] = 10**18
+        conf.pop("layer_types", None)
+
+    res = check_dir(str(variant("dflash", hostile)), ALL)
+    for ps in res.values():
+        errors = [p for p in ps if p.key == "num_hidden_layers"]
+        assert len(errors) == 1 and "more than a drafter has (at most 1024)" in errors[0].message, ps
+
+
+def test_a_header_a_drafter_never_needs_is_refused_unread(tmp_path):
+    """A 98.6 MB header took 37.6 s and 1.1 GB: past 16 MiB (a drafter of 1024 layers needs ~3 MB) it is refused
+    from its length alone, before a byte of it is read or parsed."""
+    p = tmp_path / "w.safetensors"
+    n = (16 << 20) + 1
+    with open(p, "wb") as f:
+        f.write(struct.pack("<Q", n))
+        f.truncate(8 + n)  # a sparse file: the header's bytes are all there
+    with pytest.raises(ReadError, match=f"declares a {n}-byte header, more than {16 << 20}"):
+        read_safetensors_header(str(p))

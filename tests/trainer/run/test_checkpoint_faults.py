@@ -1,9 +1,9 @@
 """A full disk during a save, periodic saves, and how many checkpoints are kept.
 
-The full disk is a real 256 KiB tmpfs where ``unshare -rm`` may mount one (the writer alone), and the
-writer's documented test hook ``DFLASH_TEST_ENOSPC_SAVE`` (trainer/run/checkpoint.py) for the real
-trainer: half of each payload file is written, then ``OSError(ENOSPC)`` is raised from inside the
-writer, as a failing ``write`` does.
+The full disk is a real small tmpfs (a 256 KiB one where ``unshare -rm`` may mount one, for the writer alone;
+one mounted here under the real trainer's run directory), and the tests' fault ``DFLASH_TEST_ENOSPC_SAVE``
+(tests/support/faults.py) for the real trainer: half of each payload file is written, then ``OSError(ENOSPC)``
+is raised from inside the writer, as a failing ``write`` does.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from tests.support.tmpfs import tmpfs
 from tests.support.trainer_run import ROOT, Trainer, env, events, tiny_flags, wait_for_record
 from trainer.run import checkpoint
 from trainer.run.flags import SAVE_EVERY_MINUTES, build_parser
@@ -175,3 +176,59 @@ def test_periodic_saves_by_time_keep_only_the_newest(tiny_assets, tmp_path):
     steps_left = sorted(n for n in os.listdir(root) if n.startswith("step_"))
     assert steps_left == [(root / "latest").read_text().strip()]
     assert checkpoint.is_complete(str(root / steps_left[0]))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("size", "writer"),
+    [
+        ("128k", "safetensors"),
+        ("448k", "torch.save"),
+    ],  # the drafter's weights do not fit / the state.pt does not
+)
+def test_a_real_full_disk_fails_the_save_not_the_run(tiny_assets, tmp_path, size, writer):
+    """The run directory on a real tmpfs too small for one checkpoint (626 KB): the writers' own errors (safetensors'
+    SafetensorError, torch.save's RuntimeError) are a failed save like any OSError: the periodic save's error
+    event, training goes on; the stop's save fails too: exit 4, reason checkpoint_failed, nothing partial left."""
+    with tmpfs(tmp_path / "disk", size) as disk:
+        out = disk / "run"
+        t = Trainer(tiny_flags(tiny_assets, out, "--epochs", "50", "--save-every", "2"))
+        try:
+            err = wait_for_record(out, "error event", lambda r: r.get("name") == "error", t)
+            assert err["step"] == 2 and "checkpoint at step 2 failed: [Errno 28]" in err["message"], err
+            wait_for_record(out, "a step after it", lambda r: r.get("kind") == "step" and r["step"] >= 3, t)
+            t.signal()
+            rc = t.wait()
+        finally:
+            t.kill()
+        assert rc == 4, t.output
+        last = events(out)[-1]
+        assert (last["name"], last["reason"], last["exit_code"]) == ("stopped", "checkpoint_failed", 4)
+        assert "training goes on; the next save tries again" in t.output
+        assert "Traceback" not in t.output
+        assert [n for n in os.listdir(out / "checkpoints") if n.startswith("step_")] == []  # nothing partial
+        assert not (out / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.e2e
+def test_the_environment_holds_no_test_hook(tiny_assets, tmp_path):
+    """A DFLASH_TEST_* variable in a production trainer's environment (run.json's env, carried by a restart) does
+    nothing: the trainer reads none; only the tests' own module (tests/support/faults.py) acts on them."""
+    out = tmp_path / "run"
+    e = {
+        "DFLASH_TEST_ENOSPC_SAVE": "1,2,3",
+        "DFLASH_TEST_NAN_STEPS": "1,2,3,4,5",
+        "DFLASH_TEST_PAUSE_AT": "synced",
+    }
+    t = subprocess.Popen(
+        [sys.executable, "-m", "trainer.pipeline", *tiny_flags(tiny_assets, out, "--max-steps", "4")],
+        cwd=ROOT,
+        env={**env(), **e},  # not env(**e): that adds the tests' fault module to the path
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output, _ = t.communicate(timeout=180)
+    assert t.returncode == 0, output
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_00000004"
+    assert "DFLASH_TEST_PAUSE" not in output and not [e for e in events(out) if e["name"] == "error"]

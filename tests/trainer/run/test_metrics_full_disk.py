@@ -2,7 +2,7 @@
 fails with ENOSPC/EIO is dropped (no torn line is left), said once per streak with the free space,
 counted, and a `metrics_dropped` event with the count precedes the first record written again; other
 errors still raise. A real full tmpfs (``unshare -rm``, as in test_checkpoint_faults.py) where the kernel
-allows it, and the documented hook ``DFLASH_TEST_ENOSPC_METRICS``."""
+allows it, and the tests' fault ``DFLASH_TEST_ENOSPC_METRICS`` (tests/support/faults.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
+from tests.support import faults
 from tests.support.trainer_run import ROOT, env, records, run, tiny_flags
+from trainer.run import rundir
 from trainer.run.rundir import MetricsWriter
 
 
@@ -23,7 +25,7 @@ def _lines(path) -> list[dict]:
 
 
 def test_hooked_enospc_drops_counts_says_once_and_notes_the_count(tmp_path, monkeypatch):
-    monkeypatch.setenv("DFLASH_TEST_ENOSPC_METRICS", "2,3")
+    faults.patch_metrics(rundir, {2, 3}, monkeypatch.setattr)  # the 2nd and 3rd writes hit a full disk
     said: list[str] = []
     w = MetricsWriter(str(tmp_path / "metrics.jsonl"), err=said.append)
     heard: list[int] = []
@@ -90,6 +92,8 @@ def test_eio_is_dropped_too_and_other_errors_raise(tmp_path):
 
 WRITER = """
 import json, os, sys
+from tests.support import faults
+from trainer.run import rundir
 from trainer.run.rundir import MetricsWriter
 mnt = sys.argv[1]
 w = MetricsWriter(os.path.join(mnt, "metrics.jsonl"))

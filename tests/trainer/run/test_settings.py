@@ -122,3 +122,26 @@ def test_rules_name_their_flag(tiny_assets, tmp_path):
     with pytest.raises(FlagError) as e:  # held-out sequences that nothing would measure
         _resolve(tiny_assets, tmp_path, "--est-holdout", "4", "--est-anchors", "0")
     assert e.value.flag == "--est-holdout"
+
+
+def test_max_anchors_is_bounded_by_the_token_budget(tiny_assets, tmp_path):
+    with pytest.raises(FlagError) as e:  # 10**20 anchors in a micro-batch of 1024 tokens
+        _resolve(
+            tiny_assets,
+            tmp_path,
+            "--max-anchors",
+            str(10**20),
+            "--token-budget",
+            "1024",
+            "--max-seq-len",
+            "256",
+        )
+    assert e.value.flag == "--max-anchors" and "exceeds --token-budget 1024" in str(e.value)
+
+
+def test_a_drafter_too_big_for_the_machine_is_a_config_error_not_a_memory_error():
+    with pytest.raises(ValueError) as e:
+        DraftConfig.from_target_config(tiny_target_config(), num_draft_layers=10**12)
+    assert flag_for_setting(e.value) == "--num-draft-layers"
+    with pytest.raises(ValueError, match="more than this machine's memory"):
+        DraftConfig.from_target_config(tiny_target_config(hidden_size=400_000, intermediate_size=800_000))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -91,6 +92,93 @@ def test_a_silent_peer_holds_up_no_worker_and_is_dropped_after_the_timeout(monke
     finally:
         silent.close()
         server.close()
+
+
+def _trickler(port: int, stop: threading.Event) -> threading.Thread:
+    """A peer that sends one byte of a never-ending line every 0.2 s (each read is quick; the line never ends)."""
+
+    def run():
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        except OSError:
+            return
+        try:
+            while not stop.wait(0.2):
+                s.sendall(b"x")
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_trickling_peer_is_dropped_at_the_deadline_over_all_its_bytes(monkeypatch):
+    monkeypatch.setattr(control_channel, "AUTH_TIMEOUT_S", 1.0)
+    logged: list[str] = []
+    server = control_channel.Server(secret="k", log=logged.append)
+    stop = threading.Event()
+    try:
+        t0 = time.monotonic()
+        _trickler(server.port, stop)
+        while not logged and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        assert len(logged) == 1 and "did not authenticate" in logged[0], logged
+        assert time.monotonic() - t0 < 15  # 1 s and the close; not the 4096-byte line's 14 minutes
+    finally:
+        stop.set()
+        server.close()
+
+
+def test_peers_holding_every_handshake_slot_starve_no_worker(monkeypatch):
+    """66 peers connected as soon as the port is there, each trickling: a worker connecting after them still
+    gets through (the oldest pending handshakes make room; it answers at once), well before their deadline."""
+    monkeypatch.setattr(control_channel, "AUTH_TIMEOUT_S", 60.0)
+    server = control_channel.Server(secret="k", log=lambda msg: None)
+    stop = threading.Event()
+    try:
+        peers = [_trickler(server.port, stop) for _ in range(control_channel.HANDSHAKES_MAX + 2)]
+        end = time.monotonic() + 30
+        while len(server._pending) < control_channel.PER_SOURCE_MAX and time.monotonic() < end:
+            time.sleep(0.05)  # the slots of 127.0.0.1 are held
+        t0 = time.monotonic()
+        ch = control_channel.connect(f"127.0.0.1:{server.port}", "k", timeout=30)
+        assert time.monotonic() - t0 < 30  # not after the peers' 60 s deadline
+        ch.send("hello", rank=0)
+        assert server.inbox.get(timeout=10)[1] == {"op": "hello", "rank": 0}
+        ch.close()
+    finally:
+        stop.set()
+        server.close()
+        for p in peers:
+            p.join(10)
+
+
+def test_the_rendezvous_store_listens_on_loopback_only():
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from trainer.runtime.launcher import local_store
+
+    store = local_store(TCPStore, timedelta(seconds=30))
+    try:
+        port = store.port
+        listening = []
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                for line in f.read().splitlines()[1:]:
+                    local, state = line.split()[1], line.split()[3]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        listening.append(local.rsplit(":", 1)[0])
+        assert listening == ["0100007F"], listening  # 127.0.0.1, and no other interface (nor :: in tcp6)
+        client = TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
+        client.set("a", "b")
+        assert store.get("a") == b"b"
+    finally:
+        del store
 
 
 def test_a_worker_without_a_secret_is_told_where_to_find_one(tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ def test_stand_in_batch_has_the_shapes_of_the_capture(tiny_assets, tmp_path):
 
 def _train(tiny_assets, out, monkeypatch, capfd, traced: bool) -> tuple[list, dict]:
     if traced:  # on the CPU nothing compiles, so the trace is off: test instrumentation runs the same code
-        monkeypatch.setenv("DFLASH_TEST_WARMUP", "1")
+        monkeypatch.setattr(warmup, "testing", lambda: True)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         rc = pipeline.main(

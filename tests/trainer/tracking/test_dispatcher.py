@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import pytest
 
+from tests.support import faults
 from trainer.run.rundir import MetricsWriter
+from trainer.tracking import dispatcher
 from trainer.tracking.base import Context
 from trainer.tracking.dispatcher import CAPACITY, Tracking
 from trainer.tracking.state import State
@@ -70,7 +73,9 @@ def test_a_tracker_that_cannot_import_is_off_and_said_once(tmp_path, monkeypatch
 
 
 def test_a_hung_tracker_never_blocks_a_write_nor_the_end(tmp_path, monkeypatch):
-    monkeypatch.setenv("DFLASH_TEST_TRACKER_HANG", "tensorboard")  # its worker takes nothing until released
+    faults.patch_trackers(
+        dispatcher, {}, {"tensorboard"}, monkeypatch.setattr
+    )  # it takes nothing until released
     lines: list[str] = []
     writer, tracking = _tracking(tmp_path, ("tensorboard",), lines)
     worker = tracking.workers[0]
@@ -86,7 +91,9 @@ def test_a_hung_tracker_never_blocks_a_write_nor_the_end(tmp_path, monkeypatch):
         lines
     )  # `stopped` too: the queue is full
 
-    worker.release.set()  # let it go: it logs what it had queued, the dropped records are not there
+    worker.__dict__.setdefault(
+        "hang_release", threading.Event()
+    ).set()  # let it go: it logs what it had queued, the dropped records are not there
     worker.finish(time.monotonic() + 60)
     worker.thread.join(60)
     writer.close()
