@@ -34,6 +34,23 @@ def test_every_escape_sequence_and_control_becomes_one_placeholder():
     assert clean_text("\x00\x07\x7f\r\udcff") == PLACEHOLDER * 5  # NUL, BEL, DEL, CR, a lone surrogate
 
 
+BIDI = "\u202e\u2066\u200f\u061c"  # right-to-left override, isolate, mark, Arabic letter mark
+ZERO_WIDTH = "\u200b\u200d\u2060\ufeff\u2028"  # zero-width space, joiner, word joiner, BOM, line sep.
+
+
+def test_bidi_and_zero_width_characters_are_shown_as_escapes():
+    """U+202E makes ``gpj.exe`` read ``exe.jpg``; U+200B hides inside a name: both are shown, visibly."""
+    out = clean_text(f"run\u202egpj.exe a{ZERO_WIDTH}b {BIDI}")
+    assert out == "run\\u202egpj.exe a\\u200b\\u200d\\u2060\\ufeff\\u2028b \\u202e\\u2066\\u200f\\u061c"
+    assert clean_text(out) == out  # cleaning twice changes nothing (the log pane cleans again)
+    assert clean_text("tag\U000e0041") == "tag\\U000e0041"  # an invisible tag character
+    assert clean_text("é ü ⚠ 日本 ⚠️") == "é ü ⚠ 日本 ⚠️"  # visible text, a variation selector: kept
+    assert loads('{"k\\u202e": "\\u200b"}') == {"k\\u202e": "\\u200b"}
+    (line,) = LineSplitter().feed(f"step {BIDI} done\n".encode())
+    assert line == "step \\u202e\\u2066\\u200f\\u061c done"
+    assert LogView._process_line(f"x{ZERO_WIDTH}y").startswith("x\\u200b")
+
+
 def test_log_lines_are_cleaned_of_c1_controls_too():
     out = LineSplitter().feed(f"step 1 {C1} {TITLE}done\n".encode())
     assert len(out) == 1 and not unsafe(out[0]) and out[0].endswith("done")
@@ -89,6 +106,8 @@ def test_the_helpers_copy_of_the_cleaner_is_the_same_cleaner():
         "\x1b]0;open",
         "\udcff\x00\x7f",
         "plain",
+        BIDI + "x" + ZERO_WIDTH,
+        "\U000e0041\u00ad\u2028\u3164",
     ]
     corpus += [chr(c) + "x" + chr(c) for c in range(0xA0)]
     for text in corpus:
