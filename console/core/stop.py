@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 import time
 from collections.abc import Callable
 
@@ -15,13 +16,14 @@ from console.core.helper import Helper, HelperError
 from console.core.metrics import MetricsParser
 from console.core.numeric import number
 from console.core.phases import StopPhase
-from console.core.remote_files import file_size, scan_dir
+from console.core.remote_files import file_size, read_text, scan_dir
 from console.core.streams import FileTail
 
 PhaseCallback = Callable[[ActionPhase], None]
 
 SCAN_EVERY_S = 0.5  # a trainer without events: how often its --output-dir is looked at while it saves
 REPORT_EVERY_S = 2.0  # ... and how often a growing file's new size is said
+_CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}")  # a folder of checkpoints/ (step_00000005)
 
 
 def _changed(before: dict, after: dict) -> dict[str, int]:
@@ -252,16 +254,20 @@ class StopFollow:
         return ActionResult(Outcome.STILL_RUNNING, msg, self.trainer)
 
     async def _latest(self, helper: Helper) -> str | None:
+        """What ``checkpoints/latest`` names, as the final message says it (None: nothing). Its bytes are
+        the run directory's: cleaned, and only a checkpoint's folder name is taken for one."""
         if not self.trainer.run_dir:
             return None
+        ckpts = posixpath.join(self.trainer.run_dir, "checkpoints")
         try:
-            data, _, _ = await helper.read(
-                posixpath.join(self.trainer.run_dir, "checkpoints", "latest"), 0, 4096
-            )
+            name = (await read_text(helper, posixpath.join(ckpts, "latest"), 4096)).strip()
         except HelperError:
             return None
-        name = data.decode("utf-8", "replace").strip()
-        return posixpath.join(self.trainer.run_dir, "checkpoints", name) if name else None
+        if not name:
+            return None
+        if not _CHECKPOINT_NAME.fullmatch(name) or not name.strip("."):
+            return f"{name[:80]!r} (not a checkpoint's name)"
+        return posixpath.join(ckpts, name)
 
     async def _conclude(self, helper: Helper, exit_info: dict, offline: bool = False) -> ActionResult:
         tr, pid = self.trainer, self.trainer.pid
