@@ -249,12 +249,14 @@ def _session(args: argparse.Namespace, **kw):
 
     target = getattr(args, "target", None)
     places = from_flags(vars(args))
+    pyspy = getattr(args, "pyspy", None) or (target.pyspy if target is not None else None)
     return Session(
         target.options if target is not None else options_from_args(args),
         place=target.place if target is not None else (places[0] if places else HOST),
         run_dir=getattr(args, "run_dir", None),
         streams=False,
         telemetry=False,
+        pyspy=pyspy,
         **kw,
     )
 
@@ -759,7 +761,7 @@ def cmd_connect(args) -> int:
         sessions = [r.session for r in runs]
     else:
         t = targets[0]
-        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly)
+        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly, pyspy=t.pyspy)
         target = t.where
         if t.label and t.label != t.name:
             target = f"{t.label} · {target}"

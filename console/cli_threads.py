@@ -24,7 +24,13 @@ def add_threads_parser(sub, conn_flags) -> None:
         type=int,
         metavar="PID",
         help="print `py-spy dump --pid PID` of the trainer or one of its workers instead (py-spy must be "
-        "in the container: on PATH or beside the run's interpreter)",
+        "in the container: --pyspy, the target's pyspy in the config file, or the helper's PATH)",
+    )
+    p.add_argument(
+        "--pyspy",
+        metavar="PATH",
+        help="py-spy's absolute path in the container (root's or the helper user's, writable by no one "
+        "else); never looked for beside the run's interpreter",
     )
     p.add_argument(
         "--interval",

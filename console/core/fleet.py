@@ -55,6 +55,7 @@ def build_runs(
             run_dir=t.run_dir,
             readonly=t.readonly,
             link=links.get(t.options),
+            pyspy=t.pyspy,
             **session_kw,
         )
         st = ConsoleState(clock=clock) if clock is not None else ConsoleState()

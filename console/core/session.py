@@ -75,8 +75,10 @@ class Session:
         log_history: int = 64 << 10,
         rescan_s: float = 1.0,
         link=None,
+        pyspy: str | None = None,
     ) -> None:
         self.options = options
+        self.pyspy = pyspy  # the operator's py-spy in the container (else the helper's PATH's)
         # a console.core.hostlink.HostLink when several sessions share one connection to a host
         self.link = link
         self.place = place  # where the trainer lives: the host, or Proxmox(200) (console/core/place.py)
@@ -698,7 +700,7 @@ class Session:
         helper, trainer = self.need_helper(), self.trainer
         if trainer is None:
             raise ThreadsError(f"no trainer is running on {self.where}")
-        return await pyspy.dump(helper, trainer, pid, start_time, self.run_dir)
+        return await pyspy.dump(helper, trainer, pid, start_time, self.run_dir, configured=self.pyspy)
 
     async def read_log_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the run's train.log ([] without a run dir)."""

@@ -12,6 +12,7 @@ of a host; the config file's ``[targets]`` section names them::
     run_dir = "/root/runs/a" # the trainer's --output-dir
     label = "main run"       # shown in the overview (default: the name)
     readonly = true          # hide every changing action for this run
+    pyspy = "/opt/py-spy/bin/py-spy"  # py-spy in the container for the threads view (else the helper's PATH)
 
 ``resolve(names, ...)`` turns the command line's positionals into targets: a name of the config is
 that target, anything else is a host (with each ``--ct`` given, or the host itself). Where in the host
@@ -37,6 +38,7 @@ KEYS = {
     "run_dir": str,
     "label": str,
     "readonly": bool,
+    "pyspy": str,
 }
 
 
@@ -48,6 +50,7 @@ class Target:
     run_dir: str | None = None
     label: str = ""
     readonly: bool = False
+    pyspy: str | None = None  # the operator's py-spy in the container (console/core/pyspy.py)
 
     @property
     def where(self) -> str:
@@ -108,6 +111,7 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
         run_dir=entry.get("run_dir"),
         label=entry.get("label", name),
         readonly=entry.get("readonly", False),
+        pyspy=entry.get("pyspy"),
     )
 
 
