@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable
 
+from console.core import stop_witness
 from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.finding import Verdict, identify, trainer_identity
 from console.core.formatting import fmt_bytes
@@ -135,6 +136,9 @@ class StopFollow:
             self.phase(StopPhase.VERIFYING, f"pid {pid} {v.owner}")
         if v.ignores(sig):
             return self._refuse_ignored(v)
+        refused = await self._witness_before(helper)
+        if refused is not None:
+            return refused
         metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
         self.has_events = trainer.source == "run.json" or bool(
             metrics and (await helper.stat(metrics)).get("exists")
@@ -269,7 +273,34 @@ class StopFollow:
             return f"{name[:80]!r} (not a checkpoint's name)"
         return posixpath.join(ckpts, name)
 
+    async def _witness_before(self, helper: Helper) -> ActionResult | None:
+        """Just before the signal: a run.json that no longer names the verified process refuses the
+        stop; another trainer of the run directory is said (only the verified one is signalled)."""
+        changed = await stop_witness.rewritten(helper, self.trainer)
+        if changed:
+            msg = (
+                f"refused: run.json was rewritten since the trainer was found: {changed}; nothing was "
+                "signalled (check `status`)"
+            )
+            self.phase(StopPhase.REFUSED, msg)
+            return ActionResult(Outcome.REFUSED, msg, self.trainer)
+        left = await stop_witness.others(helper, self.trainer)
+        if left:
+            self.phase(
+                StopPhase.VERIFYING,
+                f"also running with --output-dir {self.trainer.run_dir}: {stop_witness.describe(left)}; "
+                f"only pid {self.trainer.pid} is signalled",
+            )
+        return None
+
     async def _conclude(self, helper: Helper, exit_info: dict, offline: bool = False) -> ActionResult:
+        """How the stop ended for the verified process, checked against the run directory
+        (console/core/stop_witness.py): a rewritten run.json or a trainer left running is no success."""
+        return await stop_witness.verdict(
+            helper, self.trainer, await self._outcome(helper, exit_info, offline)
+        )
+
+    async def _outcome(self, helper: Helper, exit_info: dict, offline: bool = False) -> ActionResult:
         tr, pid = self.trainer, self.trainer.pid
         rc = exit_info.get("rc")
         if rc is None and self.stopped is not None and isinstance(self.stopped.get("exit_code"), int):
