@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shlex
 import socket
@@ -43,6 +42,7 @@ from console.cli_exit import (  # noqa: F401  (the exit codes are part of this m
 )
 from console.cli_record import cmd_record_logs, cmd_record_status, cmd_replay, is_record
 from console.cli_threads import add_threads_parser, cmd_threads
+from console.core import json_out
 from console.core.control_error import ControlError
 from console.core.deploy import bundled_trainer_files
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
@@ -384,7 +384,7 @@ async def cmd_status(args) -> int:
             return several
         st = await collect(s)
     if args.json:
-        print(json.dumps(st, indent=1, default=str))
+        print(json_out.dumps(st))
     else:
         print(format_text(st))
     return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
@@ -426,7 +426,7 @@ async def cmd_status_many(args, targets) -> int:
         out = []
         for t, (st, error) in zip(targets, results, strict=True):
             out.append({"target": t.title, "where": t.where, **(st or {"error": error})})
-        print(json.dumps(out, indent=1, default=str))
+        print(json_out.dumps(out))
     else:
         for t, (st, error) in zip(targets, results, strict=True):
             print(format_line(f"{t.title} ({t.where})", st, error))

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import json
-
 from console.cli_exit import EXIT_OK, EXIT_USAGE, err
+from console.core import json_out
 
 
 def cmd_replay(args) -> int:
@@ -78,7 +77,7 @@ def cmd_record_status(args, path: str) -> int:
         rows.append(state_row(i, info.get("label", f"run {i + 1}"), info.get("where", "?"), st))
     if args.json:
         values = [row_json(r) for r in rows]
-        print(json.dumps(values[0] if len(values) == 1 else values, indent=1, default=str))
+        print(json_out.dumps(values[0] if len(values) == 1 else values))
     else:
         for row in rows:
             print(row_line(row))

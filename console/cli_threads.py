@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 
 from console.cli_exit import EXIT_ERROR, EXIT_NO_TRAINER, EXIT_OK, err
+from console.core import json_out
 
 
 def add_threads_parser(sub, conn_flags) -> None:
@@ -80,16 +80,14 @@ async def _table(s, args) -> int:
     sampler.feed(await s.sample_threads())
     await asyncio.sleep(args.interval)
     snap = sampler.feed(await s.sample_threads())
-    print(json.dumps(to_json(snap), indent=1) if args.json else format_text(snap))
+    print(json_out.dumps(to_json(snap)) if args.json else format_text(snap))
     return EXIT_OK
 
 
 async def _dump(s, args) -> int:
     d = await s.pyspy_dump(args.dump)
     if args.json:
-        print(
-            json.dumps({"pid": d.pid, "ok": d.ok, "found": d.found, "path": d.path, "text": d.text}, indent=1)
-        )
+        print(json_out.dumps({"pid": d.pid, "ok": d.ok, "found": d.found, "path": d.path, "text": d.text}))
     elif d.ok:
         print(d.text)
     else:

@@ -173,3 +173,28 @@ def test_a_small_record_that_unpacks_to_a_huge_line_is_read_in_bounded_memory(tm
     rc, maxrss_kib, stdout = out.stdout.split(" ", 2)
     assert rc == "0" and "after the bomb" in stdout, out.stdout + out.stderr
     assert int(maxrss_kib) < 200 << 10, f"peak RSS {int(maxrss_kib) >> 10} MiB"
+
+
+def _strict(text: str):
+    """JSON as strict parsers read it: NaN, Infinity and -Infinity are not JSON."""
+
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_status_json_is_valid_json_when_the_records_hold_nan_and_infinity(host):
+    """metrics.jsonl may hold NaN and Infinity (Python writes them; 1e999 reads as inf): ``status --json``
+    prints null for them, valid JSON for any parser."""
+    run = host.container_dir(CT) / "nan-run"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "metrics.jsonl").write_text(
+        '{"t": 1.0, "kind": "step", "step": 7, "total_steps": 9, "loss": NaN, "lr": Infinity, "acc": 1e999}\n'
+        '{"t": 2.0, "kind": "throughput", "tok_s": -Infinity, "devices": []}\n'
+    )
+    r = cli("status", *conn_args(host), "--run-dir", str(run), "--json")
+    assert r.returncode in (0, 4) and "Traceback" not in r.stderr, r.stderr
+    st = _strict(r.stdout)
+    assert st["last_step"]["step"] == 7 and st["last_step"]["loss"] is None, st["last_step"]
+    assert "NaN" not in r.stdout and "Infinity" not in r.stdout
