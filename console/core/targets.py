@@ -27,6 +27,7 @@ from pathlib import Path
 from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
 from console.core.place import CONFIG_KEYS, HOST, Place, PlaceError, from_config, parse
+from console.core.sanitize import clean_text
 
 KEYS = {
     "host": str,
@@ -105,11 +106,11 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
         jump=entry.get("jump", base.jump),
     )
     return Target(
-        name=name,
+        name=clean_text(name),  # a name and a label are shown as they are: cleaned (sanitize.py)
         options=opts,
         place=from_config(entry),
         run_dir=entry.get("run_dir"),
-        label=entry.get("label", name),
+        label=clean_text(entry.get("label", name)),
         readonly=entry.get("readonly", False),
         pyspy=entry.get("pyspy"),
     )
