@@ -8,20 +8,20 @@ from console.core import json_out
 
 
 def cmd_replay(args) -> int:
-    from console.core.record import RecordError, read
+    from console.core.record import RecordError, Streamed
     from console.tui.replay_app import ReplayApp
 
     try:
-        rec = read(args.file)
+        rec = Streamed(args.file)  # the header now; the events as the replay reaches them
     except RecordError as e:
         err(str(e))
         return EXIT_USAGE
     if args.run is not None and not 1 <= args.run <= len(rec.runs):
         err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
         return EXIT_USAGE
-    for where in rec.bad_lines:  # said before the screen takes the terminal, and still there after
-        err(f"skipped {where}")
     ReplayApp(rec, run=None if args.run is None else args.run - 1, speed=args.speed).run()
+    for where in rec.bad_lines:  # found while replaying: said once the screen has the terminal back
+        err(f"skipped {where}")
     return EXIT_OK
 
 
