@@ -39,6 +39,7 @@ from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
 from console.core.place import HOST, Place, PlaceError
 from console.core.restart_trust import refusal, restart_concerns
+from console.core.sanitize import clean_text
 from console.core.ssh import backoff, connect
 from console.core.stop import StopFollow
 from console.core.streams import FileTail, LineSplitter, start_offset
@@ -137,7 +138,8 @@ class Session:
                 log.exception("session subscriber failed on %s", type(event).__name__)
 
     def _state(self, state: str, detail: str, retry_in: float | None = None) -> None:
-        self._conn_state = ConnState(state, detail, retry_in)
+        # the detail may carry an SSH server's or a runtime's own words (a disconnect reason): cleaned
+        self._conn_state = ConnState(state, clean_text(detail), retry_in)
         self._emit(self._conn_state)
 
     @property

@@ -112,3 +112,53 @@ def test_the_helpers_copy_of_the_cleaner_is_the_same_cleaner():
     corpus += [chr(c) + "x" + chr(c) for c in range(0xA0)]
     for text in corpus:
         assert shown(text) == clean_text(text), repr(text)
+
+
+def test_raw_helper_reads_become_text_only_where_the_sanitiser_is():
+    """The helper's ``read`` and ``follow`` replies are bytes (base64), the one kind its client does not
+    clean. Every module that awaits a ``.read(...)`` or decodes base64 is one that cleans what it turns
+    into text (log lines, records, ``remote_files.read_text``) or keeps it as bytes (a local copy): a new
+    one must join that list deliberately (stop's ``checkpoints/latest`` reached the terminal raw)."""
+    import ast
+    from pathlib import Path
+
+    import console
+
+    root = Path(console.__file__).parent
+    readers, decoders = set(), set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("core/helper_program/", "devhost/", "demo/")):
+            continue  # the helper itself, and the stand-ins of the host
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Await) and isinstance(node.value, ast.Call):
+                f = node.value.func
+                if isinstance(f, ast.Attribute) and f.attr == "read" and node.value.args:
+                    readers.add(rel)
+            if isinstance(node, ast.Name) and node.id == "b64decode":
+                decoders.add(rel)
+    # lines through clean_line / MetricsParser, text through read_text, JSON through loads (helper.py's
+    # read_json), bytes to a local file
+    cleaning = {
+        "core/check.py",
+        "core/streams.py",
+        "core/remote_files.py",
+        "core/transfer.py",
+        "core/helper.py",
+    }
+    assert readers <= cleaning, readers
+    assert "core/remote_files.py" in readers  # the scan sees them at all
+    assert decoders <= {"core/helper.py", "core/streams.py"}, decoders
+
+
+def test_a_servers_own_words_in_the_connection_state_are_cleaned():
+    """A disconnect reason (an SSH server's, a runtime's) reaches the connection bar and `status`."""
+    from console.core.options import ConnectOptions
+    from console.core.session import Session
+
+    s = Session(ConnectOptions(host="h"), telemetry=False)
+    seen = []
+    s.subscribe(seen.append)
+    s._state("reconnecting", f"h: lost {TITLE}{C1}\u202e; retrying", 1.0)
+    assert not unsafe(seen[-1].detail) and "\u202e" not in seen[-1].detail
+    assert seen[-1].detail.startswith("h: lost \ufffd") and "\\u202e" in seen[-1].detail
