@@ -194,7 +194,9 @@ def _untrusted_folder(path, st):
 
 def _executable(path):
     """Why ``path`` cannot be run as py-spy, or None: it must be a regular executable file, not a link,
-    belong to root or the helper's user, and be writable by no one else, nor its folders."""
+    belong to root or the helper's user, and be writable by no one else, nor its folders (those it
+    really lies in: a folder on the way that is a link is followed to where it points, and that path is
+    the one run)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -207,7 +209,7 @@ def _executable(path):
         return f"{path} belongs to uid {st.st_uid}, not to root or the helper's user"
     if st.st_mode & 0o022:
         return f"{path} is writable by group or others ({stat.filemode(st.st_mode)})"
-    why = _untrusted_folder(path, st)
+    why = _untrusted_folder(os.path.realpath(path), st)
     return None if why is None else f"{path}: {why}"
 
 
@@ -220,12 +222,13 @@ def find_pyspy(configured=None):
         if not places:
             return None, [f"{configured} is not an absolute path"]
     else:
-        places = [os.path.join(d, "py-spy") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+        dirs = os.environ.get("PATH", "").split(os.pathsep)
+        places = [os.path.join(d, "py-spy") for d in dirs if os.path.isabs(d)]  # never "." or ""
     looked = []
     for p in dict.fromkeys(places):
         why = _executable(p)
         if why is None:
-            return p, looked
+            return os.path.realpath(p), looked
         looked.append(p if why == "absent" else why)
     return None, looked
 

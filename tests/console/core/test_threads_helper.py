@@ -189,6 +189,10 @@ async def test_a_configured_pyspy_others_can_swap_is_refused(helper, run, tmp_pa
     open_dir.parent.chmod(0o777)
     d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(open_dir))
     assert not d.found and f"{open_dir.parent} is writable by group or others" in d.text, d.text
+    via = tmp_path / "via"  # a linked folder is judged where it points
+    via.symlink_to(open_dir.parent)
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(via / "py-spy"))
+    assert not d.found and "is writable by group or others" in d.text, d.text
     d = await pyspy.dump(helper, trainer, trainer.pid, configured="py-spy")
     assert not d.found and "not an absolute path" in d.text
     if os.geteuid() == 0:
