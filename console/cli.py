@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
 import shlex
 import socket
@@ -44,6 +43,7 @@ from console.cli_exit import (  # noqa: F401  (the exit codes are part of this m
 )
 from console.cli_record import cmd_record_logs, cmd_record_status, cmd_replay, is_record
 from console.cli_threads import add_threads_parser, cmd_threads
+from console.core import json_out
 from console.core.control_error import ControlError
 from console.core.deploy import bundled_trainer_files
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
@@ -253,12 +253,14 @@ def _session(args: argparse.Namespace, **kw):
 
     target = getattr(args, "target", None)
     places = from_flags(vars(args))
+    pyspy = getattr(args, "pyspy", None) or (target.pyspy if target is not None else None)
     return Session(
         target.options if target is not None else options_from_args(args),
         place=target.place if target is not None else (places[0] if places else HOST),
         run_dir=getattr(args, "run_dir", None),
         streams=False,
         telemetry=False,
+        pyspy=pyspy,
         **kw,
     )
 
@@ -388,7 +390,7 @@ async def cmd_status(args) -> int:
             return several
         st = await collect(s)
     if args.json:
-        print(json.dumps(st, indent=1, default=str))
+        print(json_out.dumps(st))
     else:
         print(format_text(st))
     return EXIT_OK if st["trainer"] else EXIT_NO_TRAINER
@@ -430,7 +432,7 @@ async def cmd_status_many(args, targets) -> int:
         out = []
         for t, (st, error) in zip(targets, results, strict=True):
             out.append({"target": t.title, "where": t.where, **(st or {"error": error})})
-        print(json.dumps(out, indent=1, default=str))
+        print(json_out.dumps(out))
     else:
         for t, (st, error) in zip(targets, results, strict=True):
             print(format_line(f"{t.title} ({t.where})", st, error))
@@ -766,7 +768,9 @@ def cmd_connect(args) -> int:
         sessions = [r.session for r in runs]
     else:
         t = targets[0]
-        session = Session(t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly, serve=t.serve)
+        session = Session(
+            t.options, place=t.place, run_dir=t.run_dir, readonly=t.readonly, serve=t.serve, pyspy=t.pyspy
+        )
         target = t.where
         if t.label and t.label != t.name:
             target = f"{t.label} · {target}"

@@ -3,26 +3,25 @@
 
 from __future__ import annotations
 
-import json
-
 from console.cli_exit import EXIT_OK, EXIT_USAGE, err
+from console.core import json_out
 
 
 def cmd_replay(args) -> int:
-    from console.core.record import RecordError, read
+    from console.core.record import RecordError, Streamed
     from console.tui.replay_app import ReplayApp
 
     try:
-        rec = read(args.file)
+        rec = Streamed(args.file)  # the header now; the events as the replay reaches them
     except RecordError as e:
         err(str(e))
         return EXIT_USAGE
     if args.run is not None and not 1 <= args.run <= len(rec.runs):
         err(f"the record has {len(rec.runs)} run(s); --run {args.run} is not one")
         return EXIT_USAGE
-    for where in rec.bad_lines:  # said before the screen takes the terminal, and still there after
-        err(f"skipped {where}")
     ReplayApp(rec, run=None if args.run is None else args.run - 1, speed=args.speed).run()
+    for where in rec.bad_lines:  # found while replaying: said once the screen has the terminal back
+        err(f"skipped {where}")
     return EXIT_OK
 
 
@@ -78,7 +77,7 @@ def cmd_record_status(args, path: str) -> int:
         rows.append(state_row(i, info.get("label", f"run {i + 1}"), info.get("where", "?"), st))
     if args.json:
         values = [row_json(r) for r in rows]
-        print(json.dumps(values[0] if len(values) == 1 else values, indent=1, default=str))
+        print(json_out.dumps(values[0] if len(values) == 1 else values))
     else:
         for row in rows:
             print(row_line(row))

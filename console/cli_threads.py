@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 
 from console.cli_exit import EXIT_ERROR, EXIT_NO_TRAINER, EXIT_OK, err
+from console.core import json_out
 
 
 def add_threads_parser(sub, conn_flags) -> None:
@@ -24,7 +24,13 @@ def add_threads_parser(sub, conn_flags) -> None:
         type=int,
         metavar="PID",
         help="print `py-spy dump --pid PID` of the trainer or one of its workers instead (py-spy must be "
-        "in the container: on PATH or beside the run's interpreter)",
+        "in the container: --pyspy, the target's pyspy in the config file, or the helper's PATH)",
+    )
+    p.add_argument(
+        "--pyspy",
+        metavar="PATH",
+        help="py-spy's absolute path in the container (root's or the helper user's, writable by no one "
+        "else); never looked for beside the run's interpreter",
     )
     p.add_argument(
         "--interval",
@@ -74,16 +80,14 @@ async def _table(s, args) -> int:
     sampler.feed(await s.sample_threads())
     await asyncio.sleep(args.interval)
     snap = sampler.feed(await s.sample_threads())
-    print(json.dumps(to_json(snap), indent=1) if args.json else format_text(snap))
+    print(json_out.dumps(to_json(snap)) if args.json else format_text(snap))
     return EXIT_OK
 
 
 async def _dump(s, args) -> int:
     d = await s.pyspy_dump(args.dump)
     if args.json:
-        print(
-            json.dumps({"pid": d.pid, "ok": d.ok, "found": d.found, "path": d.path, "text": d.text}, indent=1)
-        )
+        print(json_out.dumps({"pid": d.pid, "ok": d.ok, "found": d.found, "path": d.path, "text": d.text}))
     elif d.ok:
         print(d.text)
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from console.core.health import HealthConfig
+from console.core.sanitize import clean_text
 
 
 class ConfigError(ValueError):
@@ -30,18 +32,51 @@ def config_path(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "dflash-console" / "config.toml"
 
 
+MAX_BYTES = 1 << 20  # a config file is a few hundred bytes; more is not one
+MAX_DEPTH = 16  # tables and arrays inside each other ([targets.NAME] is 2)
+
+
+def _depth_ok(obj: object, left: int = MAX_DEPTH) -> bool:
+    if not isinstance(obj, (dict, list)):
+        return True
+    if left <= 0:
+        return False
+    values = obj.values() if isinstance(obj, dict) else obj
+    return all(_depth_ok(v, left - 1) for v in values)
+
+
+def _read(p: Path) -> bytes:
+    """At most MAX_BYTES + 1 bytes of a regular file (a FIFO or a device is refused, not waited on)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+        return f.read(MAX_BYTES + 1)
+
+
 def load(path: Path | str | None = None) -> dict:
-    """The whole file as a dict ({} when it does not exist)."""
+    """The whole file as a dict ({} when it does not exist). Bounded: at most MAX_BYTES, nested at most
+    MAX_DEPTH levels; anything wrong is one :class:`ConfigError` naming the file, never a traceback."""
     p = Path(path) if path is not None else config_path()
     try:
-        with open(p, "rb") as f:
-            return tomllib.load(f)
+        data = _read(p)
     except FileNotFoundError:
         return {}
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from e
     except OSError as e:
         raise ConfigError(f"{p}: {e.strerror or e}") from e
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"{p}: longer than {MAX_BYTES:,} bytes: not a config file")
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 (at byte {e.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested deeper than {MAX_DEPTH} levels") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {clean_text(str(e))}") from e
+    if not _depth_ok(doc):
+        raise ConfigError(f"{p}: nested deeper than {MAX_DEPTH} levels")
+    return doc
 
 
 def section(data: dict, name: str, path: Path | str | None = None) -> dict:

@@ -111,17 +111,31 @@ async def preflight(
         )
 
 
+TMP_PATTERN = r"\.tmp-[0-9a-f]{16}-[0-9a-f]{8}"  # what deploy names its temporary folders
+STALE_S = 600.0  # a temporary folder unchanged this long is no deploy under way (compiling is 120 s at most)
+
+
+async def clean_stale(helper: Helper, base: str) -> list[str]:
+    """Remove the temporary folders of deploys that a dropped link ended half-way (only names deploy
+    makes, real folders of the helper's user, unchanged for :data:`STALE_S`; never through a link).
+    Returns the names removed."""
+    removed = await helper.call("clean_temp", path=base, pattern=TMP_PATTERN, older_s=STALE_S)
+    return [str(n) for n in removed] if isinstance(removed, list) else []
+
+
 async def deploy(helper: Helper, python: str = "python3", base: str | None = None, check: bool = True) -> str:
     """Copy the bundled trainer into ``~/.dflash-console/code/<hash>/`` and compile-check it there.
 
     The directory is named by content and written under a temporary name, then renamed: code that a
-    running trainer imports is never written over. Returns the code dir (it contains ``trainer/``).
+    running trainer imports is never written over. Temporary folders an earlier deploy left behind (a
+    dropped link) are removed first (:func:`clean_stale`). Returns the code dir (it contains ``trainer/``).
     With ``check`` it first runs :func:`preflight` with ``python`` (nothing is written when that fails).
     """
     if check:
         await preflight(helper, python)
     digest, files = bundled_trainer_files()
     base = base or deployed_base(helper)
+    await clean_stale(helper, base)
     final = posixpath.join(base, digest)
     if (await helper.stat(posixpath.join(final, ".complete"))).get("exists"):
         await _record_last(helper, base, digest)

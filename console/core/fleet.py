@@ -55,6 +55,7 @@ def build_runs(
             run_dir=t.run_dir,
             readonly=t.readonly,
             link=links.get(t.options),
+            pyspy=t.pyspy,
             **({"serve": t.serve} if t.serve is not None else {}),
             **session_kw,
         )

@@ -2,9 +2,13 @@
 console/core/helper_program/run_threads.py): the Python stack of every thread, what ``py-spy dump --pid PID`` prints
 in a second SSH session today.
 
-py-spy must be in the container: on the helper's PATH or beside the run's interpreter (a virtualenv's
-``bin/``); when it is not, :class:`Dump` says where it was looked for. The helper runs it as an argument
-list with a timeout, only for the trainer or one of its descendants, and bounds its output; the text is
+py-spy must be in the container: where the operator says (``pyspy`` of the target in the config file,
+``threads --pyspy PATH``) or else on the helper's own PATH; never beside the run's interpreter or a
+process's argv[0], which whoever writes run.json or owns the trainer could fill (the helper runs as
+root). The helper takes it only when it and every folder above it belong to root or the helper's user
+and nobody else can write them; when none is taken, :class:`Dump` says where it looked and why. The
+helper runs it as an argument list with a timeout, only for the trainer or one of its descendants, and
+bounds its output; the text is
 cleaned by the helper client and cut here to :data:`MAX_LINES` lines. It reads the process's memory and
 changes nothing, so a read-only session may ask for it.
 """
@@ -37,14 +41,16 @@ def _bounded(text: str) -> str:
     return "\n".join(cut).replace("\r", "")
 
 
-def _not_found(pid: int, looked: object) -> Dump:
+def _not_found(pid: int, looked: object, configured: bool = False) -> Dump:
     places = [str(p) for p in looked] if isinstance(looked, list) else []
     where = "; ".join(places[:12]) or "nothing to look at"
+    said = "the py-spy configured for this target" if configured else "the helper's PATH"
     return Dump(
         pid,
         False,
-        "py-spy is not in the container: looked on the helper's PATH and beside the run's interpreter "
-        f"({where}). Install it where the trainer runs (pip install py-spy) to see the Python stacks.",
+        f"py-spy is not in the container: looked at {said} ({where}). Install it where only root can "
+        "write it (pip install py-spy) and name it (pyspy = PATH in the target's config entry, or "
+        "threads --pyspy PATH) to see the Python stacks.",
         found=False,
     )
 
@@ -55,7 +61,7 @@ def result(pid: int, reply: object) -> Dump:
         return Dump(pid, False, "the helper's py-spy reply is not one")
     if not reply.get("ran"):
         if reply.get("found") is False:
-            return _not_found(pid, reply.get("looked"))
+            return _not_found(pid, reply.get("looked"), bool(reply.get("configured")))
         return Dump(pid, False, f"not run: {str(reply.get('why') or '?')[:300]}")
     path = str(reply.get("path") or "py-spy")
     out, err = str(reply.get("stdout") or ""), str(reply.get("stderr") or "")
@@ -76,15 +82,15 @@ async def dump(
     pid_start_time: int | None = None,
     run_dir: str | None = None,
     timeout: float = TIMEOUT_S,
+    configured: str | None = None,
 ) -> Dump:
     """``py-spy dump --pid PID`` of ``pid`` (the trainer or one of its descendants; ``pid_start_time``
-    pins the process a sample showed)."""
+    pins the process a sample showed), with the operator's ``configured`` py-spy or the helper's PATH's."""
     args: dict = {"root": trainer.pid, "start_time": trainer.start_time, "pid": int(pid), "timeout": timeout}
     if pid_start_time is not None:
         args["pid_start_time"] = pid_start_time
     if run_dir:
         args["run_dir"] = run_dir
-    interpreter = (trainer.run or {}).get("interpreter")
-    if isinstance(interpreter, str):
-        args["interpreter"] = interpreter
+    if configured:
+        args["pyspy"] = configured
     return result(int(pid), await helper.call("pyspy", wait_s=timeout + 30.0, **args))

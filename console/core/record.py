@@ -137,6 +137,42 @@ class Recording:
     def events_of(self, run: int) -> Iterator[Entry]:
         return (e for e in self.entries if e.run == run)
 
+    def stream(self) -> Iterator[Entry]:
+        """The entries from the first (a replay's fold; :class:`Streamed` reads them from the file)."""
+        return iter(self.entries)
+
+
+class Streamed:
+    """A record a replay reads as it goes (``dflash-console replay``): the header when opened, then
+    :meth:`stream` reads the file from its start one bounded line at a time, each time it is called (a
+    jump back). Memory stays that of one line and the screen's folded state, however large the record
+    unpacks; its end is known once a stream has reached it (``end`` is None until then)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = str(path)
+        with Reader(path) as r:
+            self.header = r.header
+        self.end: float | None = None
+        self.notes: list[tuple[float, str]] = []
+        self.bad = 0
+        self.bad_lines: list[str] = []
+        self.torn = False
+
+    runs = Recording.runs
+
+    @property
+    def start(self) -> float:
+        return self.header.get("t", 0.0)
+
+    def stream(self) -> Iterator[Entry]:
+        last = None
+        with Reader(self.path) as r:
+            for entry in r:
+                last = entry.t
+                yield entry
+        self.end = last if last is not None else self.start
+        self.notes, self.bad, self.bad_lines, self.torn = r.notes, r.bad, r.bad_lines, r.torn
+
 
 class RecordError(ValueError):
     """Not a record this console can read (the message names the file, and the line when one is to blame)."""

@@ -1,5 +1,10 @@
-"""Reading the run's files through the helper: a size, the last lines of a log, the recent records of
-metrics.jsonl, the files under a folder."""
+"""Reading the run's files through the helper: a size, a small text file, the last lines of a log, the
+recent records of metrics.jsonl, the files under a folder.
+
+The helper's ``read`` returns bytes (base64 on the wire), the one kind of reply its client does not
+clean. Every such read becomes text only through the one sanitiser: log lines through ``clean_line``,
+records through ``MetricsParser`` (console/core/metrics.py), anything else through :func:`read_text`.
+Only a copy to a local file (console/core/transfer.py) keeps the bytes as they are."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import posixpath
 
 from console.core.helper import Helper, HelperError
 from console.core.metrics import MetricsParser
+from console.core.sanitize import clean_text
 from console.core.streams import MAX_LINE, clean_line
 
 TAIL_MAX = 4 << 20  # `logs -n`: at most this much of the log's end is read
@@ -15,6 +21,13 @@ TAIL_MAX = 4 << 20  # `logs -n`: at most this much of the log's end is read
 async def file_size(helper: Helper, path: str) -> int:
     st = await helper.stat(path)
     return int(st["size"]) if st.get("exists") else 0
+
+
+async def read_text(helper: Helper, path: str, limit: int = 4096) -> str:
+    """The first ``limit`` bytes of a remote file as text, cleaned (undecodable bytes, escapes and
+    controls shown as the sanitiser shows them)."""
+    data, _, _ = await helper.read(path, 0, limit)
+    return clean_text(data.decode("utf-8", "replace"))
 
 
 async def tail_lines(helper: Helper, path: str, n: int) -> list[str]:

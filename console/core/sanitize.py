@@ -14,7 +14,11 @@ text:
   :data:`PLACEHOLDER`; colour/style sequences alone (SGR, ``ESC [ 1;31 m``) are dropped, as they
   only colour text and trainer logs (tqdm, transformers) are full of them;
 - every other C0 control except tab and newline, DEL, every C1 control (U+0080-U+009F) and a lone
-  surrogate (which no terminal can be sent: ``print`` would raise) becomes :data:`PLACEHOLDER`.
+  surrogate (which no terminal can be sent: ``print`` would raise) becomes :data:`PLACEHOLDER`;
+- a character that is there but cannot be seen (:data:`INVISIBLE`: the bidi overrides, embeddings,
+  isolates and marks, U+202E makes ``exe.txt`` read ``txt.exe``; the zero-width spaces and joiners,
+  the BOM, the line and paragraph separators, Hangul fillers, tag characters) is shown as its escape,
+  ``\u202e``: visible, and the text reads in the order it is stored.
 
 :func:`loads` decodes one JSON document with a size and a nesting bound (a 100k-deep line raises
 no ``RecursionError``) and returns it cleaned; anything wrong is one :class:`BadJson`.
@@ -30,6 +34,14 @@ MAX_DEPTH = 32  # nesting of a metrics record or a helper reply (they use at mos
 
 _ST = r"(?:\x07|\x1b\\|\x9c)"  # string terminator: BEL (xterm's OSC), ESC \, or 8-bit ST
 _BODY = r"[^\x07\x1b\x80-\x9f]*"  # a string body stops at any control that could start or end one
+# Unicode's format characters (category Cf) and the other invisible ones: bidi controls (U+061C,
+# U+200E/F, U+202A-E, U+2066-9), zero-width space / joiners / word joiner (U+200B-D, U+2060-4), the
+# deprecated format controls (U+206A-F), soft hyphen, the BOM, the line and paragraph separators
+# (U+2028/9), Mongolian vowel separator, Hangul fillers, interlinear annotation, tags (U+E0000-7F).
+INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f"
+)
 _SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
 _UNSAFE = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI
@@ -37,17 +49,30 @@ _UNSAFE = re.compile(
     r"|\x1b[ -/]*[0-~]"  # a two-character (or intermediate) ESC sequence
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # any other control but TAB and LF: ESC and C1 alone too
     "|[\ud800-\udfff]"  # a lone surrogate (JSON "\\udcff", an fsdecoded byte): unprintable
+    f"|[{INVISIBLE}]"  # there but not seen: shown as its escape
 )
+
+
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
+
+
+def _shown(m: re.Match) -> str:
+    """What a match becomes: an invisible character its escape, anything else the placeholder."""
+    c = m.group()
+    if not _INVISIBLE.fullmatch(c):
+        return PLACEHOLDER
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
 
 
 def clean_text(text: str) -> str:
     """``text`` with every escape sequence and control character (tab and newline kept) replaced by
-    :data:`PLACEHOLDER` (colour sequences dropped). Cheap when there is nothing to clean."""
+    :data:`PLACEHOLDER` (colour sequences dropped), and every invisible character by its escape
+    (``\\u202e``). Cheap when there is nothing to clean."""
     if text.isascii() and text.isprintable():
         return text
     if "\x1b" in text or "\x9b" in text:
         text = _SGR.sub("", text)
-    return _UNSAFE.sub(PLACEHOLDER, text)
+    return _UNSAFE.sub(_shown, text)
 
 
 class BadJson(ValueError):

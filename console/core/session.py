@@ -39,6 +39,7 @@ from console.core.options import ConnectOptions
 from console.core.phases import StopPhase
 from console.core.place import HOST, Place, PlaceError
 from console.core.restart_trust import prefill_concerns, refusal, restart_concerns
+from console.core.sanitize import clean_text
 from console.core.serving import Endpoint
 from console.core.ssh import backoff, connect
 from console.core.stop import StopFollow
@@ -77,8 +78,10 @@ class Session:
         rescan_s: float = 1.0,
         link=None,
         serve: Endpoint | None = None,
+        pyspy: str | None = None,
     ) -> None:
         self.options = options
+        self.pyspy = pyspy  # the operator's py-spy in the container (else the helper's PATH's)
         # a console.core.hostlink.HostLink when several sessions share one connection to a host
         self.link = link
         self.place = place  # where the trainer lives: the host, or Proxmox(200) (console/core/place.py)
@@ -139,7 +142,8 @@ class Session:
                 log.exception("session subscriber failed on %s", type(event).__name__)
 
     def _state(self, state: str, detail: str, retry_in: float | None = None) -> None:
-        self._conn_state = ConnState(state, detail, retry_in)
+        # the detail may carry an SSH server's or a runtime's own words (a disconnect reason): cleaned
+        self._conn_state = ConnState(state, clean_text(detail), retry_in)
         self._emit(self._conn_state)
 
     @property
@@ -720,7 +724,7 @@ class Session:
         helper, trainer = self.need_helper(), self.trainer
         if trainer is None:
             raise ThreadsError(f"no trainer is running on {self.where}")
-        return await pyspy.dump(helper, trainer, pid, start_time, self.run_dir)
+        return await pyspy.dump(helper, trainer, pid, start_time, self.run_dir, configured=self.pyspy)
 
     async def read_log_tail(self, n: int) -> list[str]:
         """The last ``n`` lines of the run's train.log ([] without a run dir)."""

@@ -15,6 +15,7 @@ import random
 import asyncssh
 
 from console.core.options import ConnectOptions
+from console.core.sanitize import clean_text  # a server's disconnect reason is its own text
 
 
 class ConnectError(Exception):
@@ -108,11 +109,11 @@ async def _connect_one(host: str, kw: dict, options: ConnectOptions, tunnel=None
     except asyncssh.HostKeyNotVerifiable as e:
         raise HostKeyRefused(_refusal(host, kw, await _fingerprint(host, kw, tunnel))) from e
     except asyncssh.PermissionDenied as e:
-        err = ConnectError(f"authentication failed for {options.display}: {e.reason or e}")
+        err = ConnectError(f"authentication failed for {options.display}: {clean_text(str(e.reason or e))}")
         err.retryable = False
         raise err from e
     except asyncssh.Error as e:
-        raise ConnectError(f"ssh to {options.display} failed: {e.reason or e}") from e
+        raise ConnectError(f"ssh to {options.display} failed: {clean_text(str(e.reason or e))}") from e
     except OSError as e:
         raise ConnectError(f"cannot reach {options.display}: {e.strerror or e}") from e
 

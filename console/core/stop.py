@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 import time
 from collections.abc import Callable
 
+from console.core import stop_witness
 from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.finding import Verdict, identify, trainer_identity
 from console.core.formatting import fmt_bytes
@@ -15,13 +17,14 @@ from console.core.helper import Helper, HelperError
 from console.core.metrics import MetricsParser
 from console.core.numeric import number
 from console.core.phases import StopPhase
-from console.core.remote_files import file_size, scan_dir
+from console.core.remote_files import file_size, read_text, scan_dir
 from console.core.streams import FileTail
 
 PhaseCallback = Callable[[ActionPhase], None]
 
 SCAN_EVERY_S = 0.5  # a trainer without events: how often its --output-dir is looked at while it saves
 REPORT_EVERY_S = 2.0  # ... and how often a growing file's new size is said
+_CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,200}")  # a folder of checkpoints/ (step_00000005)
 
 TRAINER_SAVE_FAILED = (
     4  # the trainer's exit status when its final checkpoint could not be written (docs/run-directory.md)
@@ -137,6 +140,9 @@ class StopFollow:
             self.phase(StopPhase.VERIFYING, f"pid {pid} {v.owner}")
         if v.ignores(sig):
             return self._refuse_ignored(v)
+        refused = await self._witness_before(helper)
+        if refused is not None:
+            return refused
         metrics = posixpath.join(trainer.run_dir, "metrics.jsonl") if trainer.run_dir else None
         self.has_events = trainer.source == "run.json" or bool(
             metrics and (await helper.stat(metrics)).get("exists")
@@ -256,18 +262,49 @@ class StopFollow:
         return ActionResult(Outcome.STILL_RUNNING, msg, self.trainer)
 
     async def _latest(self, helper: Helper) -> str | None:
+        """What ``checkpoints/latest`` names, as the final message says it (None: nothing). Its bytes are
+        the run directory's: cleaned, and only a checkpoint's folder name is taken for one."""
         if not self.trainer.run_dir:
             return None
+        ckpts = posixpath.join(self.trainer.run_dir, "checkpoints")
         try:
-            data, _, _ = await helper.read(
-                posixpath.join(self.trainer.run_dir, "checkpoints", "latest"), 0, 4096
-            )
+            name = (await read_text(helper, posixpath.join(ckpts, "latest"), 4096)).strip()
         except HelperError:
             return None
-        name = data.decode("utf-8", "replace").strip()
-        return posixpath.join(self.trainer.run_dir, "checkpoints", name) if name else None
+        if not name:
+            return None
+        if not _CHECKPOINT_NAME.fullmatch(name) or not name.strip("."):
+            return f"{name[:80]!r} (not a checkpoint's name)"
+        return posixpath.join(ckpts, name)
+
+    async def _witness_before(self, helper: Helper) -> ActionResult | None:
+        """Just before the signal: a run.json that no longer names the verified process refuses the
+        stop; another trainer of the run directory is said (only the verified one is signalled)."""
+        changed = await stop_witness.rewritten(helper, self.trainer)
+        if changed:
+            msg = (
+                f"refused: run.json was rewritten since the trainer was found: {changed}; nothing was "
+                "signalled (check `status`)"
+            )
+            self.phase(StopPhase.REFUSED, msg)
+            return ActionResult(Outcome.REFUSED, msg, self.trainer)
+        left = await stop_witness.others(helper, self.trainer)
+        if left:
+            self.phase(
+                StopPhase.VERIFYING,
+                f"also running with --output-dir {self.trainer.run_dir}: {stop_witness.describe(left)}; "
+                f"only pid {self.trainer.pid} is signalled",
+            )
+        return None
 
     async def _conclude(self, helper: Helper, exit_info: dict, offline: bool = False) -> ActionResult:
+        """How the stop ended for the verified process, checked against the run directory
+        (console/core/stop_witness.py): a rewritten run.json or a trainer left running is no success."""
+        return await stop_witness.verdict(
+            helper, self.trainer, await self._outcome(helper, exit_info, offline)
+        )
+
+    async def _outcome(self, helper: Helper, exit_info: dict, offline: bool = False) -> ActionResult:
         tr, pid = self.trainer, self.trainer.pid
         rc = exit_info.get("rc")
         if rc is None and self.stopped is not None and isinstance(self.stopped.get("exit_code"), int):

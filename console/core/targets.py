@@ -12,6 +12,7 @@ of a host; the config file's ``[targets]`` section names them::
     run_dir = "/root/runs/a" # the trainer's --output-dir
     label = "main run"       # shown in the overview (default: the name)
     readonly = true          # hide every changing action for this run
+    pyspy = "/opt/py-spy/bin/py-spy"  # py-spy in the container for the threads view (else the helper's PATH)
 
 ``resolve(names, ...)`` turns the command line's positionals into targets: a name of the config is
 that target, anything else is a host (with each ``--ct`` given, or the host itself). Where in the host
@@ -26,6 +27,7 @@ from pathlib import Path
 from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
 from console.core.place import CONFIG_KEYS, HOST, Place, PlaceError, from_config, parse
+from console.core.sanitize import clean_text
 from console.core.serving import Endpoint, EndpointError, parse_endpoint
 
 KEYS = {
@@ -39,6 +41,7 @@ KEYS = {
     "label": str,
     "readonly": bool,
     "serve": str,
+    "pyspy": str,
 }
 
 
@@ -51,6 +54,7 @@ class Target:
     label: str = ""
     readonly: bool = False
     serve: Endpoint | None = None  # a serving endpoint whose acceptance the screen shows (serving.py)
+    pyspy: str | None = None  # the operator's py-spy in the container (console/core/pyspy.py)
 
     @property
     def where(self) -> str:
@@ -107,13 +111,14 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
         jump=entry.get("jump", base.jump),
     )
     return Target(
-        name=name,
+        name=clean_text(name),  # a name and a label are shown as they are: cleaned (sanitize.py)
         options=opts,
         place=from_config(entry),
         run_dir=entry.get("run_dir"),
-        label=entry.get("label", name),
+        label=clean_text(entry.get("label", name)),
         readonly=entry.get("readonly", False),
         serve=parse_endpoint(entry["serve"]) if "serve" in entry else None,
+        pyspy=entry.get("pyspy"),
     )
 
 

@@ -5,11 +5,18 @@ event is folded: the time it arrived), so ages and countdowns read as they did l
 the record is folded into its own state; a record of several runs opens on the overview
 (console/screens/overview.py) and ``o`` comes back to it, as live; ``c`` there opens the compare view
 (console/tui/compare_screen.py) over ``compare``, fed by the same fold. Jumping back folds the record
-again from its start."""
+again from its start.
+
+The record is read as the cursor reaches it (console/core/record.py's ``Streamed``: one line at a
+time, never the whole file in memory), and each tick folds for at most :data:`FOLD_BUDGET_S`, so a
+record that unpacks to gigabytes, a jump to its end or a fast speed keeps the screen drawn and
+answering while the fold catches up."""
 
 from __future__ import annotations
 
 import datetime
+import math
+import time
 
 from textual.binding import Binding
 
@@ -18,7 +25,7 @@ from console.core.compare import CompareData
 from console.core.events import LogLines
 from console.core.fleet import Run
 from console.core.options import ConnectOptions
-from console.core.record import Recording
+from console.core.record import Recording, Streamed
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
@@ -41,12 +48,15 @@ REPLAY_BINDINGS = [
 ]
 
 
+FOLD_BUDGET_S = 0.05  # folding per tick (0.1 s) at most: the screen draws and answers in between
+
+
 class ReplayApp(ConsoleApp):
     BINDINGS = [*ConsoleApp.BINDINGS, *REPLAY_BINDINGS]
 
     def __init__(
         self,
-        recording: Recording,
+        recording: Recording | Streamed,
         run: int | None = None,
         speed: float = 1.0,
         cursor: Cursor | None = None,
@@ -54,8 +64,8 @@ class ReplayApp(ConsoleApp):
     ):
         """``run``: the run to show first (0-based); None: the overview when the record has several."""
         self.recording = recording
-        self.entries = list(recording.entries)
-        self.cursor = cursor or Cursor(recording.start, recording.end, speed)
+        end = recording.end if recording.end is not None else math.inf  # known once read to its end
+        self.cursor = cursor or Cursor(recording.start, end, speed)
         self._folding: float | None = None  # while folding an entry: its time is the screen's clock
         self.runs = [
             Run(
@@ -74,7 +84,8 @@ class ReplayApp(ConsoleApp):
         self.first = run
         self.current = run or 0
         super().__init__(None, readonly=True, state=self.runs[self.current].state, target="", **kw)
-        self.pos = 0  # entries folded so far
+        self._quiet = False  # folding back up to the cursor after a jump back: the log is drawn after
+        self._open()
         self.overview: OverviewScreen | None = None
 
     @property
@@ -84,7 +95,10 @@ class ReplayApp(ConsoleApp):
 
     def clock(self) -> float:
         """The screen's clock: the time an entry arrived while it is folded, else the cursor's."""
-        return self._folding if self._folding is not None else self.cursor.now()
+        if self._folding is not None:
+            return self._folding
+        now = self.cursor.now()  # infinite after a jump to an end not read yet: the last time folded
+        return now if math.isfinite(now) else self._last_t
 
     def _fold(self, entry, draw: bool = True) -> None:
         if not 0 <= entry.run < len(self.runs):
@@ -121,20 +135,35 @@ class ReplayApp(ConsoleApp):
         return self._label(where=False)
 
     def _label(self, where: bool = True) -> str:
-        t = datetime.datetime.fromtimestamp(self.cursor.now()).strftime("%Y-%m-%d %H:%M:%S")
-        done = self.cursor.now() - self.recording.start
-        total = self.recording.end - self.recording.start
+        now = self.clock()
+        t = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S")
+        done = now - self.recording.start
+        total = self.cursor.end - self.recording.start
         mode = "paused" if self.cursor.paused else f"x{self.cursor.speed:g}"
-        return f"REPLAY {t} ({done:.0f}/{total:.0f} s, {mode})" + (f"  {self.where}" if where else "")
+        of = "?" if math.isinf(total) else f"{total:.0f}"
+        return f"REPLAY {t} ({done:.0f}/{of} s, {mode})" + (f"  {self.where}" if where else "")
+
+    def _open(self) -> None:
+        """Read the record from its start again."""
+        self._stream = self.recording.stream()
+        self._peek = next(self._stream, None)
+        self._last_t = self.recording.start
 
     def _advance(self) -> None:
-        """Fold what the cursor has passed."""
+        """Fold what the cursor has passed, for at most FOLD_BUDGET_S (the rest on the next ticks)."""
         now = self.cursor.now()
         changed = False
-        while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
-            self._fold(self.entries[self.pos])
-            self.pos += 1
+        deadline = time.monotonic() + FOLD_BUDGET_S
+        while self._peek is not None and self._peek.t <= now and time.monotonic() < deadline:
+            self._fold(self._peek, draw=not self._quiet)
+            self._last_t = self._peek.t
+            self._peek = next(self._stream, None)
             changed = True
+        if self._peek is None and math.isinf(self.cursor.end):
+            self.cursor.end = self._last_t  # the end of the record is known now
+        if self._quiet and (self._peek is None or self._peek.t > now):
+            self._quiet = False
+            self._show(self.current)
         label = self._label()
         if self.w_conn.target != label:
             self.w_conn.target = label
@@ -150,12 +179,8 @@ class ReplayApp(ConsoleApp):
             if self.health_hooks.config is not None:
                 run.state.health.config = self.health_hooks.config
         self.compare.reset()
-        now = self.cursor.now()
-        self.pos = 0
-        while self.pos < len(self.entries) and self.entries[self.pos].t <= now:
-            self._fold(self.entries[self.pos], draw=False)
-            self.pos += 1
-        self._show(self.current)
+        self._open()
+        self._quiet = True  # _advance folds up to the cursor, then shows the run
 
     def _show(self, i: int) -> None:
         self.current = i
@@ -197,10 +222,16 @@ class ReplayApp(ConsoleApp):
         self._after_move(False)
 
     def seek(self, t: float) -> None:
-        """Put the cursor at record time ``t`` (tests)."""
+        """Put the cursor at record time ``t`` and fold up to it at once (tests)."""
         back = t < self.cursor.now()
         self.cursor.seek(t)
         self._after_move(back)
+        while self._behind():
+            self._advance()
+
+    def _behind(self) -> bool:
+        """Entries the cursor has passed are still to be folded (or shown, after a jump back)."""
+        return self._quiet or (self._peek is not None and self._peek.t <= self.cursor.now())
 
     def _after_move(self, back: bool) -> None:
         if back:

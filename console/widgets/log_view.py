@@ -3,7 +3,8 @@
 Lines arriving at thousands a second are coalesced (toolong's approach): ``push`` only appends to
 a bounded buffer; the widget is written at most every ``flush_s`` in one batch, and keeps at most
 ``max_lines`` (older ones drop off the top). Search highlights every match and jumps between them
-(newest first); jumping pauses following, ``f`` resumes it.
+(newest first); jumping or scrolling up pauses following, ``f`` resumes it. While following, every
+flush repaints the view and ends on the newest line, however fast lines come.
 """
 
 from __future__ import annotations
@@ -79,11 +80,25 @@ class LogView(Log):
         batch = list(self._pending)
         self._pending.clear()
         before = len(self._lines)
-        self.write_lines(batch)
+        # Not Log's own follow: once max_lines prunes the top, the lines it repaints are counted from
+        # before the pruning (off the end) and a view already at the end does not move, so the pane
+        # kept showing old lines under a flood while it said "following". The whole view is repainted
+        # here, and following is this widget's own state (a user's scroll up pauses it).
+        self.write_lines(batch, scroll_end=False)
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
         pruned = before + len(batch) - len(self._lines)
         if self.query_text:
             self._shift_matches(pruned, before - pruned, batch)
         self._notify_status()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """A scroll up away from the end (the wheel, a key, the scroll bar) pauses following, and the
+        status says so; ``f`` resumes it. A resize that keeps the view at the end does not."""
+        super().watch_scroll_y(old_value, new_value)
+        if self.auto_scroll and new_value < old_value and new_value < self.max_scroll_y:
+            self.auto_scroll = False
+            self._notify_status()
 
     def clear(self):
         """Empty the log (a replay's jump back, another run on screen); the status counts what is shown."""

@@ -254,6 +254,38 @@ def op_rmtree(req):
     return {}
 
 
+def op_clean_temp(req):
+    """Remove the deploy's temporary folders that a dropped link left in ``base``: only entries whose
+    name is a whole match of the ``pattern`` the console makes them with, that are real folders (never
+    a link: lstat; rmtree does not follow links inside), belong to this helper's user, and were last
+    changed more than ``older_s`` ago by this machine's clock (a deploy under way is left alone).
+    Returns the names removed."""
+    import re
+    import shutil
+    import time
+
+    base, pattern = req["path"], re.compile(req["pattern"])
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    removed, now = [], time.time()
+    for name in names[:10000]:
+        if not pattern.fullmatch(name):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or now - st.st_mtime < req["older_s"]:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(name)
+    return removed
+
+
 def op_listdir(req):
     try:
         return sorted(os.listdir(req["path"]))

@@ -184,6 +184,11 @@ def _not_the_trainer(info, expect):
 # The console cleans every string it gets from here (console/core/sanitize.py: escape sequences and
 # control characters become U+FFFD), so a command line it knows may be the cleaned one. This is that
 # cleaner, kept equal to it by tests/console/core/test_sanitize.py (the helper imports nothing).
+_INVISIBLE_CHARS = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f"
+)
+_INVISIBLE_RE = re.compile(f"[{_INVISIBLE_CHARS}]")
 _SGR = re.compile(r"(?:\x1b\[|\x9b)[0-9;:]*m")
 _UNSAFE = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
@@ -191,14 +196,22 @@ _UNSAFE = re.compile(
     r"|\x1b[ -/]*[0-~]"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
     "|[\ud800-\udfff]"
+    f"|[{_INVISIBLE_CHARS}]"
 )
+
+
+def _shown_one(m):
+    c = m.group()
+    if not _INVISIBLE_RE.fullmatch(c):
+        return "\ufffd"
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
 
 
 def shown(text):
     """``text`` as the console shows it (console/core/sanitize.py's clean_text)."""
     if "\x1b" in text or "\x9b" in text:
         text = _SGR.sub("", text)
-    return _UNSAFE.sub("\ufffd", text)
+    return _UNSAFE.sub(_shown_one, text)
 
 
 def _same_argv(real, expected):

@@ -10,6 +10,7 @@ import threading
 import time
 
 from .files import (
+    op_clean_temp,
     op_follow,
     op_listdir,
     op_mkdir,
@@ -65,6 +66,7 @@ SLOW = {
     "find": op_find,
     "write_files": op_write_files,
     "rmtree": op_rmtree,
+    "clean_temp": op_clean_temp,
     "scan": op_scan,
     "threads": op_threads,
     "pyspy": op_pyspy,

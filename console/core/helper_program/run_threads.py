@@ -165,8 +165,38 @@ def op_threads(req):
     }
 
 
+def _trusted_owner(st):
+    """The file or folder belongs to root or to this helper's user."""
+    return st.st_uid in (0, os.geteuid())
+
+
+def _untrusted_folder(path, st):
+    """Why a folder on the way to py-spy lets someone else swap it, or None: each folder up to / must
+    belong to root or the helper's user and be writable by no one else (a sticky one, like /tmp, may be
+    when what lies in it is root's or the helper user's)."""
+    child, folder = st, os.path.dirname(path)
+    while True:
+        try:
+            st = os.stat(folder)
+        except OSError as e:
+            return f"{folder}: {e.strerror or e}"
+        if not _trusted_owner(st):
+            return f"{folder} belongs to uid {st.st_uid}, not to root or the helper's user"
+        if st.st_mode & 0o022 and not (
+            st.st_mode & stat.S_ISVTX and child is not None and _trusted_owner(child)
+        ):
+            return f"{folder} is writable by group or others ({stat.filemode(st.st_mode)})"
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        child, folder = st, parent
+
+
 def _executable(path):
-    """Why ``path`` cannot be run as py-spy, or None: it must be a regular executable file, not a link."""
+    """Why ``path`` cannot be run as py-spy, or None: it must be a regular executable file, not a link,
+    belong to root or the helper's user, and be writable by no one else, nor its folders (those it
+    really lies in: a folder on the way that is a link is followed to where it points, and that path is
+    the one run)."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -175,21 +205,30 @@ def _executable(path):
         return str(_link_refusal(path))
     if not stat.S_ISREG(st.st_mode) or not os.access(path, os.X_OK):
         return f"{path} is not an executable file"
-    return None
+    if not _trusted_owner(st):
+        return f"{path} belongs to uid {st.st_uid}, not to root or the helper's user"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others ({stat.filemode(st.st_mode)})"
+    why = _untrusted_folder(os.path.realpath(path), st)
+    return None if why is None else f"{path}: {why}"
 
 
-def find_pyspy(interpreters=()):
-    """(py-spy's path or None, what was looked at): on this helper's PATH, then beside the run's
-    interpreters (a virtualenv's bin/)."""
-    places = [os.path.join(d, "py-spy") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    for exe in interpreters:
-        if exe and os.path.isabs(exe):
-            places.append(os.path.join(os.path.dirname(exe), "py-spy"))
+def find_pyspy(configured=None):
+    """(py-spy's path or None, what was looked at and why each was not taken). Only the operator's own
+    choice (``configured``: the config file's or the command line's) or this helper's PATH: never a
+    folder the run names (its interpreter, a process's argv[0]), which its writer could fill."""
+    if configured:
+        places = [configured] if os.path.isabs(configured) else []
+        if not places:
+            return None, [f"{configured} is not an absolute path"]
+    else:
+        dirs = os.environ.get("PATH", "").split(os.pathsep)
+        places = [os.path.join(d, "py-spy") for d in dirs if os.path.isabs(d)]  # never "." or ""
     looked = []
     for p in dict.fromkeys(places):
         why = _executable(p)
         if why is None:
-            return p, looked
+            return os.path.realpath(p), looked
         looked.append(p if why == "absent" else why)
     return None, looked
 
@@ -197,7 +236,8 @@ def find_pyspy(interpreters=()):
 def op_pyspy(req):
     """``py-spy dump --pid PID`` of one process of the run (the trainer ``root`` with ``start_time``,
     or one of its descendants; ``pid_start_time`` pins that process), with a timeout; the output bounded.
-    Read-only: py-spy reads the process's memory. ``found`` false says where py-spy was looked for."""
+    Read-only: py-spy reads the process's memory. py-spy is ``pyspy`` (the operator's) or on this helper's
+    PATH (:func:`find_pyspy`); ``found`` false says where it was looked for and why none was taken."""
     root, why = _run_root(dict(req, pid=req["root"]))
     if root is None:
         return {"ran": False, "why": why}
@@ -207,10 +247,9 @@ def op_pyspy(req):
     pinned = req.get("pid_start_time")
     if pid not in pids or st is None or (pinned is not None and st["start_time"] != pinned):
         return {"ran": False, "why": f"pid {pid} is not a process of this run (now)"}
-    argv0 = (_proc_bytes(f"/proc/{pid}/cmdline") or b"").split(b"\0")[0]
-    path, looked = find_pyspy([req.get("interpreter"), os.fsdecode(argv0)])
+    path, looked = find_pyspy(req.get("pyspy"))
     if path is None:
-        return {"ran": False, "found": False, "looked": looked}
+        return {"ran": False, "found": False, "looked": looked, "configured": bool(req.get("pyspy"))}
     timeout = min(float(req.get("timeout", DUMP_TIMEOUT_S)), 120.0)
     argv = [path, "dump", "--pid", str(pid)]
     try:

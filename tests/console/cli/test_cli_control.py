@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -101,6 +103,43 @@ def test_deploy_writes_a_versioned_compiled_copy_once(host):
     assert (code / ".complete").stat().st_mtime_ns == manifest.st_mtime_ns  # not written over
     assert sorted(p.name for p in code.parent.iterdir()) == [code.name, "last"]  # no temporary dir left
     assert "a restart of a run that runs deployed code runs this one" in r2.stdout  # and names it last
+
+
+def test_a_deploy_removes_what_a_deploy_cut_off_by_a_dropped_link_left(host, tmp_path):
+    """A deploy whose link dropped leaves ``.tmp-HASH-RANDOM`` behind; the next deploy removes those of
+    its own making that no deploy is still writing (unchanged for 10 minutes), never through a link,
+    and nothing else."""
+    from pathlib import Path
+
+    base = host.container_dir(CT) / ".dflash-console" / "code"
+    base.mkdir(parents=True, exist_ok=True)
+    old = time.time() - 3600
+
+    def folder(name: str, age: float | None = old) -> Path:
+        p = base / name
+        (p / "trainer").mkdir(parents=True)
+        (p / "trainer" / "pipeline.py").write_text("# half written\n")
+        if age is not None:
+            os.utime(p, (age, age))
+        return p
+
+    stale = folder(".tmp-0123456789abcdef-01234567")
+    busy = folder(".tmp-0123456789abcdef-89abcdef", age=None)  # a deploy under way right now
+    theirs = folder(".tmp-old-copy")  # not a name deploy makes
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    link = base / ".tmp-fedcba9876543210-76543210"
+    link.symlink_to(outside)
+    os.utime(link, (old, old), follow_symlinks=False)
+    try:
+        r = cli("deploy", *conn_args(host))
+        assert r.returncode == 0, r.stderr
+        assert not stale.exists()
+        assert busy.exists() and theirs.exists() and (outside / "keep").is_dir() and link.is_symlink()
+    finally:  # the module's other deploy test sees the folder as a deploy leaves it
+        link.unlink(missing_ok=True)
+        for p in (stale, busy, theirs):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def test_unknown_or_changed_host_key_is_refused_with_its_fingerprint(host, tmp_path):

@@ -57,6 +57,24 @@ def test_a_failed_checkpoint_is_exit_6_and_said(host, tmp_path):
     assert "exit code 4" in r.stderr and f"latest still names {run}/checkpoints/step_00000005" in r.stderr
 
 
+def test_a_planted_latest_reaches_stops_message_clean(host, tmp_path):
+    """``checkpoints/latest`` is the run directory's: its bytes (OSC 52, OSC 0, a screen clear, C1, a
+    bidi override) are cleaned before stop's final message says them, and are not taken for a name."""
+    run = host.container_dir(CT) / "planted"
+    p = start_contract_trainer(tmp_path, run, STANDIN_MODE="fail")
+    hostile = b"step_9\x1b]52;c;aGVsbG8=\x07\x1b]0;pwned\x07\x1b[2J\xc2\x9b6n\xe2\x80\xae\xff"
+    (run / "checkpoints" / "latest").write_bytes(hostile)
+    try:
+        r = cli("stop", *conn_args(host), "--run-dir", str(run), "--yes", "--timeout", "30")
+    finally:
+        p.wait(10)
+    assert r.returncode == 6, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert not [c for c in out if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F], repr(out)
+    assert "\u202e" not in out and "52;c" not in out and "pwned" not in out
+    assert "latest still names 'step_9" in r.stderr and "(not a checkpoint's name)" in r.stderr, r.stderr
+
+
 @pytest.mark.e2e
 def test_stop_survives_a_server_restart_mid_save(host, tiny_assets, tmp_path):
     """SIGINT, the real trainer's save is held, the SSH server is killed and restarted: the CLI

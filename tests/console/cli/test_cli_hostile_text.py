@@ -20,12 +20,16 @@ CLIPBOARD = "\x1b]52;c;aGVsbG8=\x1b\\"
 TITLE = "\x1b]0;pwned\x07"
 CSI = "\x1b[2J\x1b[6n"
 C1 = "\x9b2J\x9d0;t\x9c"
-HOSTILE = f"<{CLIPBOARD}{TITLE}{CSI}{C1}>"
+# bidi override and zero-width space last
+HOSTILE = f"<{CLIPBOARD}{TITLE}{CSI}{C1}\u202e\u200b>"
 
 
 def unsafe(text: str) -> list[str]:
-    """What a terminal would act on: C0 but tab and newline, DEL, and C1 (U+0080-U+009F)."""
-    return [c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F]
+    """What a terminal would act on: C0 but tab and newline, DEL, and C1 (U+0080-U+009F); and what it
+    would show invisibly (bidi and zero-width characters)."""
+    return [
+        c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u200b"
+    ]
 
 
 def line(**rec) -> str:
@@ -61,6 +65,7 @@ def test_status_stop_and_logs_print_the_containers_text_clean(host, hostile_trai
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr  # the 100k-deep line: skipped
     assert "step 7/77  loss 0.5000" in r.stdout and "/ck" in r.stdout  # the records around it: kept
     assert "--tag" in r.stdout and "\ufffd" in r.stdout, r.stdout
+    assert "\\u202e\\u200b>" in r.stdout  # the invisible characters: shown as escapes
     assert not unsafe(r.stdout + r.stderr), repr(r.stdout)
 
     r = cli("stop", *conn_args(host), "--run-dir", str(run))  # no terminal, no --yes: the prompt, refused
@@ -168,3 +173,28 @@ def test_a_small_record_that_unpacks_to_a_huge_line_is_read_in_bounded_memory(tm
     rc, maxrss_kib, stdout = out.stdout.split(" ", 2)
     assert rc == "0" and "after the bomb" in stdout, out.stdout + out.stderr
     assert int(maxrss_kib) < 200 << 10, f"peak RSS {int(maxrss_kib) >> 10} MiB"
+
+
+def _strict(text: str):
+    """JSON as strict parsers read it: NaN, Infinity and -Infinity are not JSON."""
+
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_status_json_is_valid_json_when_the_records_hold_nan_and_infinity(host):
+    """metrics.jsonl may hold NaN and Infinity (Python writes them; 1e999 reads as inf): ``status --json``
+    prints null for them, valid JSON for any parser."""
+    run = host.container_dir(CT) / "nan-run"
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "metrics.jsonl").write_text(
+        '{"t": 1.0, "kind": "step", "step": 7, "total_steps": 9, "loss": NaN, "lr": Infinity, "acc": 1e999}\n'
+        '{"t": 2.0, "kind": "throughput", "tok_s": -Infinity, "devices": []}\n'
+    )
+    r = cli("status", *conn_args(host), "--run-dir", str(run), "--json")
+    assert r.returncode in (0, 4) and "Traceback" not in r.stderr, r.stderr
+    st = _strict(r.stdout)
+    assert st["last_step"]["step"] == 7 and st["last_step"]["loss"] is None, st["last_step"]
+    assert "NaN" not in r.stdout and "Infinity" not in r.stdout

@@ -93,3 +93,33 @@ def test_unknown_name_and_several_runs_are_usage_errors(named):
     r = cli("status", "main", "ro", "--check")
     assert r.returncode == 2 and "--check takes one run" in r.stderr
     assert alive(named["main"].pid) and alive(named["ro"].pid)
+
+
+def _config(tmp_path, monkeypatch, text: str) -> None:
+    cfg = tmp_path / "cfg" / "dflash-console"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "config.toml").write_text(text)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+
+
+def test_a_deeply_nested_config_is_one_line_and_labels_are_shown_clean(tmp_path, monkeypatch):
+    """A config.toml nested 5000 deep is one line naming the file (no RecursionError traceback); a
+    target's label holding escapes and a bidi override is shown cleaned."""
+    _config(tmp_path, monkeypatch, "x = " + "[" * 5000 + "]" * 5000 + "\n")
+    r = cli("status", "main")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "config.toml: nested deeper than" in r.stderr, r.stderr
+
+    hostile = "\\u001b]0;pwned\\u0007main\\u202erun\\u001b[2J"
+    unreachable = 'host = "127.0.0.1"\nport = 1\n'
+    _config(
+        tmp_path,
+        monkeypatch,
+        f'[targets.a]\n{unreachable}label = "{hostile}"\n[targets.b]\n{unreachable}run_dir = "/b"\n',
+    )
+    r = cli("status", "a", "b")
+    out = r.stdout + r.stderr
+    assert "main\\u202erun" in r.stdout, out  # the label, its bidi override shown as an escape
+    assert not [
+        c for c in out if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c == "\u202e"
+    ]

@@ -6,6 +6,8 @@ The real trainer (and a real py-spy dump on a read-only target): tests/console/s
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +59,10 @@ def test_dump_without_pyspy_and_outside_the_run(host, run):
     p, _child, run_dir = run
     r = cli("threads", *conn_args(host), "--run-dir", str(run_dir), "--dump", str(p.pid))
     assert r.returncode == 1 and r.stdout == ""
-    assert "py-spy is not in the container: looked on the helper's PATH and beside" in r.stderr, r.stderr
+    assert "py-spy is not in the container: looked at the helper's PATH" in r.stderr, r.stderr
+    pyspy = str(Path(sys.executable).parent / "py-spy")  # the test extra's, named by the operator
+    r = cli("threads", *conn_args(host), "--run-dir", str(run_dir), "--dump", str(p.pid), "--pyspy", pyspy)
+    assert r.returncode == 0 and r.stdout.startswith(f"Process {p.pid}: "), r.stdout + r.stderr
     r = cli("threads", *conn_args(host), "--run-dir", str(run_dir), "--dump", "1")
     assert r.returncode == 1 and "pid 1 is not a process of this run" in r.stderr, r.stderr
 

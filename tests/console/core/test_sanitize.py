@@ -34,6 +34,23 @@ def test_every_escape_sequence_and_control_becomes_one_placeholder():
     assert clean_text("\x00\x07\x7f\r\udcff") == PLACEHOLDER * 5  # NUL, BEL, DEL, CR, a lone surrogate
 
 
+BIDI = "\u202e\u2066\u200f\u061c"  # right-to-left override, isolate, mark, Arabic letter mark
+ZERO_WIDTH = "\u200b\u200d\u2060\ufeff\u2028"  # zero-width space, joiner, word joiner, BOM, line sep.
+
+
+def test_bidi_and_zero_width_characters_are_shown_as_escapes():
+    """U+202E makes ``gpj.exe`` read ``exe.jpg``; U+200B hides inside a name: both are shown, visibly."""
+    out = clean_text(f"run\u202egpj.exe a{ZERO_WIDTH}b {BIDI}")
+    assert out == "run\\u202egpj.exe a\\u200b\\u200d\\u2060\\ufeff\\u2028b \\u202e\\u2066\\u200f\\u061c"
+    assert clean_text(out) == out  # cleaning twice changes nothing (the log pane cleans again)
+    assert clean_text("tag\U000e0041") == "tag\\U000e0041"  # an invisible tag character
+    assert clean_text("é ü ⚠ 日本 ⚠️") == "é ü ⚠ 日本 ⚠️"  # visible text, a variation selector: kept
+    assert loads('{"k\\u202e": "\\u200b"}') == {"k\\u202e": "\\u200b"}
+    (line,) = LineSplitter().feed(f"step {BIDI} done\n".encode())
+    assert line == "step \\u202e\\u2066\\u200f\\u061c done"
+    assert LogView._process_line(f"x{ZERO_WIDTH}y").startswith("x\\u200b")
+
+
 def test_log_lines_are_cleaned_of_c1_controls_too():
     out = LineSplitter().feed(f"step 1 {C1} {TITLE}done\n".encode())
     assert len(out) == 1 and not unsafe(out[0]) and out[0].endswith("done")
@@ -89,7 +106,59 @@ def test_the_helpers_copy_of_the_cleaner_is_the_same_cleaner():
         "\x1b]0;open",
         "\udcff\x00\x7f",
         "plain",
+        BIDI + "x" + ZERO_WIDTH,
+        "\U000e0041\u00ad\u2028\u3164",
     ]
     corpus += [chr(c) + "x" + chr(c) for c in range(0xA0)]
     for text in corpus:
         assert shown(text) == clean_text(text), repr(text)
+
+
+def test_raw_helper_reads_become_text_only_where_the_sanitiser_is():
+    """The helper's ``read`` and ``follow`` replies are bytes (base64), the one kind its client does not
+    clean. Every module that awaits a ``.read(...)`` or decodes base64 is one that cleans what it turns
+    into text (log lines, records, ``remote_files.read_text``) or keeps it as bytes (a local copy): a new
+    one must join that list deliberately (stop's ``checkpoints/latest`` reached the terminal raw)."""
+    import ast
+    from pathlib import Path
+
+    import console
+
+    root = Path(console.__file__).parent
+    readers, decoders = set(), set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(("core/helper_program/", "devhost/", "demo/")):
+            continue  # the helper itself, and the stand-ins of the host
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Await) and isinstance(node.value, ast.Call):
+                f = node.value.func
+                if isinstance(f, ast.Attribute) and f.attr == "read" and node.value.args:
+                    readers.add(rel)
+            if isinstance(node, ast.Name) and node.id == "b64decode":
+                decoders.add(rel)
+    # lines through clean_line / MetricsParser, text through read_text, JSON through loads (helper.py's
+    # read_json), bytes to a local file
+    cleaning = {
+        "core/check.py",
+        "core/streams.py",
+        "core/remote_files.py",
+        "core/transfer.py",
+        "core/helper.py",
+    }
+    assert readers <= cleaning, readers
+    assert "core/remote_files.py" in readers  # the scan sees them at all
+    assert decoders <= {"core/helper.py", "core/streams.py"}, decoders
+
+
+def test_a_servers_own_words_in_the_connection_state_are_cleaned():
+    """A disconnect reason (an SSH server's, a runtime's) reaches the connection bar and `status`."""
+    from console.core.options import ConnectOptions
+    from console.core.session import Session
+
+    s = Session(ConnectOptions(host="h"), telemetry=False)
+    seen = []
+    s.subscribe(seen.append)
+    s._state("reconnecting", f"h: lost {TITLE}{C1}\u202e; retrying", 1.0)
+    assert not unsafe(seen[-1].detail) and "\u202e" not in seen[-1].detail
+    assert seen[-1].detail.startswith("h: lost \ufffd") and "\\u202e" in seen[-1].detail

@@ -6,6 +6,7 @@ still saving after a server restart is in tests/console/cli/test_cli_faults.py).
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -98,3 +99,80 @@ async def test_link_down_until_the_trainer_exited_screen_reports_it_from_the_run
     finally:
         out = _reap(p)
     assert "signals 1" in out
+
+
+def _run_json(run) -> dict:
+    return json.loads((run / "run.json").read_text())
+
+
+async def test_a_run_json_swapped_to_name_her_own_trainer_is_no_success(host):
+    """The real trainer trains in RUN; a writer of RUN starts her own trainer-like process there (its
+    run.json names it, its events claim a save). The stop signals hers, as the identity rule allows,
+    and says the real one still runs: never "stopped"."""
+    folder = host.container_dir(CT)
+    run = folder / "run"
+    real = start_contract_trainer(folder, run, STANDIN_MODE="fast")
+    hers = start_contract_trainer(folder / "hers", run, STANDIN_MODE="fast")
+    assert _run_json(run)["pid"] == hers.pid
+    phases: list[ActionPhase] = []
+    try:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=str(run), telemetry=False) as s:
+            res = await s.stop_trainer(timeout=30, on_phase=phases.append)
+        assert res.code != Outcome.OK, res
+        assert f"still running with --output-dir {run}: pid {real.pid}" in res.message, res.message
+        assert "the run is not stopped" in res.message
+        assert any(f"also running with --output-dir {run}: pid {real.pid}" in ph.detail for ph in phases)
+        assert real.poll() is None  # the real trainer was not signalled, and trains on
+    finally:
+        _reap(hers)
+        _reap(real)
+
+
+async def test_run_json_rewritten_before_the_signal_refuses_the_stop(host):
+    """The console found the trainer through run.json; run.json is rewritten before the stop's signal:
+    the stop is refused, nothing is signalled."""
+    folder = host.container_dir(CT)
+    run = folder / "run"
+    real = start_contract_trainer(folder, run, STANDIN_MODE="fast")
+    try:
+        async with Session(
+            options_for(host), place=Proxmox(CT), run_dir=str(run), telemetry=False, rescan_s=600
+        ) as s:
+            assert s.trainer is not None and s.trainer.pid == real.pid
+            forged = {**_run_json(run), "pid": 1, "start_time": 1}
+            (run / "run.json").write_text(json.dumps(forged))
+            res = await s.stop_trainer(timeout=30)
+        assert res.code == Outcome.REFUSED, res
+        assert "run.json was rewritten since the trainer was found: run.json now names pid 1" in res.message
+        assert "nothing was signalled" in res.message and real.poll() is None
+    finally:
+        _reap(real)
+
+
+async def test_run_json_rewritten_during_the_stop_is_said_and_no_success(host, tmp_path):
+    """run.json is rewritten while the trainer saves: the verdict is about the signalled process (it did
+    save and exit), and says run.json changed; it is not reported as a success."""
+    folder = host.container_dir(CT)
+    run = folder / "run"
+    release = tmp_path / "release"
+    p = start_contract_trainer(folder, run, STANDIN_MODE="hold", STANDIN_RELEASE=str(release))
+    saving = asyncio.Event()
+
+    def on_phase(ph: ActionPhase) -> None:
+        if ph.phase == "saving":
+            saving.set()
+
+    try:
+        async with Session(options_for(host), place=Proxmox(CT), run_dir=str(run), telemetry=False) as s:
+            stop = asyncio.ensure_future(s.stop_trainer(timeout=60, on_phase=on_phase))
+            await asyncio.wait_for(saving.wait(), 30)
+            (run / "run.json").write_text(json.dumps({**_run_json(run), "pid": 1, "start_time": 1}))
+            release.touch()
+            res = await asyncio.wait_for(stop, 60)
+        assert res.code != Outcome.OK, res
+        assert "checkpoint" in res.message and f"pid {p.pid} exited" in res.message
+        assert (
+            "run.json was rewritten during the stop: run.json now names pid 1 (start time 1)" in res.message
+        )
+    finally:
+        assert "signals 1" in _reap(p)

@@ -171,8 +171,7 @@ def test_the_helper_caps_processes_and_threads_and_says_so(tmp_path):
 
 def test_pyspy_outcomes_are_said():
     assert pyspy.result(5, {"ran": False, "found": False, "looked": ["/usr/bin/py-spy"]}).text.startswith(
-        "py-spy is not in the container: looked on the helper's PATH and beside the run's interpreter "
-        "(/usr/bin/py-spy)"
+        "py-spy is not in the container: looked at the helper's PATH (/usr/bin/py-spy)"
     )
     assert pyspy.result(5, {"ran": False, "why": "pid 5 is not a process of this run (now)"}).text == (
         "not run: pid 5 is not a process of this run (now)"

@@ -6,6 +6,7 @@ present, and the refusals (another process, a start time that is not the trainer
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -144,22 +145,76 @@ async def test_pyspy_absent_is_said_plainly(helper, run):
     trainer, _, _ = run
     d = await pyspy.dump(helper, trainer, trainer.pid)
     assert not d.ok and not d.found
-    assert d.text.startswith("py-spy is not in the container")
-    beside = str(Path(trainer.run["interpreter"]).parent / "py-spy")
-    assert beside in d.text  # where it looked: beside the run's interpreter (and on PATH)
+    assert d.text.startswith("py-spy is not in the container: looked at the helper's PATH")
+    assert str(Path(trainer.run["interpreter"]).parent) not in d.text  # never beside the run's interpreter
+
+
+def _planted(folder: Path, marker: Path, mode: int = 0o755) -> Path:
+    """A py-spy that, run, writes ``marker`` (what a planted one would do as root, and worse)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "py-spy"
+    exe.write_text(f"#!/bin/sh\necho ran >> {marker}\necho Process $3: planted\n")
+    exe.chmod(mode)
+    return exe
+
+
+async def test_a_pyspy_beside_the_runs_interpreter_or_argv0_is_never_run(helper, run, tmp_path):
+    """Whoever writes run.json names the interpreter; whoever owns the trainer chooses its argv[0]: a
+    py-spy planted beside either is not run (the helper runs as root), whatever the request says."""
+    trainer, _, _ = run
+    marker = tmp_path / "ran"
+    beside = Path(trainer.cmdline[0]).parent  # the stand-in's argv[0] and run.json's interpreter
+    assert str(beside) == str(Path(trainer.run["interpreter"]).parent)
+    _planted(beside, marker)
+    d = await pyspy.dump(helper, trainer, trainer.pid)
+    assert not d.ok and not d.found and str(beside) not in d.text, d.text
+    # an older console's request naming the interpreter: the helper does not look there either
+    reply = await helper.call(
+        "pyspy", root=trainer.pid, start_time=trainer.start_time, pid=trainer.pid,
+        run_dir=trainer.run_dir, interpreter=str(beside / "python3"),
+    )  # fmt: skip
+    assert reply["ran"] is False and reply["found"] is False
+    assert not marker.exists()
+
+
+async def test_a_configured_pyspy_others_can_swap_is_refused(helper, run, tmp_path):
+    """The operator's py-spy is taken only when it and its folders are root's (or the helper user's) and
+    writable by nobody else; each refusal says why, and nothing is run."""
+    trainer, _, _ = run
+    marker = tmp_path / "ran"
+    loose = _planted(tmp_path / "loose", marker, 0o775)
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(loose))
+    assert not d.found and "is writable by group or others (-rwxrwxr-x)" in d.text, d.text
+    open_dir = _planted(tmp_path / "open", marker)
+    open_dir.parent.chmod(0o777)
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(open_dir))
+    assert not d.found and f"{open_dir.parent} is writable by group or others" in d.text, d.text
+    via = tmp_path / "via"  # a linked folder is judged where it points
+    via.symlink_to(open_dir.parent)
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(via / "py-spy"))
+    assert not d.found and "is writable by group or others" in d.text, d.text
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured="py-spy")
+    assert not d.found and "not an absolute path" in d.text
+    if os.geteuid() == 0:
+        theirs = _planted(tmp_path / "theirs", marker)
+        os.chown(theirs, 65534, 65534)
+        d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(theirs))
+        assert not d.found and "belongs to uid 65534" in d.text, d.text
+    assert not marker.exists()
+    good = _planted(tmp_path / "good", marker)  # root's, 0755 in a 0755 folder: run
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=str(good))
+    assert d.ok and d.path == str(good) and f"Process {trainer.pid}: planted" in d.text, d.text
+    assert marker.read_text() == "ran\n"
 
 
 async def test_pyspy_dump_of_the_run_through_the_helper(helper, run):
-    """py-spy (the test extra) beside the interpreter run.json names: the stacks of the stand-in's threads."""
+    """py-spy (the test extra) where the operator says: the stacks of the stand-in's threads."""
     assert (VENV_BIN / "py-spy").is_file(), "py-spy is in the test extra (pip install -e '.[test]')"
     trainer, child, _ = run
-    venv = TrainerInfo(
-        trainer.pid, trainer.start_time, trainer.cmdline, trainer.run_dir, "run.json",
-        {**trainer.run, "interpreter": sys.executable},
-    )  # fmt: skip
-    d = await pyspy.dump(helper, venv, trainer.pid)
+    configured = str(VENV_BIN / "py-spy")
+    d = await pyspy.dump(helper, trainer, trainer.pid, configured=configured)
     assert d.ok, d.text
-    assert d.path == str(VENV_BIN / "py-spy")
+    assert d.path == configured
     assert f"Process {trainer.pid}" in d.text and "spin (" in d.text and "hostile (" in d.text
-    d = await pyspy.dump(helper, venv, child)  # a descendant of the trainer: allowed too
+    d = await pyspy.dump(helper, trainer, child, configured=configured)  # a descendant: allowed too
     assert d.ok and f"Process {child}" in d.text, d.text

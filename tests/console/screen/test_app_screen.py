@@ -189,3 +189,31 @@ async def test_acceptance_graph_shows_the_estimate_and_the_measured_points():
         assert text.count("●") == 2, text  # one marker per eval record
         # the y axis reaches the measured value (round ticks: 1..4); x is the step (50, 100)
         assert "4┤" in text and "1┤" in text and "100" in text, text
+
+
+async def test_a_flood_past_the_cap_keeps_the_pane_on_the_newest_line():
+    """Lines faster than the pane can show, past its cap (older ones pruned at every flush): while it
+    says "following", the newest line is on screen once the flood ends; a scroll up pauses it."""
+    app = _app(log_max_lines=2000)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.log_view
+        n = 0
+        while log.received < 40_000 or log.line_count < 2000:  # many flushes with pruning
+            app.feed([LogLines([f"flood line {n + j}" for j in range(1000)])])
+            n += 1000
+            await pilot.pause(0.02)
+        app.feed([LogLines(["END of the flood"])])
+        await until(pilot, lambda: "END of the flood" in screen_text(app), 30, "the newest line shown")
+        assert log.auto_scroll and "following" in screen_text(app)
+        app.feed([LogLines([f"after {j}" for j in range(3)])])
+        await until(pilot, lambda: "after 2" in screen_text(app), 30, "the next lines shown")
+
+        log.focus()
+        await pilot.press("pageup")  # the operator reads back: following pauses, and the status says so
+        await until(pilot, lambda: not log.auto_scroll, 10, "following paused")
+        await until(pilot, lambda: "paused (f follows)" in screen_text(app), 10, "the status")
+        app.feed([LogLines(["newer while paused"])])
+        await pilot.pause(0.3)
+        assert "newer while paused" not in screen_text(app)  # the view stays where the operator is
+        await pilot.press("f")
+        await until(pilot, lambda: "newer while paused" in screen_text(app), 10, "followed again")

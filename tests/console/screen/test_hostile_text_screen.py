@@ -22,7 +22,8 @@ pytestmark = pytest.mark.e2e
 
 SIZE = (140, 40)
 TITLE = "\x1b]0;pwned\x07"
-HOSTILE = "<\x1b]52;c;aGVsbG8=\x1b\\\x1b]0;pwned\x07\x1b[2J\x9b6n\x9d0;t\x9c>"
+# bidi override and zero-width space last
+HOSTILE = "<\x1b]52;c;aGVsbG8=\x1b\\\x1b]0;pwned\x07\x1b[2J\x9b6n\x9d0;t\x9c\u202e\u200b>"
 UUID = f"GPU-7{TITLE}"
 # nvidia-smi's CSV (console/core/telemetry.py), its uuid and name hostile: ESC as \033, C1 as UTF-8 \302\2xx
 SMI = r"""#!/bin/sh
@@ -32,7 +33,10 @@ case "$*" in *-lms*) while :; do printf "$line"; sleep 0.2; done;; *) printf "$l
 
 
 def unsafe(text: str) -> list[str]:
-    return [c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F]
+    """Controls a terminal acts on, and the bidi and zero-width characters it shows invisibly."""
+    return [
+        c for c in text if (ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u200b"
+    ]
 
 
 @pytest.fixture
@@ -84,5 +88,6 @@ async def test_gpu_table_checkpoints_and_stop_dialog_show_clean_text(hostile):
         await until(pilot, lambda: isinstance(app.screen, StopDialog), 10, "the stop dialog")
         text = screen_text(app)
         assert f"PID {p.pid}" in text and "--tag" in text and not unsafe(text), text
+        assert "\\u202e\\u200b>" in text  # the invisible characters: shown as escapes
         await pilot.press("escape")
     assert p.poll() is None  # nothing was stopped

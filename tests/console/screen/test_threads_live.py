@@ -11,6 +11,8 @@ import contextlib
 import json
 import os
 import signal
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,7 @@ ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # main thread (its process's name too), its meter, control and parent watch; the drafter's receiver
 LAUNCHER = {"dflash-launch", "control-accept", "dflash-control"}
 WORKER = {"dflash-meter", "dflash-control", "parent-watch"}
+PYSPY = str(Path(sys.executable).parent / "py-spy")  # the test extra's: the operator's py-spy here
 
 
 host = devhost_fixture(scope="module")
@@ -83,6 +86,7 @@ def test_cli_dump_on_a_readonly_target(host, trainer, tmp_path, monkeypatch):
     (cfg / "config.toml").write_text(
         f'[targets.ro]\nhost = "127.0.0.1"\nport = {d.port}\nuser = "{d.user}"\nkey = "{d.client_key_path}"\n'
         f'known_hosts = "{d.known_hosts_path}"\ncontainer = {CT}\nrun_dir = "{run_dir}"\nreadonly = true\n'
+        f'pyspy = "{PYSPY}"\n'
     )
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     drafter = next(q for q in _threads_json(host, run_dir)["processes"] if q["role"] == "drafter0")
@@ -97,7 +101,12 @@ def test_cli_dump_on_a_readonly_target(host, trainer, tmp_path, monkeypatch):
 async def test_screen_shows_the_run_live_and_a_dump(host, trainer):
     run_dir, t = trainer
     session = Session(
-        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), readonly=True, telemetry=False
+        options_for(host),
+        place=Proxmox(CT),
+        run_dir=str(run_dir),
+        readonly=True,
+        telemetry=False,
+        pyspy=PYSPY,
     )
     app = ConsoleApp(session, readonly=True, target="devhost")
     async with app.run_test(size=SIZE) as pilot:
