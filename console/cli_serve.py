@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
-import math
 
 from console.cli_exit import EXIT_USAGE, err
+from console.core import json_out
 from console.core.config_file import health_config
 from console.core.remote_files import recent_records
 from console.core.serve_watch import ServeError, sample
@@ -94,17 +93,6 @@ def judge(out: dict, drop: float) -> tuple[int, str]:
     return OK, text
 
 
-def _finite(obj):
-    """NaN and infinities as null: the JSON stays JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 async def cmd_serve_status(args, make_session) -> int:
     endpoint = args.serve or getattr(args.target, "serve", None)
     if endpoint is None:
@@ -113,7 +101,7 @@ async def cmd_serve_status(args, make_session) -> int:
     async with make_session(args) as s:
         out = await report(s, endpoint, max(0.0, args.window))
     if args.json:
-        print(json.dumps(_finite(out)))
+        print(json_out.dumps(out, indent=None))
     else:
         print(f"SERVED {LEVEL[out['level']]}: {out['text']}")
         per_pos = (out["served"] or {}).get("per_pos") or []
