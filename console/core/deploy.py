@@ -12,6 +12,7 @@ import secrets
 import time
 from pathlib import Path
 
+from console.core import sanitize
 from console.core.control_error import ControlError
 from console.core.helper import Helper, HelperError, HelperGone, b64encode
 
@@ -184,8 +185,8 @@ async def last_deployed(helper: Helper, base: str | None = None) -> tuple[str, f
         digest = rec.get("hash") if isinstance(rec, dict) else None
         if not isinstance(digest, str) or not _is_hash(digest):
             return None
-        data, _, _ = await helper.read(f"{digest}/.complete", root=base)
-        manifest = json.loads(data)
+        data, _, _ = await helper.read(f"{digest}/.complete", root=base, length=1 << 20)
+        manifest = sanitize.loads(data, max_bytes=1 << 20)  # bounded, and cleaned like every remote JSON
     except (HelperError, ValueError):  # absent, a link, not JSON: no deployment to speak of
         return None
     if not isinstance(manifest, dict) or manifest.get("hash") != digest:
