@@ -58,7 +58,8 @@ def _attention(top: dict, dc: dict, types: list[str] | None) -> list[Problem]:
         return []
     is_causal, out = c.causal_flag(top, dc, "is_causal")
     causal = [is_causal if is_causal is not None else t == "sliding_attention" for t in types]
-    out += c.bidirectional(types, causal, WHO, "is_causal unset: a sliding layer is DECODER attention")
+    how = c.causal_reason([("is_causal", is_causal)], "is_causal unset: a sliding layer is DECODER attention")
+    out += c.bidirectional(types, causal, WHO, how)
     if "sliding_attention" in types and is_causal is False:
         out.append(
             warning(

@@ -66,8 +66,6 @@ def _dflash_keys(top: dict, dc: dict, got: dict | None):
                 f"{shown(sink)}: vLLM adds sink weights the drafter does not have",
             )
         )
-    if top.get("is_neox_style", True) is not True:
-        out.append(error("is_neox_style", "the drafter's RoPE rotates halves (neox style)"))
     return out, ids, n_target
 
 
@@ -99,7 +97,10 @@ def _layer_modes(top: dict, dc: dict, types: list[str] | None) -> list[Problem]:
     out += p + q
     first = is_causal if is_causal is not None else override
     causal = [first if first is not None else t == "sliding_attention" for t in types]
-    how = "is_causal and dflash_config.causal unset: a sliding layer defaults to causal"
+    how = c.causal_reason(
+        [("is_causal", is_causal), ("dflash_config.causal", override)],
+        "is_causal and dflash_config.causal unset: a sliding layer defaults to causal",
+    )
     out += c.bidirectional(types, causal, WHO, how)
     if any_sliding and not all(t == "sliding_attention" for t in types):
         out.append(
