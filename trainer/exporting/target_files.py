@@ -2,7 +2,7 @@
 through a symbolic link (``reader``'s rules).
 
 ``read_tokenizer(dir) -> Tokenizer``: the chat template the server applies (``chat_template.jinja``, else
-tokenizer_config.json's ``chat_template``), the special ids (``eos``/``pad``/``bos`` token ids of config.json,
+tokenizer_config.json's ``chat_template``), its ``mask_token``, the special ids (``eos``/``pad``/``bos`` token ids of config.json,
 generation_config.json and tokenizer_config.json's tokens), the ids of the tokenizer's vocabulary
 (tokenizer.json ``model.vocab``) and its added tokens (``{id: (content, special)}``); ``problems`` says what
 could not be read (a warning: that part is not checked).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from trainer.exporting.problems import Problem, warning
+from trainer.exporting.problems import Problem, shown, warning
 from trainer.exporting.reader import ReadError, _open_regular, _read_exactly, read_json_object
 from trainer.exporting.templates import template_text
 
@@ -29,6 +29,7 @@ class Tokenizer:
     special: dict[int, str] = field(default_factory=dict)  # id -> what it is ("eos_token_id in config.json")
     vocab: set[int] | None = None  # the BPE/unigram vocabulary's ids (None: not read)
     added: dict[int, tuple[str, bool]] = field(default_factory=dict)  # id -> (content, special)
+    mask_token: str | None = None  # tokenizer_config.json's mask_token
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -89,7 +90,8 @@ def read_tokenizer(path: str) -> Tokenizer:
     for key in TOKEN_KEYS:
         c = _content((tc or {}).get(key))
         if c in by_content:
-            tok.special.setdefault(by_content[c], f"{key} {c!r} in tokenizer_config.json")
+            tok.special.setdefault(by_content[c], f"{key} {shown(c)} in tokenizer_config.json")
+    tok.mask_token = _content((tc or {}).get("mask_token"))
     vocab = ((tj or {}).get("model") or {}).get("vocab")
     if isinstance(vocab, dict):
         tok.vocab = {i for i in vocab.values() if type(i) is int}

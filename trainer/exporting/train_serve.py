@@ -13,7 +13,7 @@ problems for every server (the server applies the target's template and embeddin
   tokens in the data): the target then writes mostly thinking (users saw acceptance 25% -> 60% once it matched).
 - **mask token**: below the target's vocabulary (its embedding rows) and no other token: not an
   eos / pad / bos id, not a token of the tokenizer's vocabulary, not an added token that text holds (every
-  added token but one named as a mask). A mask id that is a real token makes the drafter's masked slots look
+  added token but a special one that is the tokenizer's ``mask_token`` or named as a mask). A mask id that is a real token makes the drafter's masked slots look
   like that token.
 """
 
@@ -89,7 +89,7 @@ def _thinking(data: dict, serve: str | None) -> list[Problem]:
         )
     if serve == "on" and (data.get("thinking") != "keep" or data.get("trained_thinking_tokens") == 0):
         how = (
-            f"--thinking {data.get('thinking')}"
+            f"--thinking {shown(data.get('thinking'))}"
             if data.get("thinking") != "keep"
             else "no trained token inside <think>"
         )
@@ -122,7 +122,8 @@ def _mask(top: dict, dc: dict, target, tok: Tokenizer | None) -> list[Problem]:
     if mask in tok.special:
         return [error("dflash_config.mask_token_id", f"{mask} is the target's {tok.special[mask]}: {fix}")]
     content, special = tok.added.get(mask, (None, False))
-    if content is not None and not (special and "mask" in content.lower()):
+    named_mask = special and (content == tok.mask_token or "mask" in (content or "").lower())
+    if content is not None and not named_mask:
         return [
             error(
                 "dflash_config.mask_token_id",

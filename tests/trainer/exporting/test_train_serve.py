@@ -250,3 +250,15 @@ def test_a_repeated_target_layer_says_what_vllm_does(variant):
     got = messages(variant("dflash", _set("dflash_config.target_layer_ids", [1, 1])), ["vllm"])
     (msg,) = got["vllm"]
     assert "fails at the first request" in msg and "--target-layer-ids" in msg
+
+
+def test_a_dedicated_mask_token_passes(variant, tmp_path):
+    tok = qwen3_chat_tokenizer()
+    tok.add_special_tokens({"mask_token": "<|dflash_slot|>"})  # the tokenizer's own mask token, any name
+    target = _target(tmp_path, "masked", tok)
+    path = variant("dflash", _set("dflash_config.mask_token_id", tok.mask_token_id))
+    assert _mask_errors(path, target) == {s: [] for s in ALL}
+    other = qwen3_chat_tokenizer()
+    other.add_tokens(["<|dflash_slot|>"], special_tokens=True)  # the same token, not the mask token
+    got = _mask_errors(path, _target(tmp_path, "unmasked", other))
+    assert all(len(m) == 1 and "<|dflash_slot|>" in m[0] for m in got.values()), got
