@@ -26,7 +26,8 @@ ONE_TURN = {
 
 def messages(path, servers=ALL, target=None, serving=None) -> dict[str, list[str]]:
     """``{server: [message of each error]}``."""
-    res = check_dir(str(path), servers, target, serving)
+    extra = () if serving is None else (serving,)
+    res = check_dir(str(path), servers, target, *extra)
     return {s: [p.message for p in ps if p.severity == ERROR] for s, ps in res.items()}
 
 
