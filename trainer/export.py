@@ -6,19 +6,24 @@ prints one line per problem, ``SERVER: error|warning: KEY: what``, then ``SERVER
 Exit 0 when no server has an error (warnings are caveats: it loads and serves as trained), 1 when one has, 2
 on bad usage. ``--json`` prints one JSON object instead: ``{"dir", "ok", "servers": {name: {"ok", "problems":
 [{"severity", "key", "message"}]}}}``. ``--target TDIR`` also compares the drafter with that target's
-config.json (layer count, hidden size, vocabulary). The rules and their sources: docs/model.md, "What each
-server reads"; the code: trainer/exporting/.
+config.json (layer count, hidden size, vocabulary, RoPE) and its tokenizer (the mask token is no other token).
+``--data DATA_DIR`` compares the chat template the data was prepared with (its ``prepare.json``) with the
+target's, and ``--serve-thinking on|off`` the data's thinking with the server's. The rules and their
+sources: docs/model.md, "What each server reads" and "Train/serve checks"; the code: trainer/exporting/.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from trainer.exporting import SERVERS, check_dir
 from trainer.exporting.problems import failed, shown
 from trainer.exporting.reader import ReadError, read_target
+from trainer.exporting.target_files import read_tokenizer
+from trainer.exporting.train_serve import THINKING, Serving, read_prepared
 
 
 def _servers(text: str) -> list[str]:
@@ -47,6 +52,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target", metavar="TDIR", help="the target model directory, to compare against its config"
     )
+    p.add_argument(
+        "--data",
+        metavar="DATA_DIR",
+        help="the data the drafter was trained on (trainer.prepare's output): its chat template and "
+        "thinking against the target's template (--target) and --serve-thinking",
+    )
+    p.add_argument(
+        "--serve-thinking",
+        choices=THINKING,
+        help="whether the server renders prompts with thinking on (needs --data)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
@@ -60,14 +76,28 @@ def _print_text(results: dict) -> None:
         print(f"{server}: {'failed' if failed(problems) else 'ok'}{tail}")
 
 
+def _serving(a) -> Serving | None:
+    """What --target, --data and --serve-thinking say about serving; ``ReadError`` for bad usage."""
+    if a.serve_thinking and not a.data:
+        raise ReadError("--serve-thinking needs --data DATA_DIR (the prepared data it is compared with)")
+    if a.data and not os.path.isdir(a.data):
+        raise ReadError(f"--data {shown(a.data, 200)} is not a directory")
+    if not a.target and not a.data:
+        return None
+    data, problems = read_prepared(a.data) if a.data else (None, [])
+    tok = read_tokenizer(a.target) if a.target else None
+    return Serving(tok, data, tuple(problems), a.serve_thinking)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     try:
         target = read_target(a.target) if a.target else None
+        serving = _serving(a)
     except ReadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    results = check_dir(a.dir, a.check, target)
+    results = check_dir(a.dir, a.check, target, serving)
     ok = not any(failed(p) for p in results.values())
     if a.json:
         servers = {s: {"ok": not failed(p), "problems": [x.to_dict() for x in p]} for s, p in results.items()}

@@ -2,7 +2,7 @@
 prepare output is removed first (docs/trainer.md "Preparing data").
 
 prepare owns what it writes: regular files named ``part-NNNNN.jsonl`` in the directory and in its ``heldout/``,
-and ``heldout/`` itself (removed once empty). ``--overwrite`` removes those and nothing else; it follows no
+``prepare.json`` (how the data was rendered) and ``heldout/`` itself (removed once empty). ``--overwrite`` removes those and nothing else; it follows no
 symbolic link and removes none. Anything left that the trainer (``DATA_DIR/*.jsonl``) or the evaluation
 (``heldout/*.jsonl``) would read as data refuses the run before anything is removed, naming it: the new output
 would be read mixed with it.
@@ -16,7 +16,7 @@ import stat
 
 from trainer.data.chat import PrepareError
 
-OWNED = re.compile(r"part-\d{5,}\.jsonl\Z")
+OWNED = re.compile(r"(part-\d{5,}\.jsonl|prepare\.json)\Z")
 HELDOUT = "heldout"
 SHOWN = 3  # entries named in a refusal
 

@@ -27,6 +27,8 @@ line also gets ``"roles"``: ``[[role, n_tokens], ...]`` runs (system / user / to
 template; prompt / completion; text), which the trainer ignores and the report reads. Before anything is
 written, the first ``--served-check N`` chats are rendered as the server would (``trainer.data.served``, with
 ``--served-template-kwargs``, default the training ones); a difference stops with exit status 2.
+``DATA_DIR/prepare.json`` records the chat template's hash, the template kwargs and the thinking setting
+(``trainer.data.prepared_meta``), for ``trainer.export --check --data``.
 ``--report DATA_DIR``: the data report instead (``trainer.data.data_report``).
 """
 
@@ -40,6 +42,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from trainer.data import prepared_meta
 from trainer.data.chat import (  # noqa: F401  (_messages, _render: used by evaluation and regeneration)
     RESERVED_KWARGS,
     ROLE_ALIASES,
@@ -262,6 +265,7 @@ def prepare(
     stats.update(sequences=0, tokens=0, trained_tokens=0, skipped_empty=0, truncated=0)
     unknown = UnknownTokens.of(tok, max_unk_share)
     w = ShardWriter(out_dir, shard_size)
+    trained_thinking = 0
     held = ShardWriter(os.path.join(out_dir, "heldout"), shard_size) if heldout_fraction > 0 else None
     if held is not None:
         stats["heldout_sequences"] = 0
@@ -291,6 +295,7 @@ def prepare(
                 stats["sequences"] += 1
                 stats["tokens"] += len(ids)
                 stats["trained_tokens"] += sum(mask)
+                trained_thinking += prepared_meta.thinking_tokens(mask, roles)
         unknown.check()
     except BaseException:
         for writer in (held, w):
@@ -301,6 +306,10 @@ def prepare(
         w.close()
         if held is not None:
             held.close()
+    meta = prepared_meta.record(
+        tok, options.template_kwargs, options.thinking, stats["trained_tokens"], trained_thinking
+    )
+    prepared_meta.write(out_dir, meta)
     return {**stats, **unknown.stats()}
 
 

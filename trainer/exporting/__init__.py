@@ -2,7 +2,9 @@
 
 ``check_dir(path, servers, target=None) -> {server: [Problem]}`` for ``servers`` among ``SERVERS``
 (``zlab``: z-lab/dflash's transformers and MLX loaders; ``vllm``; ``sglang``); ``target`` is a
-``reader.Target`` (``--target``) to compare depth, width and vocabulary against. The directory is read once,
+``reader.Target`` (``--target``) to compare depth, width, vocabulary and RoPE against; ``serving`` a
+``train_serve.Serving`` (the target's tokenizer, the data's ``prepare.json``, ``--serve-thinking``) for the
+train/serve checks (chat template, thinking, mask token; ``rope`` for the drafter's rotary embedding). The directory is read once,
 bounded and without loading a tensor (``reader``); the rules shared by servers are in ``common`` and
 ``weights``, each server's own in its module, which names the code and commit it was read from. Imports
 nothing from the rest of the trainer, nor torch: ``python -m trainer.export --check`` runs anywhere.
@@ -10,19 +12,30 @@ nothing from the rest of the trainer, nor torch: ``python -m trainer.export --ch
 
 from __future__ import annotations
 
-from trainer.exporting import sglang, vllm, zlab
+from trainer.exporting import rope, sglang, train_serve, vllm, zlab
+from trainer.exporting.common import dflash_of
 from trainer.exporting.problems import Problem
 from trainer.exporting.reader import Target, read_export
+from trainer.exporting.train_serve import Serving
 
 SERVERS = {"zlab": zlab.check, "vllm": vllm.check, "sglang": sglang.check}
 
 
-def check_dir(path: str, servers: list[str], target: Target | None = None) -> dict[str, list[Problem]]:
+def _train_serve(top: dict, server: str, target: Target | None, serving: Serving | None) -> list[Problem]:
+    """RoPE as ``server`` builds it, and the checks against the target and the data (``train_serve``)."""
+    head_dim = top.get("head_dim")
+    out = rope.check(top, server, head_dim if type(head_dim) is int else None)
+    return out + rope.against_target(top, target) + train_serve.check(top, dflash_of(top)[0], target, serving)
+
+
+def check_dir(
+    path: str, servers: list[str], target: Target | None = None, serving: Serving | None = None
+) -> dict[str, list[Problem]]:
     exp = read_export(path)
     out = {}
     for name in servers:
         problems = list(exp.problems)
         if exp.config is not None:
-            problems += SERVERS[name](exp, target)
+            problems += SERVERS[name](exp, target) + _train_serve(exp.config, name, target, serving)
         out[name] = problems
     return out

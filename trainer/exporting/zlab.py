@@ -69,9 +69,8 @@ def _attention(top: dict, dc: dict, types: list[str] | None) -> list[Problem]:
         return []
     is_causal, out = c.causal_flag(top, dc, "is_causal")
     causal = [is_causal if is_causal is not None else t == "sliding_attention" for t in types]
-    return out + c.bidirectional(
-        types, causal, "z-lab (07ebd93)", "is_causal unset: a sliding layer is causal"
-    )
+    how = c.causal_reason([("is_causal", is_causal)], "is_causal unset: a sliding layer is causal")
+    return out + c.bidirectional(types, causal, "z-lab (07ebd93)", how)
 
 
 def _tensors(exp: Export, top: dict, got: dict, ids: list[int], d2: dict | None) -> list[Problem]:

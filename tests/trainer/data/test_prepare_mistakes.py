@@ -75,8 +75,11 @@ def test_a_used_output_dir_is_refused_and_overwrite_leaves_no_old_heldout(tiny_a
     (out / "NOTES.txt").write_text("mine")
     rc, second, err = _prepare(capsys, tiny_assets, raw, out, "--overwrite")
     assert rc == 0, err
-    assert _files(out) == ["NOTES.txt", "part-00000.jsonl"]  # the old heldout/ is gone, the user's file kept
+    # the old heldout/ is gone, the user's file kept; prepare.json says how this output was rendered
+    assert _files(out) == ["NOTES.txt", "part-00000.jsonl", "prepare.json"]
     assert second["sequences"] == 40
+    rc, _, err = _prepare(capsys, tiny_assets, _raw(tmp_path, [ENGLISH], "english.jsonl"), out, "--overwrite")
+    assert rc == 2 and _files(out) == ["NOTES.txt"]  # no record left of data that is gone
 
 
 def test_overwrite_removes_only_what_prepare_wrote_and_follows_no_link(tiny_assets, tmp_path, capsys):

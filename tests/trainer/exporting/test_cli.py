@@ -53,7 +53,9 @@ def test_json_and_target(exports, tmp_path):
     assert r.returncode == 1
     doc = json.loads(r.stdout)
     assert doc["ok"] is False and list(doc["servers"]) == ["zlab"]
-    (p,) = doc["servers"]["zlab"]["problems"]
+    problems = doc["servers"]["zlab"]["problems"]
+    (p,) = [x for x in problems if x["severity"] == "error"]
+    assert [x["key"] for x in problems if x["severity"] == "warning"] == ["tokenizer.json"]  # none there
     assert p == {
         "severity": "error",
         "key": "num_target_layers",
@@ -68,3 +70,33 @@ def test_bad_usage_exits_2(exports, tmp_path):
     assert r.returncode == 2 and "config.json missing" in r.stderr
     r = run("--check", "vllm", tmp_path / "nothing")
     assert r.returncode == 1 and "vllm: error: directory: " in r.stdout
+
+
+def test_data_and_serve_thinking(exports, tmp_path):
+    from tests.support.chat_tokenizer import qwen3_chat_tokenizer
+    from tests.support.model_util import tiny_target_config
+    from trainer.data.tokenizing import main as prepare
+
+    target = tmp_path / "target"
+    tiny_target_config(num_hidden_layers=4).save_pretrained(target)
+    qwen3_chat_tokenizer().save_pretrained(target)
+    raw = tmp_path / "raw.jsonl"
+    chat = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>\nhm\n</think>\n\nHello."},
+    ]
+    raw.write_text(json.dumps({"messages": chat}) + "\n")
+    data = tmp_path / "data"
+    assert prepare(["--tokenizer", str(target), "--input", str(raw), "--output-dir", str(data)]) == 0
+    common = ("--check", "vllm,sglang", "--target", target, "--data", data)
+    ok = run(*common, "--serve-thinking", "on", exports["dflash"])
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = run(*common, "--serve-thinking", "off", exports["dflash"])
+    assert bad.returncode == 1
+    for server in ("vllm", "sglang"):
+        (line,) = [x for x in bad.stdout.splitlines() if x.startswith(f"{server}: error: ")]
+        assert line.startswith(f"{server}: error: enable_thinking: the data was prepared with thinking on")
+    usage = run("--check", "vllm", "--serve-thinking", "on", exports["dflash"])
+    assert usage.returncode == 2 and "--serve-thinking needs --data" in usage.stderr
+    usage = run("--check", "vllm", "--data", tmp_path / "nothing", exports["dflash"])
+    assert usage.returncode == 2 and "is not a directory" in usage.stderr
