@@ -27,7 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
-from console.core.events import ConnState, Event, LogLines
+from console.core.events import ConnState, Event, LogLines, TrainerFound
 from console.core.session_protocol import ScreenSession
 from console.core.ssh import HostKeyRefused, backoff
 from console.core.state import ConsoleState
@@ -141,6 +141,13 @@ class Extension:
     signals: Mapping[signal.Signals, Callable[[ConsoleApp, signal.Signals], None]] = field(
         default_factory=dict
     )
+
+
+def empty_log_hint(run_dir: str | None) -> str:
+    """What the log pane says while it is empty: where the console reads the trainer's log."""
+    if not run_dir:
+        return "(no run directory known: the console reads RUN_DIR/train.log; give --run-dir)"
+    return f"(no train.log in {run_dir} yet: a trainer keeping docs/run-directory.md writes it)"
 
 
 class ConsoleApp(App):
@@ -321,6 +328,8 @@ class ConsoleApp(App):
             if self.is_running:
                 self.log_view.push(event.lines)
             return
+        if isinstance(event, TrainerFound) and event.trainer is not None and self.is_running:
+            self.log_view.set_empty_hint(empty_log_hint(event.trainer.run_dir))
         self.state.apply(event)
         self.schedule_refresh()
 

@@ -697,8 +697,11 @@ async def cmd_logs(args) -> int:
         for ln in lines:
             print(ln)
         sys.stdout.flush()
+        missing = not lines and end == 0 and not await s.file_exists(s.log_path)
+        if missing:  # the user's own script, say: its output is where it was started, not here
+            err(f"no {s.log_path}: the console reads the log a trainer keeping docs/run-directory.md writes")
         if not args.follow:
-            return EXIT_OK
+            return EXIT_ERROR if missing else EXIT_OK
         split = LineSplitter()
         done = asyncio.Event()  # set when the reader goes away (`logs -f | head`); else until Ctrl-C
 

@@ -730,6 +730,16 @@ class Session:
         """The last ``n`` lines of the run's train.log ([] without a run dir)."""
         return (await self.read_log_tail_at(n))[0]
 
+    async def file_exists(self, path: str | None) -> bool:
+        """Whether ``path`` is a regular file in the place (False for None, a folder, an unreadable one)."""
+        if not path:
+            return False
+        try:
+            st = await self.need_helper().stat(path)
+        except HelperError:
+            return False
+        return bool(st.get("exists")) and bool(st.get("is_file"))
+
     async def read_log_tail_at(self, n: int) -> tuple[list[str], int]:
         """(the last ``n`` complete lines of train.log, the byte offset just after them): ``follow``
         the log from that offset to go on without a gap. ([], 0) without a run dir."""

@@ -57,6 +57,7 @@ async def collect(session: Session) -> dict:
         }
     if run_dir:
         fold = StartupFold()
+        rates: list[tuple[float, float]] = []  # (record t, drafters' tok/s) of every throughput record
         for rec in await recent_records(helper, run_dir):
             fold.apply(rec)
             kind = rec.get("kind")
@@ -64,19 +65,44 @@ async def collect(session: Session) -> dict:
                 out["last_step"] = rec
             elif kind == "throughput":
                 out["throughput"] = rec
-                out["tok_s"] = headline_tok_s(rec)
+                if isinstance(rec.get("t"), (int, float)):
+                    rates.append((float(rec["t"]), headline_tok_s(rec)))
             elif kind == "eval":
                 out["last_eval"] = rec
             elif kind == "event":
                 out["last_event"] = rec
                 if rec.get("name") == "checkpoint_saved":
                     out["last_checkpoint"] = rec
+        out["tok_s"] = mean_tok_s(rates)
         view = fold.view(out["t"])
         out["startup"] = view.to_dict() if view is not None else None
     out["accept_len"] = acceptance(out["last_eval"], out["last_step"])
     out["job"] = await session.job_state()
     out.update(await _gpus(helper, out["throughput"], out["run"]))
     return out
+
+
+TOK_S_WINDOW_S = 10.0  # the screen's headline mean (state.avg_window_s): the same figure in both
+
+
+def mean_tok_s(rates: list[tuple[float, float]], window_s: float = TOK_S_WINDOW_S) -> float | None:
+    """The drafters' tok/s as a mean over the last ``window_s`` of record time, as the screen shows it: a
+    trainer's throughput windows can be shorter than a step, so one record alone is 0 or a burst."""
+    if not rates:
+        return None
+    newest = max(t for t, _ in rates)
+    recent = [v for t, v in rates if newest - t <= window_s]
+    return sum(recent) / len(recent)
+
+
+def tok_s_text(st: dict) -> str:
+    """``tok/s 3535 (drafters, 10 s mean)  queue 4/8``, with ``last known, 5m ago`` when no trainer runs."""
+    q = (st["throughput"] or {}).get("queue") or {}
+    when = "" if st["trainer"] else f"; last known, {fmt_age((st['throughput'] or {}).get('t'), st['t'])}"
+    return (
+        f"tok/s {st['tok_s']:.0f} (drafters, {TOK_S_WINDOW_S:.0f} s mean{when})  "
+        f"queue {q.get('depth', '?')}/{q.get('capacity', '?')}"
+    )
 
 
 def ordinal(n: int) -> str:
@@ -205,11 +231,8 @@ def format_text(st: dict) -> str:
             f"({fmt_age(step.get('t'), now)})",
         ]
         lines.append("  " + "  ".join(p for p in parts if p))
-    if st["throughput"]:
-        q = st["throughput"].get("queue") or {}
-        lines.append(
-            f"  tok/s {st['tok_s']:.0f} (drafters)  queue {q.get('depth', '?')}/{q.get('capacity', '?')}"
-        )
+    if st["throughput"] and st["tok_s"] is not None:
+        lines.append("  " + tok_s_text(st))
     ck = st["last_checkpoint"]
     if ck:
         lines.append(
@@ -247,8 +270,7 @@ def format_line(label: str, st: dict | None, error: str | None = None) -> str:
         if acc:
             parts.append(acc)
     if st["tok_s"] is not None:
-        q = (st["throughput"] or {}).get("queue") or {}
-        parts.append(f"tok/s {st['tok_s']:.0f}  queue {q.get('depth', '?')}/{q.get('capacity', '?')}")
+        parts.append(tok_s_text(st))
     ck = st["last_checkpoint"]
     if ck:
         parts.append(f"ckpt step {ck.get('step')} ({fmt_age(ck.get('t'), now)})")

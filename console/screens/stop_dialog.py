@@ -65,7 +65,11 @@ def trainer_summary(state: ConsoleState) -> Text:
         t.append(f" / {state.total_steps:,}")
     t.append("    last checkpoint ", style="dim")
     age = state.checkpoint_age_s()
-    if age is None:
+    if age is None and tr.source != "run.json" and state.step is None:  # the user's own script, say
+        t.append(
+            "none seen: this trainer writes no records the console reads; whether SIGINT saves is its own"
+        )
+    elif age is None:
         t.append("none yet (a stop writes one)", style="yellow")
     else:
         t.append(f"{fmt_duration(age)} ago", style="bold")

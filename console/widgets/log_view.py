@@ -161,6 +161,13 @@ class LogView(Log):
     def current_match_line(self) -> int | None:
         return None if self._current is None else self._matches[self._current]
 
+    # said while the log is empty: where the console looks for it (the app sets it from the trainer found)
+    empty_hint = ""
+
+    def set_empty_hint(self, hint: str) -> None:
+        self.empty_hint = hint
+        self._notify_status()
+
     def status_text(self) -> Text:
         t = Text()
         if self.auto_scroll:
@@ -168,6 +175,8 @@ class LogView(Log):
         else:
             t.append(" paused (f follows) ", style="bold yellow")
         t.append(f" {self.line_count:,} lines", style="dim")
+        if not self.line_count and self.empty_hint:
+            t.append(f" {self.empty_hint}", style="yellow")
         if self.dropped:
             t.append(f", {self.dropped:,} skipped in bursts", style="dim")
         if self.query_text:

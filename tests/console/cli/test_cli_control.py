@@ -70,6 +70,9 @@ def test_user_script_found_by_cmdline_verified_and_stopped(host):
         # launching into its run dir is refused; it keeps running
         r = cli("launch", *conn_args(host), "--", "--output-dir", run_dir, "--data-dir", "x")
         assert r.returncode == 1 and f"pid {p.pid}" in r.stderr
+        # it keeps no train.log: `logs` says where it looked, not an empty success
+        r = cli("logs", *conn_args(host), "--run-dir", run_dir)
+        assert r.returncode == 1 and f"no {run_dir}/train.log" in r.stderr and not r.stdout, r.stderr
         assert p.poll() is None
         # without --yes and without a terminal: refused, still running
         r = cli("stop", *conn_args(host), "--run-dir", run_dir)
