@@ -34,7 +34,7 @@ from console.core.state import ConsoleState
 from console.screens.alerts import AlertsScreen
 from console.screens.checkpoints_dialog import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
-from console.screens.help import QUIT_NOTE, HelpScreen
+from console.screens.help import LOG_KEYS, PALETTE_KEY, QUIT_NOTE, HelpScreen, binding_rows
 from console.screens.launch_dialog import LaunchDialog, submitted_as
 from console.screens.launch_dialog import describe as describe_launch
 from console.screens.palette import ConsoleCommands
@@ -116,7 +116,6 @@ ACTIONS = [
     Action("quit", "q", "Quit", "Quit the console", "the trainer keeps running", False),
 ]
 CHANGING = {a.name for a in ACTIONS if a.changes_remote}
-KEY_NAMES = {"slash": "/", "question_mark": "?"}
 
 
 @dataclass
@@ -382,11 +381,9 @@ class ConsoleApp(App):
         return [(a.name, a.title, a.help) for a in self.actions if not (self.readonly and a.changes_remote)]
 
     def help_rows(self) -> list[tuple[str, str, str]]:
-        return [
-            (KEY_NAMES.get(a.key, a.key), a.title, a.help)
-            for a in self.actions
-            if not (self.readonly and a.changes_remote)
-        ]
+        """The keys of the screen under help, from its live bindings (console/screens/help.py)."""
+        screen = next(s for s in reversed(self.screen_stack) if not isinstance(s, HelpScreen))
+        return binding_rows(screen, {a.name: (a.title, a.help) for a in self.actions})
 
     def _need_session(self) -> bool:
         if self.session is None:
@@ -504,5 +501,8 @@ class ConsoleApp(App):
         self.w_log.open_search()
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.help_rows(), self.readonly, quit_note=self.extension.quit_note))
+        if isinstance(self.screen, HelpScreen):
+            return
+        extra = [*LOG_KEYS, PALETTE_KEY] if self.screen is self.screen_stack[0] else [PALETTE_KEY]
+        rows = self.help_rows()
+        self.push_screen(HelpScreen(rows, self.readonly, quit_note=self.extension.quit_note, extra=extra))

@@ -27,7 +27,7 @@ from console.core.events import ConnState, Event, LogLines
 from console.core.fleet import Run
 from console.core.health import NOTE
 from console.core.ssh import HostKeyRefused, backoff
-from console.screens.overview import OverviewScreen
+from console.screens.overview import OverviewScreen, back_to_overview, install_overview
 from console.screens.stop_dialog import StopDialog, trainer_summary
 from console.tui.compare_screen import CompareScreen, open_compare
 
@@ -61,7 +61,10 @@ def not_on_a_run(app) -> bool:
 
 
 class FleetApp(ConsoleApp):
-    BINDINGS = [*ConsoleApp.BINDINGS, Binding("o", "overview", "Overview")]
+    BINDINGS = [
+        *ConsoleApp.BINDINGS,
+        Binding("o", "overview", "Overview", tooltip="back to the overview of every run"),
+    ]
 
     def __init__(self, runs: list[Run], **kw) -> None:
         first = runs[0]
@@ -101,7 +104,7 @@ class FleetApp(ConsoleApp):
                 run.watch.start()
             self._start_run(i)
         self.set_interval(hooks.interval_s * 5, self._health_others)
-        self.overview = OverviewScreen()
+        self.overview = install_overview(self)
         self.push_screen(self.overview)
 
     async def on_unmount(self) -> None:
@@ -194,10 +197,8 @@ class FleetApp(ConsoleApp):
         self.refresh_bindings()
 
     def action_overview(self) -> None:
-        if self.overview is not None and self.screen is not self.overview:
-            while len(self.screen_stack) > 1:
-                self.pop_screen()
-            self.push_screen(self.overview)
+        if self.overview is not None:
+            back_to_overview(self)
 
     def open_compare(self, chosen: set[int]) -> None:
         open_compare(self, chosen)
