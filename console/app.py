@@ -377,6 +377,13 @@ class ConsoleApp(App):
         # read-only: the changing actions are hidden from the footer and never run
         return not (self.readonly and action in CHANGING)
 
+    def get_system_commands(self, screen):
+        """Textual's own palette entries (theme, keys, screenshot...) less its Quit: the console's quit,
+        with this screen's wording (the demo's stops the trainer first), is among ``palette_commands``."""
+        for command in super().get_system_commands(screen):
+            if command.callback != self.action_quit:
+                yield command
+
     def palette_commands(self) -> list[tuple[str, str, str]]:
         return [(a.name, a.title, a.help) for a in self.actions if not (self.readonly and a.changes_remote)]
 
