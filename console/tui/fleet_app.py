@@ -18,7 +18,6 @@ from rich.text import Text
 from textual import work
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.widgets import Static
 
 from console.app import ConsoleApp
 from console.core.checkpoints import CheckpointWatch
@@ -28,7 +27,7 @@ from console.core.fleet import Run
 from console.core.health import NOTE
 from console.core.ssh import HostKeyRefused, backoff
 from console.screens.overview import OverviewScreen, back_to_overview, install_overview
-from console.screens.stop_dialog import StopDialog, trainer_summary
+from console.screens.stop_dialog import StopDialog
 from console.tui.compare_screen import CompareScreen, open_compare
 
 
@@ -39,13 +38,12 @@ class FleetStopDialog(StopDialog):
         super().__init__(*args, **kw)
         self.where = where
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def summary_text(self) -> Text:
         t = Text("on ", style="dim")
         t.append(self.where, style="bold")
         t.append("\n")
-        t.append(trainer_summary(self.state))
-        self.query_one("#summary", Static).update(t)
+        t.append(super().summary_text())
+        return t
 
 
 RUN_ACTIONS = {"stop", "restart", "launch", "deploy", "alerts", "checkpoints", "search", "threads"}

@@ -67,3 +67,7 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
         await until(pilot, lambda: dlg.done, 120, "the relaunch")
         assert (run_dir / "RAN").read_text().endswith("--resume auto"), screen_text(app)
         assert "restarted: launched pid" in screen_text(app)
+        await until(pilot, lambda: "Run launched again" in screen_text(app), 5, "the title to say so")
+        text = screen_text(app)  # what happened, not the words of the moment it began
+        assert "Launching the run again" not in text and "no trainer found" not in text, text
+        assert f"PID {dlg.result.trainer.pid} (launched)" in text
