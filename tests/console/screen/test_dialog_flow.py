@@ -147,3 +147,22 @@ async def test_a_stop_dialog_says_what_happened_and_its_ages_move():
         text = screen_text(app)
         assert "Stopping the trainer" not in text and "✔ stopped" in text
         assert "PID 4242 (exited)" in text and "no trainer found" not in text
+
+
+async def test_the_launch_dialog_shows_every_flag_and_enter_launches():
+    flags = [f"--flag-number-{i}" if i % 2 == 0 else f"value-{i}" for i in range(40)] + ["--last-flag", "9"]
+    run = {"argv": flags, "interpreter": "python3", "code_dir": "/opt/code"}
+    session = FakeSession()
+    app = _app(session)
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected")])
+        session.run = run  # run.json as the session last read it
+        await pilot.press("l")
+        assert isinstance(app.screen, LaunchDialog)
+        await pilot.pause(0.1)
+        shown = " ".join(screen_text(app).split())
+        for flag in (flags[0], "--flag-number-20", "--last-flag 9"):  # the head, the middle, the tail
+            assert flag in shown, shown
+        await pilot.press("enter")  # right after l: it launches (a focused Cancel took it silently)
+        await until(pilot, lambda: session.launches, 5, "the launch")
+        assert session.launches == [flags]
