@@ -28,6 +28,7 @@ from console.demo.processes import MARKER_ENV, STOP_TIMEOUT, end_marked
 from console.devhost import DevHost
 
 CT = 200
+HINT = "from another terminal (connect, logs and stop take the same flags):"
 PLACE = Proxmox(CT)  # the devhost's container the demo's trainer lives in
 MARKER_FILE = ".dflash-demo"
 TINY = "tiny"  # in the container
@@ -176,12 +177,18 @@ class Demo:
         return PLACE.at(f"demo · 127.0.0.1:{self.host.port}") if self.host else "demo"
 
     def cli_hint(self) -> str:
-        """The dflash-console flags that reach the demo's host from another terminal."""
+        """The dflash-console command that reaches the demo's trainer from another terminal (its run dir
+        named: other trainers on this machine are seen too), one flag a line, continued with ``\\`` so
+        that it fits a narrow pane and pastes as one command."""
         h = self.host
-        return (
-            f"dflash-console status {h.host} -p {h.port} -l {h.user} -i {h.client_key_path} "
-            f"--known-hosts {h.known_hosts_path} -F /dev/null {shlex.join(PLACE.flags())}"
-        )
+        parts = [
+            f"dflash-console status {h.host} -p {h.port} -l {h.user} {shlex.join(PLACE.flags())}",
+            f"--run-dir {shlex.quote(self.run_dir)}",
+            f"-i {shlex.quote(str(h.client_key_path))}",
+            f"--known-hosts {shlex.quote(str(h.known_hosts_path))}",
+            "-F /dev/null",
+        ]
+        return " \\\n    ".join(parts)
 
     # --- setup: tiny assets, deploy, launch ---
 

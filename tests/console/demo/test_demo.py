@@ -252,3 +252,42 @@ def test_demo_without_torch_says_how_to_install(tmp_path):
     assert r.returncode == 1
     assert "torch" in r.stderr and "pip install '.[trainer]'" in r.stderr and "make demo" in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+async def test_the_hint_for_another_terminal_reaches_the_demos_trainer_among_others(tmp_path):
+    """The screen's "from another terminal" command, pasted into a shell as shown: one flag a line (it fits
+    the 130-column pane), continued with backslashes, and naming the run dir: with another trainer in the
+    same container, it still reaches the demo's (without --run-dir the CLI asks which one, exit 2)."""
+    from tests.support.core_util import start_user_script
+
+    demo = Demo(tmp_path / "d", temp=False, say=lambda _: None)
+    demo.claim_dir()
+    await demo.start_host()
+    procs = []
+    try:
+        Path(demo.run_dir).mkdir(parents=True)
+        other = demo.ct_dir / "other"
+        other.mkdir()
+        procs = [start_user_script(demo.ct_dir, demo.run_dir), start_user_script(other, str(other / "run"))]
+        hint = demo.cli_hint()
+        lines = hint.splitlines()
+        assert len(lines) > 1 and all(line.endswith(" \\") for line in lines[:-1]), hint
+        for line in lines[1:]:  # one flag (and its value) a continued line
+            assert len(line.split()) <= 3, line
+        shell = await asyncio.to_thread(  # (the host serves on this loop)
+            subprocess.run,
+            ["sh", "-c", hint.replace("dflash-console", " ".join(CLI), 1)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert shell.returncode == 0, shell.stderr
+        assert f"trainer: pid {procs[0].pid}" in shell.stdout and f"run dir: {demo.run_dir}\n" in shell.stdout
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        await demo.host.stop()
+        demo.release_dir()
