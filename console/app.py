@@ -47,6 +47,7 @@ from console.widgets.gpu_table import GpuTable
 from console.widgets.log_view import LogPane
 from console.widgets.loss_plot import LossPlot
 from console.widgets.queue_gauge import QueueGauge
+from console.widgets.toast_text import TOAST_CSS, break_paths, toast_columns
 from console.widgets.tok_s_plot import TokSPlot
 from console.widgets.training_panel import TrainingPanel
 
@@ -147,7 +148,8 @@ class ConsoleApp(App):
     (snapshots, benches); the changing actions then say there is no connection."""
 
     TITLE = "dflash-console"
-    CSS = """
+    CSS = (
+        """
     Screen { layout: vertical; }
     #top { height: 13; }
     #left { width: 1fr; height: 100%; }
@@ -155,6 +157,8 @@ class ConsoleApp(App):
     QueueGauge { margin: 0 1; }
     #plots { height: 10; }
     """
+        + TOAST_CSS
+    )
     BINDINGS = [Binding(a.key, a.name, a.label, tooltip=a.help) for a in ACTIONS]
     COMMANDS = App.COMMANDS | {ConsoleCommands}
 
@@ -280,6 +284,10 @@ class ConsoleApp(App):
         await self.health_hooks.unmount()
         if self.session is not None:
             await self.session.close()
+
+    def notify(self, message: str, *args, **kwargs) -> None:
+        """A toast, its paths broken at slashes (console/widgets/toast_text.py), never mid-name."""
+        super().notify(break_paths(message, toast_columns(self.size.width)), *args, **kwargs)
 
     # ---- extension: start-up, saying things, quitting -----------------------------------------
 

@@ -166,3 +166,21 @@ async def test_the_launch_dialog_shows_every_flag_and_enter_launches():
         await pilot.press("enter")  # right after l: it launches (a focused Cancel took it silently)
         await until(pilot, lambda: session.launches, 5, "the launch")
         assert session.launches == [flags]
+
+
+async def test_a_toast_breaks_a_long_path_at_its_slashes_not_mid_name():
+    where = "/workspace/experiments/dflash-ablations/.dflash-console/code/51e28c0a9d3b4f17a2c6e8d0b9f4a3c1"
+    session = FakeSession()
+
+    async def deploy():
+        return where
+
+    session.deploy = deploy
+    app = _app(session)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        app.feed([ConnState("connected")])
+        await pilot.press("d")
+        await until(pilot, lambda: "uses it" in screen_text(app), 5, "the deploy's toast")
+        text = screen_text(app)
+        for name in where.strip("/").split("/"):  # each part of the path whole on one line
+            assert name in text, (name, text)
