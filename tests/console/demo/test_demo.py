@@ -177,7 +177,7 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
                 "the resumed run's steps on screen",
             )
             pid = st.trainer.pid
-            lines = list(app.log_view.lines)
+            lines = app.log_view.source_lines  # (as received: a line wider than the pane wraps on screen)
             assert any(f"resuming from {latest}" in ln for ln in lines), lines
             shown = [ln for ln in lines if not ln.startswith("[demo] ")]  # train.log's lines, each once
             log = (run_dir / "train.log").read_text().splitlines()

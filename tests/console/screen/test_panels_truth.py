@@ -154,3 +154,15 @@ async def test_every_position_of_a_block_of_8_is_written_out():
         await until(pilot, lambda: "…" in _row(screen_text(app), "acc k=1.."), 5, "the longer row")
         row = _row(screen_text(app), "acc k=1..")
         assert row.rstrip().endswith("…") and ".97 .91" in row, row  # the first ones, then a mark
+
+
+async def test_a_log_line_wider_than_the_pane_wraps_and_counts_as_one():
+    long = "loading target " + " ".join(f"shard-{i:02d}-of-40.safetensors" for i in range(8)) + " done"
+    app = ConsoleApp(None, state=ConsoleState(clock=lambda: T0), target="127.0.0.1")
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([LogLines(["first line", long, "last line"])])
+        await until(pilot, lambda: "3 lines" in screen_text(app), 5, "the lines")
+        assert len(long) > SIZE[0]
+        text = " ".join(screen_text(app).split())
+        assert long in text, text  # every word of it on screen, in order: nothing cut at the edge
+        assert app.log_view.source_lines == ["first line", long, "last line"]
