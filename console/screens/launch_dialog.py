@@ -18,7 +18,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from console.core.deploy import code_folder
 from console.core.events import Outcome
-from console.widgets.flags_area import FlagsArea
+from console.screens.flags_area import FlagsArea
 
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
 

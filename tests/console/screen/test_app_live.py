@@ -265,8 +265,8 @@ async def test_launch_after_the_run_ended_is_prefilled_from_its_run_json(host, t
     import shlex
     import sys
 
+    from console.screens.flags_area import FlagsArea
     from console.screens.launch_dialog import LaunchDialog
-    from console.widgets.flags_area import FlagsArea
 
     run_dir = tmp_path / "ended"
     run_dir.mkdir()
