@@ -82,7 +82,7 @@ async def run_headless(demo: Demo) -> int:
     try:
         await demo.start_host()
         say(f"demo host: 127.0.0.1:{demo.host.port}, {PLACE.describe} = {demo.ct_dir}")
-        say(f"{HINT}\n  {demo.cli_hint()}")
+        say(f"{HINT} {demo.cli_hint()}")
         session = demo.session(telemetry=False)
         session.subscribe(status.on_event)
         await session.start()

@@ -54,7 +54,7 @@ class DemoScreen:
 
     async def _setup(self, app: ConsoleApp) -> None:
         app.say(f"container {self.demo.ct_dir}; run dir {self.demo.run_dir}")
-        app.say(f"{HINT}\n  {self.demo.cli_hint()}")
+        app.say(f"{HINT} {self.demo.cli_hint()}")
         try:
             await self.demo.setup(self.session, app.say)
         except asyncio.CancelledError:
