@@ -331,7 +331,8 @@ class StopDialog(ModalScreen[object]):
             else:
                 t.append(msg or (failed.detail if failed is not None else "failed"), style="bold red")
         else:
+            said = {ph.detail for ph in self.extra}  # a restart's last phase says it already: not twice
             t.append("✔ ", style="bold green")
-            t.append(msg or "done", style="bold green")
+            t.append("done" if not msg or msg in said else msg, style="bold green")
         t.append("\nEscape closes; the screen's keys (q, s, ...) work again.", style="dim")
         return t

@@ -71,3 +71,4 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
         text = screen_text(app)  # what happened, not the words of the moment it began
         assert "Launching the run again" not in text and "no trainer found" not in text, text
         assert f"PID {dlg.result.trainer.pid} (launched)" in text
+        assert " ".join(text.split()).count("restarted: launched pid") == 1, text  # said once
