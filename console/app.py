@@ -34,7 +34,7 @@ from console.core.state import ConsoleState
 from console.screens.alerts import AlertsScreen
 from console.screens.checkpoints_dialog import CheckpointsScreen, CopyJobs
 from console.screens.health_hooks import HealthHooks
-from console.screens.help import QUIT_NOTE, HelpScreen
+from console.screens.help import LOG_KEYS, PALETTE_KEY, QUIT_NOTE, HelpScreen, binding_rows
 from console.screens.launch_dialog import LaunchDialog, submitted_as
 from console.screens.launch_dialog import describe as describe_launch
 from console.screens.palette import ConsoleCommands
@@ -47,6 +47,7 @@ from console.widgets.gpu_table import GpuTable
 from console.widgets.log_view import LogPane
 from console.widgets.loss_plot import LossPlot
 from console.widgets.queue_gauge import QueueGauge
+from console.widgets.toast_text import TOAST_CSS, break_paths, toast_columns
 from console.widgets.tok_s_plot import TokSPlot
 from console.widgets.training_panel import TrainingPanel
 
@@ -116,7 +117,6 @@ ACTIONS = [
     Action("quit", "q", "Quit", "Quit the console", "the trainer keeps running", False),
 ]
 CHANGING = {a.name for a in ACTIONS if a.changes_remote}
-KEY_NAMES = {"slash": "/", "question_mark": "?"}
 
 
 @dataclass
@@ -155,7 +155,8 @@ class ConsoleApp(App):
     (snapshots, benches); the changing actions then say there is no connection."""
 
     TITLE = "dflash-console"
-    CSS = """
+    CSS = (
+        """
     Screen { layout: vertical; }
     #top { height: 13; }
     #left { width: 1fr; height: 100%; }
@@ -163,6 +164,8 @@ class ConsoleApp(App):
     QueueGauge { margin: 0 1; }
     #plots { height: 10; }
     """
+        + TOAST_CSS
+    )
     BINDINGS = [Binding(a.key, a.name, a.label, tooltip=a.help) for a in ACTIONS]
     COMMANDS = App.COMMANDS | {ConsoleCommands}
 
@@ -289,6 +292,10 @@ class ConsoleApp(App):
         if self.session is not None:
             await self.session.close()
 
+    def notify(self, message: str, *args, **kwargs) -> None:
+        """A toast, its paths broken at slashes (console/widgets/toast_text.py), never mid-name."""
+        super().notify(break_paths(message, toast_columns(self.size.width)), *args, **kwargs)
+
     # ---- extension: start-up, saying things, quitting -----------------------------------------
 
     @work(group="startup", exit_on_error=False)
@@ -387,15 +394,20 @@ class ConsoleApp(App):
         # read-only: the changing actions are hidden from the footer and never run
         return not (self.readonly and action in CHANGING)
 
+    def get_system_commands(self, screen):
+        """Textual's own palette entries (theme, keys, screenshot...) less its Quit: the console's quit,
+        with this screen's wording (the demo's stops the trainer first), is among ``palette_commands``."""
+        for command in super().get_system_commands(screen):
+            if command.callback != self.action_quit:
+                yield command
+
     def palette_commands(self) -> list[tuple[str, str, str]]:
         return [(a.name, a.title, a.help) for a in self.actions if not (self.readonly and a.changes_remote)]
 
     def help_rows(self) -> list[tuple[str, str, str]]:
-        return [
-            (KEY_NAMES.get(a.key, a.key), a.title, a.help)
-            for a in self.actions
-            if not (self.readonly and a.changes_remote)
-        ]
+        """The keys of the screen under help, from its live bindings (console/screens/help.py)."""
+        screen = next(s for s in reversed(self.screen_stack) if not isinstance(s, HelpScreen))
+        return binding_rows(screen, {a.name: (a.title, a.help) for a in self.actions})
 
     def _need_session(self) -> bool:
         if self.session is None:
@@ -514,5 +526,8 @@ class ConsoleApp(App):
         self.w_log.open_search()
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.help_rows(), self.readonly, quit_note=self.extension.quit_note))
+        if isinstance(self.screen, HelpScreen):
+            return
+        extra = [*LOG_KEYS, PALETTE_KEY] if self.screen is self.screen_stack[0] else [PALETTE_KEY]
+        rows = self.help_rows()
+        self.push_screen(HelpScreen(rows, self.readonly, quit_note=self.extension.quit_note, extra=extra))

@@ -25,6 +25,7 @@ import shlex
 import socket
 import sys
 import time
+from collections.abc import Collection
 
 from console import __version__, cli_serve
 from console.cli_exit import (  # noqa: F401  (the exit codes are part of this module's interface)
@@ -49,7 +50,7 @@ from console.core.deploy import bundled_trainer_files
 from console.core.events import ActionPhase, ActionResult, ConnState, Outcome
 from console.core.finding import visible_trainers
 from console.core.options import options_from_args
-from console.core.phases import StopPhase
+from console.core.phases import FAILED, StopPhase
 from console.core.place import KINDS
 from console.core.startup_fold import StartupPrinter
 from console.core.trainer_argv import flag_value
@@ -507,9 +508,12 @@ async def cmd_launch(args) -> int:
     return _report(res)
 
 
-def _report(res: ActionResult) -> int:
+def _report(res: ActionResult, said: Collection[str] = ()) -> int:
+    """The outcome, once: on stdout when it went well (unless a phase line ``said`` it already), else on
+    stderr."""
     if res.code == Outcome.OK:
-        print(res.message, flush=True)
+        if res.message not in said:
+            print(res.message, flush=True)
     else:
         err(res.message)
     return exit_code(res.code)
@@ -541,10 +545,16 @@ class Countdown:
         self.phase: ActionPhase | None = None
         self.phase_t = self.t0
         self._last_plain = self.t0
+        self.said: list[str] = []  # the phases' details printed
+        self.failure: ActionPhase | None = None  # a refusal, timeout or error: the outcome says it
 
     def on_phase(self, ph: ActionPhase) -> None:
         self.phase = ph
         self.phase_t = time.monotonic()
+        if StopPhase.of(ph.phase) in FAILED:  # said once, on stderr, with the outcome
+            self.failure = ph
+            return
+        self.said.append(ph.detail)
         extra = f" (expected {ph.expected_s:.1f} s)" if ph.expected_s is not None else ""
         self._line(f"[{ph.phase}] {ph.detail}{extra}", newline=True)
 
@@ -678,7 +688,10 @@ async def _with_countdown(args, action, printer=None) -> int:
         ticker.cancel()
         if cd.tty:
             cd._line("", newline=False)
-    return _report(res)
+    failure = cd.failure
+    if failure is not None and failure.detail and failure.detail not in res.message:
+        err(failure.detail)
+    return _report(res, said=cd.said)
 
 
 async def cmd_logs(args) -> int:

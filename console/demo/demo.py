@@ -28,6 +28,8 @@ from console.demo.processes import MARKER_ENV, STOP_TIMEOUT, end_marked
 from console.devhost import DevHost
 
 CT = 200
+HINT = "from another terminal:"
+CLI_SCRIPT = "demo-cli"  # in the demo's directory: dflash-console with the demo host's flags
 PLACE = Proxmox(CT)  # the devhost's container the demo's trainer lives in
 MARKER_FILE = ".dflash-demo"
 TINY = "tiny"  # in the container
@@ -176,12 +178,23 @@ class Demo:
         return PLACE.at(f"demo · 127.0.0.1:{self.host.port}") if self.host else "demo"
 
     def cli_hint(self) -> str:
-        """The dflash-console flags that reach the demo's host from another terminal."""
+        """How to reach the demo's trainer from another terminal: ``DIR/demo-cli COMMAND``, a script that
+        runs ``dflash-console COMMAND`` with the demo host's flags (port, user, key, known_hosts, the
+        container, the run dir: another trainer on the machine is then no question). One short line that
+        pastes whole, where the flags themselves are wider than the screen."""
         h = self.host
-        return (
-            f"dflash-console status {h.host} -p {h.port} -l {h.user} -i {h.client_key_path} "
-            f"--known-hosts {h.known_hosts_path} -F /dev/null {shlex.join(PLACE.flags())}"
+        flags = [h.host, "-p", str(h.port), "-l", h.user, *PLACE.flags(), "--run-dir", self.run_dir]
+        flags += ["-i", str(h.client_key_path), "--known-hosts", str(h.known_hosts_path), "-F", "/dev/null"]
+        exe = Path(sys.executable).parent / "dflash-console"
+        cli = str(exe) if exe.exists() else "dflash-console"
+        script = self.root / CLI_SCRIPT
+        script.write_text(
+            "#!/bin/sh\n# dflash-console COMMAND [options] against the demo's host and run dir\n"
+            f"cmd=${{1:?usage: {script} status|logs|stop|connect [options]}}; shift\n"
+            f'exec {shlex.quote(cli)} "$cmd" {shlex.join(flags)} "$@"\n'
         )
+        script.chmod(0o700)
+        return f"{shlex.quote(str(script))} status   (or logs -f, stop, connect; the script holds the flags)"
 
     # --- setup: tiny assets, deploy, launch ---
 

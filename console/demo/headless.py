@@ -13,7 +13,7 @@ from console.core.events import Record, TrainerFound
 from console.core.formatting import fmt_number
 from console.core.metrics import headline_tok_s
 from console.core.session import Session
-from console.demo.demo import PLACE, Demo, DemoError, off_signals, on_signals, printer
+from console.demo.demo import HINT, PLACE, Demo, DemoError, off_signals, on_signals, printer
 
 
 class StatusLine:
@@ -82,7 +82,7 @@ async def run_headless(demo: Demo) -> int:
     try:
         await demo.start_host()
         say(f"demo host: 127.0.0.1:{demo.host.port}, {PLACE.describe} = {demo.ct_dir}")
-        say(f"from another terminal: {demo.cli_hint()}")
+        say(f"{HINT} {demo.cli_hint()}")
         session = demo.session(telemetry=False)
         session.subscribe(status.on_event)
         await session.start()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from console.core.events import ActionPhase
 from console.core.session import Session
-from console.demo.demo import Demo, DemoError, off_signals, on_signals, printer
+from console.demo.demo import HINT, Demo, DemoError, off_signals, on_signals, printer
 
 if TYPE_CHECKING:
     from console.app import ConsoleApp
@@ -54,7 +54,7 @@ class DemoScreen:
 
     async def _setup(self, app: ConsoleApp) -> None:
         app.say(f"container {self.demo.ct_dir}; run dir {self.demo.run_dir}")
-        app.say(f"from another terminal: {self.demo.cli_hint()}")
+        app.say(f"{HINT} {self.demo.cli_hint()}")
         try:
             await self.demo.setup(self.session, app.say)
         except asyncio.CancelledError:

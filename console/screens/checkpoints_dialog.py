@@ -193,12 +193,12 @@ class CheckpointsScreen(ModalScreen[None]):
         if disk is None:
             head.append("no scan of the run directory yet (it comes every 30 s while connected)", style="dim")
         else:
-            head.append(disk.run_dir, style="bold")
+            head.append(disk.run_dir + "\n", style="bold")  # a line of its own: the figures never wrap
             if disk.free_bytes is not None:
-                head.append(f"   free {fmt_bytes(disk.free_bytes)} of {fmt_bytes(disk.total_bytes)}")
+                head.append(f"free {fmt_bytes(disk.free_bytes)} of {fmt_bytes(disk.total_bytes)}   ")
             if disk.keep is not None:
-                head.append(f"   keeps the newest {disk.keep}")
-            head.append(f"   (looked {fmt_age(disk.t, now)})", style="dim")
+                head.append(f"keeps the newest {disk.keep}   ")
+            head.append(f"(looked {fmt_age(disk.t, now)})", style="dim")
             if disk.error:
                 head.append(f"   {disk.error}", style="red")
         self.query_one("#disk", Static).update(head)

@@ -8,30 +8,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
 
-from console.screens.help import HelpScreen
+from console.screens.help import HelpScreen, binding_rows
 
-
-def binding_rows(screen: Screen) -> list[tuple[str, str, str]]:
-    """(key, what, more) for each enabled binding the screen's class or the app's class declares (not
-    Textual's own: focus keys, ctrl+c, the palette); the ``toggle_run(N)`` keys are one row."""
-    own = {(b.key, b.action) for cls in (type(screen), type(screen.app)) for b in cls.BINDINGS}
-    rows: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
-    for ab in sorted(screen.active_bindings.values(), key=lambda ab: ab.node is not screen):
-        b = ab.binding
-        if not ab.enabled or b.action in seen or (b.key, b.action) not in own:
-            continue
-        seen.add(b.action)
-        if b.action.startswith("toggle_run("):
-            if "toggle_run" not in seen:
-                seen.add("toggle_run")
-                rows.append(("1-9", "Show/hide run N", "N: the run's number in the legend"))
-            continue
-        rows.append((screen.app.get_key_display(b), b.description or b.action, b.tooltip))
-    return rows
+__all__ = ["CompareHelp", "binding_rows"]
 
 
 class CompareHelp(HelpScreen):

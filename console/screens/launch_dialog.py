@@ -1,8 +1,9 @@
 """Launch: trainer flags prefilled from the last run's argv (run.json), with its interpreter and
-code directory; Cancel is focused, Enter in a field launches, Escape cancels. run.json's interpreter and
-code directory, left as prefilled, are checked by the restart's rules (restart_trust.prefill_concerns):
-what only run.json vouches for is listed and needs ``trust`` typed in the field that appears. A launch that succeeds
-closes the dialog with its result (the screen says what started); a failed one stays, saying why."""
+code directory; the flags field is focused and shows every flag (it wraps), Enter in a field launches,
+Escape cancels. run.json's interpreter and code directory, left as prefilled, are checked by the restart's
+rules (restart_trust.prefill_concerns): what only run.json vouches for is listed and needs ``trust`` typed in
+the field that appears. A launch that succeeds closes the dialog with its result (the screen says what
+started); a failed one stays, saying why."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from console.core.deploy import code_folder
 from console.core.events import Outcome
+from console.screens.flags_area import FlagsArea
 
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
 Vetter = Callable[..., Awaitable[list[str]]]  # (python, code_dir, run) of run.json's word -> concerns
@@ -90,7 +92,7 @@ class LaunchDialog(ModalScreen[object]):
             if self.submitted_as:
                 yield Label(f"submitted as {self.submitted_as}")
             yield Label("trainer flags (python -m trainer.pipeline …)")
-            yield Input(flags, id="flags")
+            yield FlagsArea(flags, id="flags")
             yield Label("remote interpreter")
             yield Input(python, id="python")
             yield Label(
@@ -112,7 +114,7 @@ class LaunchDialog(ModalScreen[object]):
                 yield Button("Launch", id="launch", variant="warning")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        self.query_one("#flags", FlagsArea).focus()  # Enter launches; a focused Cancel took it silently
 
     def action_cancel(self) -> None:
         if not self.busy:
@@ -124,11 +126,12 @@ class LaunchDialog(ModalScreen[object]):
 
     @on(Button.Pressed, "#launch")
     @on(Input.Submitted)
+    @on(FlagsArea.Submitted)
     def _launch(self) -> None:
         if self.busy:
             return
         try:
-            flags = shlex.split(self.query_one("#flags", Input).value)
+            flags = shlex.split(self.query_one("#flags", FlagsArea).value)
         except ValueError as exc:
             self._say(Text(f"flags: {exc}", style="bold red"))
             return

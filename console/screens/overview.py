@@ -2,7 +2,11 @@
 last checkpoint age, health), sortable. Enter or 1..9 opens a run's full screen (the app's
 ``show_run``); ``o`` there comes back here. ``m`` marks a row, ``c`` opens the compare view of the
 marked runs, else of all (the app's ``open_compare``, where it has one: console/tui/compare_screen.py).
-Redrawn on a short timer: a row is a few numbers."""
+Redrawn on a short timer: a row is a few numbers.
+
+The app installs the overview (:func:`install_overview`): a screen that is popped without being
+installed is taken down, and pushing it again left the run's screen frozen on the terminal while
+the keys went to the overview nobody saw."""
 
 from __future__ import annotations
 
@@ -62,11 +66,11 @@ class OverviewScreen(Screen):
     """``app`` gives ``runs`` (console.core.fleet.Run) and ``show_run(index)``."""
 
     BINDINGS = [
-        Binding("enter", "open", "Open run"),
+        Binding("enter", "open", "Open run", tooltip="the selected run's full screen (o there: back here)"),
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
-        Binding("o", "sort", "Sort"),
-        Binding("O", "reverse", "Reverse", show=False),
+        Binding("o", "sort", "Sort", tooltip="by the next column"),
+        Binding("O", "reverse", "Reverse", show=False, tooltip="the sort order"),
         Binding("m", "mark", "Mark", tooltip="mark the run for the compare view"),
         Binding("c", "compare", "Compare", tooltip="curves of the marked runs (else all) on shared axes"),
         *[Binding(str(i), f"open_index({i - 1})", f"Run {i}", show=False) for i in range(1, 10)],
@@ -165,3 +169,19 @@ class OverviewScreen(Screen):
     def action_open_index(self, index: int) -> None:
         if index < len(self.app.runs):
             self.app.show_run(index)
+
+
+def install_overview(app) -> OverviewScreen:
+    """The app's overview, installed: opening a run pops it, ``o`` pushes the same live screen again."""
+    screen = OverviewScreen()
+    app.install_screen(screen, name="overview")
+    return screen
+
+
+def back_to_overview(app) -> None:
+    """``o`` in a run: close what is open over the run, then the overview."""
+    if app.screen is app.overview:
+        return
+    while len(app.screen_stack) > 1:
+        app.pop_screen()
+    app.push_screen(app.overview)

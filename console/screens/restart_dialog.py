@@ -68,10 +68,18 @@ class RestartDialog(StopDialog):
             )
         return t
 
+    def title_text(self) -> str:
+        if not self.relaunch_only:
+            return super().title_text()
+        if self.started_at is None:
+            return "Launch the run again?"
+        if not self.done:
+            return "Launching the run again…"
+        return "Run launched again" if self.succeeded() else "The launch did not finish"
+
     def on_mount(self) -> None:
         super().on_mount()
         if self.relaunch_only:
-            self.query_one("#title", Static).update("Launch the run again?")
             self.query_one("#yes", Button).label = "Yes, launch (y)"
         if self.concerns:
             box = Input(placeholder=f"type {TRUST_WORD} to confirm", id="trust")
@@ -101,9 +109,6 @@ class RestartDialog(StopDialog):
             self.query_one("#trust", Input).display = False
         self.started_at = self.clock()
         self.add_class("running")
-        self.query_one("#title", Static).update(
-            "Launching the run again…" if self.relaunch_only else "Restarting the trainer…"
-        )
         self.query_one("#explain", Static).display = False
         self._show()
         self.set_interval(0.25, self._show)

@@ -4,7 +4,9 @@ The dialog shows which process it is about to signal (PID, command line), the st
 the last checkpoint. "No" is focused; ``y`` confirms, ``n`` or Escape cancels. After confirming it
 follows the session's phases (verifying, signal sent, saving with the expected seconds, saved,
 exited; every phase the trainer reported, "not seen" only for one that never came; a dropped link and
-its return) and, at the timeout, says what to do: the trainer is left running, never killed.
+its return) and, at the timeout, says what to do: the trainer is left running, never killed. The title
+and the trainer's lines follow what happened (``Trainer stopped``, the PID marked exited, a restart's
+new PID; the step and the checkpoint's age live), never the words of the moment it opened.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from console.core.events import ActionPhase, ActionResult, Outcome
+from console.core.events import ActionPhase, ActionResult, Outcome, TrainerInfo
 from console.core.formatting import fmt_duration
 from console.core.phases import FAILED, STOP_STEPS, StopPhase
 from console.core.state import ConsoleState
@@ -46,14 +48,25 @@ def app_action(app, key: str) -> str | None:
     return None
 
 
-def trainer_summary(state: ConsoleState) -> Text:
-    tr = state.trainer
+def trainer_summary(
+    state: ConsoleState, was: TrainerInfo | None = None, started: TrainerInfo | None = None
+) -> Text:
+    """The trainer now (its PID, command, step, checkpoint age). ``was``: the one the dialog opened on,
+    marked exited once it has gone; ``started``: the one a restart launched (before the session sees it),
+    marked as new."""
+    tr = state.trainer or started or was
     t = Text()
     if tr is None:
         t.append("no trainer found", style="bold red")
         return t
     t.append("PID ", style="dim")
     t.append(str(tr.pid), style="bold")
+    if state.trainer is None and tr is was:
+        t.append(" (exited)", style="bold yellow")
+    elif was is not None and tr.pid != was.pid:
+        t.append(f" (new; was PID {was.pid})", style="bold green")
+    elif was is None and started is not None:
+        t.append(" (launched)", style="bold green")
     t.append(f"   found by {tr.source}", style="dim")
     if tr.run_dir:
         t.append(f"   run dir {tr.run_dir}", style="dim")
@@ -122,12 +135,13 @@ class StopDialog(ModalScreen[object]):
         self.started_at: float | None = None
         self.result: ActionResult | Exception | None = None
         self.done = False
+        self.was = state.trainer  # the trainer the dialog opened on
 
     def compose(self) -> ComposeResult:
         verb = "Stop" if self.kind == "stop" else "Restart"
         with Vertical():
-            yield Static(f"{verb} the trainer cleanly?", id="title")
-            yield Static(trainer_summary(self.state), id="summary")
+            yield Static(self.title_text(), id="title")
+            yield Static(self.summary_text(), id="summary")
             yield Static(self._explain(), id="explain")
             yield Static("", id="phases")
             yield Static("", id="outcome")
@@ -148,6 +162,26 @@ class StopDialog(ModalScreen[object]):
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
+        self.set_interval(0.5, self._show_head)  # the step and the checkpoint's age move on
+
+    def title_text(self) -> str:
+        stop = self.kind == "stop"
+        if self.started_at is None:
+            return "Stop the trainer cleanly?" if stop else "Restart the trainer cleanly?"
+        if not self.done:
+            return "Stopping the trainer…" if stop else "Restarting the trainer…"
+        if self.succeeded():
+            return "Trainer stopped" if stop else "Trainer restarted"
+        return "The stop did not finish" if stop else "The restart did not finish"
+
+    def summary_text(self) -> Text:
+        started = getattr(self.result, "trainer", None) if self.done else None  # a restart's new trainer
+        return trainer_summary(self.state, self.was, started if isinstance(started, TrainerInfo) else None)
+
+    def _show_head(self) -> None:
+        if self.is_mounted:
+            self.query_one("#title", Static).update(self.title_text())
+            self.query_one("#summary", Static).update(self.summary_text())
 
     @on(Button.Pressed, "#no")
     def _no(self) -> None:
@@ -177,9 +211,6 @@ class StopDialog(ModalScreen[object]):
             return
         self.started_at = self.clock()
         self.add_class("running")
-        self.query_one("#title", Static).update(
-            "Stopping the trainer…" if self.kind == "stop" else "Restarting the trainer…"
-        )
         self.query_one("#explain", Static).display = False
         self._show()
         self.set_interval(0.25, self._show)
@@ -208,6 +239,7 @@ class StopDialog(ModalScreen[object]):
     def _show(self) -> None:
         if not self.is_mounted:
             return
+        self._show_head()
         self.query_one("#phases", Static).update(self.phases_text())
         self.query_one("#outcome", Static).update(self.outcome_text())
 
@@ -260,10 +292,24 @@ class StopDialog(ModalScreen[object]):
             s += f"  {ph.detail}"
         return s
 
+    def _failure(self) -> ActionPhase | None:
+        order = (StopPhase.REFUSED, StopPhase.TIMEOUT, StopPhase.ERROR)
+        return next((self.phases[n] for n in order if n in self.phases), None)
+
+    def succeeded(self) -> bool:
+        """Done, and neither failed nor raised."""
+        res = self.result
+        code = res.code if isinstance(res, ActionResult) else None
+        return (
+            self.done
+            and not isinstance(res, Exception)
+            and self._failure() is None
+            and code in (Outcome.OK, None)
+        )
+
     def outcome_text(self) -> Text:
         t = Text()
-        order = (StopPhase.REFUSED, StopPhase.TIMEOUT, StopPhase.ERROR)
-        failed = next((self.phases[n] for n in order if n in self.phases), None)
+        failed = self._failure()
         if not self.done:
             left = max(0.0, self.timeout - self.elapsed())
             t.append(f"waiting… {self.elapsed():.0f}s elapsed, gives up in {left:.0f}s", style="bold")
@@ -271,7 +317,7 @@ class StopDialog(ModalScreen[object]):
         res = self.result if isinstance(self.result, ActionResult) else None
         code = res.code if res is not None else None
         msg = (res.message if res is not None else None) or (str(self.result) if self.result else "")
-        if isinstance(self.result, Exception) or failed is not None or code not in (Outcome.OK, None):
+        if not self.succeeded():
             t.append("✖ ", style="bold red")
             if (failed is not None and failed.phase == StopPhase.TIMEOUT) or code == Outcome.STILL_RUNNING:
                 tr = self.state.trainer
@@ -289,7 +335,8 @@ class StopDialog(ModalScreen[object]):
             else:
                 t.append(msg or (failed.detail if failed is not None else "failed"), style="bold red")
         else:
+            said = {ph.detail for ph in self.extra}  # a restart's last phase says it already: not twice
             t.append("✔ ", style="bold green")
-            t.append(msg or "done", style="bold green")
+            t.append("done" if not msg or msg in said else msg, style="bold green")
         t.append("\nEscape closes; the screen's keys (q, s, ...) work again.", style="dim")
         return t

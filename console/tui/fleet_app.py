@@ -18,7 +18,6 @@ from rich.text import Text
 from textual import work
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.widgets import Static
 
 from console.app import ConsoleApp
 from console.core.checkpoints import CheckpointWatch
@@ -27,8 +26,8 @@ from console.core.events import ConnState, Event, LogLines
 from console.core.fleet import Run
 from console.core.health import NOTE
 from console.core.ssh import HostKeyRefused, backoff
-from console.screens.overview import OverviewScreen
-from console.screens.stop_dialog import StopDialog, trainer_summary
+from console.screens.overview import OverviewScreen, back_to_overview, install_overview
+from console.screens.stop_dialog import StopDialog
 from console.tui.compare_screen import CompareScreen, open_compare
 
 
@@ -39,13 +38,12 @@ class FleetStopDialog(StopDialog):
         super().__init__(*args, **kw)
         self.where = where
 
-    def on_mount(self) -> None:
-        super().on_mount()
+    def summary_text(self) -> Text:
         t = Text("on ", style="dim")
         t.append(self.where, style="bold")
         t.append("\n")
-        t.append(trainer_summary(self.state))
-        self.query_one("#summary", Static).update(t)
+        t.append(super().summary_text())
+        return t
 
 
 RUN_ACTIONS = {"stop", "restart", "launch", "deploy", "alerts", "checkpoints", "search", "threads"}
@@ -61,7 +59,10 @@ def not_on_a_run(app) -> bool:
 
 
 class FleetApp(ConsoleApp):
-    BINDINGS = [*ConsoleApp.BINDINGS, Binding("o", "overview", "Overview")]
+    BINDINGS = [
+        *ConsoleApp.BINDINGS,
+        Binding("o", "overview", "Overview", tooltip="back to the overview of every run"),
+    ]
 
     def __init__(self, runs: list[Run], **kw) -> None:
         first = runs[0]
@@ -101,7 +102,7 @@ class FleetApp(ConsoleApp):
                 run.watch.start()
             self._start_run(i)
         self.set_interval(hooks.interval_s * 5, self._health_others)
-        self.overview = OverviewScreen()
+        self.overview = install_overview(self)
         self.push_screen(self.overview)
 
     async def on_unmount(self) -> None:
@@ -194,10 +195,8 @@ class FleetApp(ConsoleApp):
         self.refresh_bindings()
 
     def action_overview(self) -> None:
-        if self.overview is not None and self.screen is not self.overview:
-            while len(self.screen_stack) > 1:
-                self.pop_screen()
-            self.push_screen(self.overview)
+        if self.overview is not None:
+            back_to_overview(self)
 
     def open_compare(self, chosen: set[int]) -> None:
         open_compare(self, chosen)

@@ -29,7 +29,7 @@ from console.core.record import Recording, Streamed
 from console.core.replay import Cursor
 from console.core.state import ConsoleState
 from console.core.targets import Target
-from console.screens.overview import OverviewScreen
+from console.screens.overview import OverviewScreen, back_to_overview, install_overview
 from console.tui.compare_screen import open_compare
 from console.tui.fleet_app import RUN_ACTIONS, not_on_a_run
 
@@ -44,7 +44,7 @@ REPLAY_BINDINGS = [
     Binding("end", "seek_end", "End", show=False, priority=True),
     Binding("plus", "speed(2)", "Faster", show=False),
     Binding("minus", "speed(0.5)", "Slower", show=False),
-    Binding("o", "overview", "Overview"),
+    Binding("o", "overview", "Overview", tooltip="back to the overview of every run"),
 ]
 
 
@@ -117,7 +117,7 @@ class ReplayApp(ConsoleApp):
         self._advance()
         self.set_interval(0.1, self._advance)
         if len(self.runs) > 1:
-            self.overview = OverviewScreen()
+            self.overview = install_overview(self)
             if self.first is None:
                 self.push_screen(self.overview)
 
@@ -200,10 +200,8 @@ class ReplayApp(ConsoleApp):
             self.pop_screen()
 
     def action_overview(self) -> None:
-        if self.overview is not None and self.screen is not self.overview:
-            while len(self.screen_stack) > 1:
-                self.pop_screen()
-            self.push_screen(self.overview)
+        if self.overview is not None:
+            back_to_overview(self)
 
     def action_pause(self) -> None:
         self.cursor.toggle_pause()

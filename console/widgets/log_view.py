@@ -5,10 +5,14 @@ a bounded buffer; the widget is written at most every ``flush_s`` in one batch, 
 ``max_lines`` (older ones drop off the top). Search highlights every match and jumps between them
 (newest first); jumping or scrolling up pauses following, ``f`` resumes it. While following, every
 flush repaints the view and ends on the newest line, however fast lines come.
+
+A line wider than the pane wraps (at spaces where it can, continued rows indented by two), never cut
+at the edge; the lines as received are kept (``source_lines``) and wrapped again when the width changes.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections import deque
 
 from rich.style import Style
@@ -43,6 +47,8 @@ class LogView(Log):
         super().__init__(max_lines=max_lines, auto_scroll=True, **kwargs)
         self.flush_s = flush_s
         self._pending: deque[str] = deque(maxlen=max_lines)
+        self._source: deque[str] = deque(maxlen=max_lines)  # the lines written, unwrapped
+        self._wrap_width = 0  # the width the rows were wrapped at (0: not laid out yet, not wrapped)
         self._flush_handle = None
         self.received = 0  # lines pushed in total
         self.dropped = 0  # lines that never reached the widget (over max_lines within one flush)
@@ -77,7 +83,9 @@ class LogView(Log):
         self._flush_handle = None
         if not self._pending:
             return
-        batch = list(self._pending)
+        shown = [line for line in self._pending if line.splitlines()]  # (Log shows no row for "")
+        self._source.extend(shown)
+        batch = self._wrapped(shown)
         self._pending.clear()
         before = len(self._lines)
         # Not Log's own follow: once max_lines prunes the top, the lines it repaints are counted from
@@ -100,10 +108,42 @@ class LogView(Log):
             self.auto_scroll = False
             self._notify_status()
 
+    @property
+    def source_lines(self) -> list[str]:
+        """The lines shown, as received (a wrapped line is one)."""
+        return list(self._source)
+
+    def _wrapped(self, lines) -> list[str]:
+        width = self._wrap_width
+        rows: list[str] = []
+        for line in lines:
+            line = self._process_line(line)
+            if width < 8 or len(line) <= width:
+                rows.append(line)
+            else:
+                rows += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+        return rows
+
+    def on_resize(self) -> None:
+        # the vertical scrollbar's columns kept free: it comes once the log fills the pane
+        width = self.content_size.width - self.styles.scrollbar_size_vertical
+        if width == self._wrap_width:
+            return
+        self._wrap_width = width
+        if self._source:  # wrap again at the new width (the newest max_lines, as ever)
+            lines = [*self._source, *self._pending]
+            super().clear()
+            self._source.clear()
+            self._pending.clear()
+            self._pending.extend(lines)
+            self.flush()
+            self.set_query(self.query_text)
+
     def clear(self):
         """Empty the log (a replay's jump back, another run on screen); the status counts what is shown."""
         result = super().clear()
         self._pending.clear()
+        self._source.clear()
         self.dropped = 0
         self._matches, self._current = [], None
         self._notify_status()
@@ -174,8 +214,8 @@ class LogView(Log):
             t.append(" following ", style="bold green")
         else:
             t.append(" paused (f follows) ", style="bold yellow")
-        t.append(f" {self.line_count:,} lines", style="dim")
-        if not self.line_count and self.empty_hint:
+        t.append(f" {len(self._source):,} lines", style="dim")
+        if not self._source and self.empty_hint:
             t.append(f" {self.empty_hint}", style="yellow")
         if self.dropped:
             t.append(f", {self.dropped:,} skipped in bursts", style="dim")

@@ -18,14 +18,24 @@ BARS = " ▁▂▃▄▅▆▇█"
 LABEL_W = 11
 
 
-def acc_text(acc: list[float], limit: int = 8) -> Text:
-    """Per-position accuracy k=1..: a spark bar per position, then the first few values."""
+def acc_text(acc: list[float], width: int | None = None) -> Text:
+    """Per-position accuracy k=1..: a spark bar per position, then the values (``.93``) from k=1 on, as
+    many as fit ``width`` columns; a "…" says some were left out (the spark bar has them all)."""
     if not acc:
         return Text("-")
     t = Text()
     t.append("".join(BARS[min(8, max(0, round(a * 8)))] for a in acc), style="green")
-    t.append("  " + " ".join(f"{a:.2f}" for a in acc[:limit]))
-    if len(acc) > limit:
+    values = [f"{a:.2f}".removeprefix("0") for a in acc]
+    room = None if width is None else width - len(acc) - 2
+    shown = len(values)
+    while (
+        room is not None
+        and shown
+        and len(" ".join(values[:shown])) + (2 if shown < len(values) else 0) > room
+    ):
+        shown -= 1
+    t.append("  " + " ".join(values[:shown]))
+    if shown < len(values):
         t.append(" …", style="dim")
     return t
 
@@ -74,7 +84,8 @@ def startup_text(v, what: str) -> Text:
     return t
 
 
-def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
+def panel_text(state: ConsoleState, n_events: int = 4, width: int | None = None) -> Text:
+    """The panel's lines; ``width`` (columns) decides how many per-position accuracies are written out."""
     rows: list[tuple[str, Text | str]] = []
     live = rates_live(state)
     if live:
@@ -99,7 +110,7 @@ def panel_text(state: ConsoleState, n_events: int = 4) -> Text:
     served = served_text(state)
     if served is not None:
         rows.append(("served", served))
-    rows.append(("acc k=1..", acc_text(state.acc)))
+    rows.append(("acc k=1..", acc_text(state.acc, None if width is None else width - LABEL_W)))
     rows.append(("lr", fmt_number(state.lr, ".2e")))
     age = state.checkpoint_age_s()
     if state.saving_since is not None:
@@ -149,4 +160,5 @@ class TrainingPanel(TextWidget):
         # eleven lines of figures (thirteen during a start-up) and a blank one; the newest events fill what is left
         su = state.startup_view()
         used = 14 if su is not None and su.active else 12
-        self.set_content(panel_text(state, n_events=max(0, self.size.height - used)))
+        width = self.content_size.width or None
+        self.set_content(panel_text(state, n_events=max(0, self.size.height - used), width=width))

@@ -88,6 +88,20 @@ def test_user_script_found_by_cmdline_verified_and_stopped(host):
             p.wait()
 
 
+def test_a_trainer_that_ignores_sigint_is_refused_once_on_stderr(host):
+    """The refusal is the outcome: said once, on stderr (it went to stdout as a phase line as well)."""
+    p = start_user_script(host.container_dir(CT), "runs/deaf", ignore_sigint=True)
+    try:
+        r = cli("stop", *conn_args(host), "--run-dir", "runs/deaf", "--yes", "--timeout", "30")
+        assert r.returncode == 5, r.stdout + r.stderr
+        assert r.stderr.count(f"pid {p.pid} ignores SIGINT") == 1, r.stderr
+        assert "ignores SIGINT" not in r.stdout and "[verifying]" in r.stdout, r.stdout
+        assert p.poll() is None  # nothing was signalled
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_deploy_writes_a_versioned_compiled_copy_once(host):
     r = cli("deploy", *conn_args(host))
     assert r.returncode == 0, r.stderr

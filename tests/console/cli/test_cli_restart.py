@@ -47,6 +47,7 @@ def test_code_dir_outside_the_deployed_ones_needs_trust_run_json(host, tmp_path)
     r = cli("restart", *args, "--yes", "--trust-run-json", timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (run_dir / "RAN").read_text().endswith("--resume auto")  # trusted: it ran that code
+    assert r.stdout.count("restarted: launched pid") == 1, r.stdout  # the outcome once, not twice
 
 
 def test_an_interpreter_that_is_not_the_running_trainers_needs_trust_run_json(host, tmp_path):

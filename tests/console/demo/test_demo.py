@@ -177,7 +177,7 @@ async def test_headless_demo_trains_and_stops_clean_then_the_screen_resumes(tmp_
                 "the resumed run's steps on screen",
             )
             pid = st.trainer.pid
-            lines = list(app.log_view.lines)
+            lines = app.log_view.source_lines  # (as received: a line wider than the pane wraps on screen)
             assert any(f"resuming from {latest}" in ln for ln in lines), lines
             shown = [ln for ln in lines if not ln.startswith("[demo] ")]  # train.log's lines, each once
             log = (run_dir / "train.log").read_text().splitlines()
@@ -252,3 +252,41 @@ def test_demo_without_torch_says_how_to_install(tmp_path):
     assert r.returncode == 1
     assert "torch" in r.stderr and "pip install '.[trainer]'" in r.stderr and "make demo" in r.stderr
     assert not (tmp_path / "d").exists()
+
+
+async def test_the_hint_for_another_terminal_reaches_the_demos_trainer_among_others(tmp_path):
+    """The screen's "from another terminal" command, pasted into a shell as shown: one short line (the flags
+    themselves are wider than the pane: a script in the demo's directory holds them) that names the run
+    dir: with another trainer in the same container it still reaches the demo's (without --run-dir the CLI
+    asks which one, exit 2)."""
+    from tests.support.core_util import start_user_script
+
+    demo = Demo(tmp_path / "d", temp=False, say=lambda _: None)
+    demo.claim_dir()
+    await demo.start_host()
+    procs = []
+    try:
+        Path(demo.run_dir).mkdir(parents=True)
+        other = demo.ct_dir / "other"
+        other.mkdir()
+        procs = [start_user_script(demo.ct_dir, demo.run_dir), start_user_script(other, str(other / "run"))]
+        hint = demo.cli_hint()
+        command = hint.split("   (")[0]
+        assert "\n" not in hint and command == f"{demo.root / 'demo-cli'} status", hint  # as short as its dir
+        shell = await asyncio.to_thread(  # (the host serves on this loop)
+            subprocess.run,
+            ["sh", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert shell.returncode == 0, shell.stderr
+        assert f"trainer: pid {procs[0].pid}" in shell.stdout and f"run dir: {demo.run_dir}\n" in shell.stdout
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        await demo.host.stop()
+        demo.release_dir()

@@ -266,8 +266,7 @@ async def test_launch_after_the_run_ended_is_prefilled_from_its_run_json(host, t
     import shlex
     import sys
 
-    from textual.widgets import Input
-
+    from console.screens.flags_area import FlagsArea
     from console.screens.launch_dialog import LaunchDialog
 
     run_dir = tmp_path / "ended"
@@ -283,4 +282,4 @@ async def test_launch_after_the_run_ended_is_prefilled_from_its_run_json(host, t
         await until(
             pilot, lambda: "prefilled from the last run's run.json" in screen_text(app), 10, "the prefill"
         )
-        assert app.screen.query_one("#flags", Input).value == shlex.join(argv)
+        assert app.screen.query_one("#flags", FlagsArea).value == shlex.join(argv)

@@ -160,6 +160,17 @@ async def test_palette_lists_the_actions():
         ]
 
 
+async def test_the_palette_offers_one_quit_with_the_screens_own_words():
+    app = _app()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.press(*"quit")
+        await until(pilot, lambda: "Quit the console" in screen_text(app), 10, "the palette's quit")
+        text = screen_text(app)
+        hits = [line.strip() for line in text.splitlines() if line.strip().startswith("Quit")]
+        assert hits == ["Quit the console"] and "as soon as possible" not in text, text
+
+
 def _region_text(app, widget) -> str:
     r = widget.region
     lines = screen_text(app).splitlines()[r.y : r.y + r.height]

@@ -176,6 +176,9 @@ async def test_checkpoints_view_ticks_and_looks_again_after_a_save():
         await pilot.press("c")
         await pilot.pause(0.2)
         assert "10 s ago" in screen_text(app)
+        figures = [ln for ln in screen_text(app).splitlines() if "(looked" in ln or "free " in ln]
+        assert len(figures) == 1, figures  # free space, keep-count and the scan's age: one line, never cut
+        assert "free 93.1 GB of 186.3 GB" in figures[0] and "(looked 0 s ago)" in figures[0], figures
         clock.now += 30  # no new scan: the ages move anyway
         await until(pilot, lambda: "40 s ago" in screen_text(app), 5, "the ages to tick")
         pokes = watch.pokes

@@ -63,6 +63,7 @@ async def test_launch_then_s_at_the_first_figures_then_y_then_q(host, tiny_asset
         dlg.query_one("#flags").value = shlex.join(tiny_flags(tiny_assets, run_dir, "--epochs", "1000"))
         dlg.query_one("#python").value = sys.executable
         dlg.query_one("#code_dir").value = str(ROOT)
+        await pilot.pause()  # the flags field grows to show every flag: the button moves down
         await pilot.click("#launch")
         try:
             await until(

@@ -138,3 +138,31 @@ async def test_replay_of_two_runs_still_offers_the_overview():
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: "20 lines" in screen_text(app), 10, "the record played")
         await until(pilot, lambda: "Overview" in screen_text(app).splitlines()[-1], 10, "the overview's key")
+
+
+async def test_every_position_of_a_block_of_8_is_written_out():
+    """Block size 8 (the demo's): 7 positions, each value shown (``acc k=1..`` cut the seventh)."""
+    acc = [0.97, 0.91, 0.84, 0.72, 0.63, 0.51, 0.42]
+    app = ConsoleApp(None, state=ConsoleState(clock=Clock()), target="127.0.0.1 · CT 200")
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected"), _found(), Record({**step(T0, 7), "acc": acc})])
+        await until(pilot, lambda: "loss" in _row(screen_text(app), "loss") and app.state.acc, 5, "the step")
+        await until(pilot, lambda: ".97" in _row(screen_text(app), "acc k=1.."), 5, "the accuracies")
+        row = _row(screen_text(app), "acc k=1..")
+        assert ".97 .91 .84 .72 .63 .51 .42" in row and "…" not in row, row
+        app.feed([Record({**step(T0 + 1, 8), "acc": acc * 2 + [0.3]})])  # block 16: 15 positions
+        await until(pilot, lambda: "…" in _row(screen_text(app), "acc k=1.."), 5, "the longer row")
+        row = _row(screen_text(app), "acc k=1..")
+        assert row.rstrip().endswith("…") and ".97 .91" in row, row  # the first ones, then a mark
+
+
+async def test_a_log_line_wider_than_the_pane_wraps_and_counts_as_one():
+    long = "loading target " + " ".join(f"shard-{i:02d}-of-40.safetensors" for i in range(8)) + " done"
+    app = ConsoleApp(None, state=ConsoleState(clock=lambda: T0), target="127.0.0.1")
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([LogLines(["first line", long, "last line"])])
+        await until(pilot, lambda: "3 lines" in screen_text(app), 5, "the lines")
+        assert len(long) > SIZE[0]
+        text = " ".join(screen_text(app).split())
+        assert long in text, text  # every word of it on screen, in order: nothing cut at the edge
+        assert app.log_view.source_lines == ["first line", long, "last line"]

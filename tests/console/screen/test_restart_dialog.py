@@ -67,6 +67,11 @@ async def test_r_without_a_trainer_offers_the_relaunch_and_asks_trust_for_other_
         await until(pilot, lambda: dlg.done, 120, "the relaunch")
         assert (run_dir / "RAN").read_text().endswith("--resume auto"), screen_text(app)
         assert "restarted: launched pid" in screen_text(app)
+        await until(pilot, lambda: "Run launched again" in screen_text(app), 5, "the title to say so")
+        text = screen_text(app)  # what happened, not the words of the moment it began
+        assert "Launching the run again" not in text and "no trainer found" not in text, text
+        assert f"PID {dlg.result.trainer.pid} (launched)" in text
+        assert " ".join(text.split()).count("restarted: launched pid") == 1, text  # said once
 
 
 async def test_the_launch_dialogs_run_json_prefill_needs_trust_for_other_code(host, short_dir):
@@ -86,7 +91,7 @@ async def test_the_launch_dialogs_run_json_prefill_needs_trust_for_other_code(ho
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LaunchDialog), 30, "the launch dialog")
         dlg = app.screen
-        await pilot.press("tab", "enter")  # Cancel has focus: Tab to Launch, Enter
+        await pilot.press("enter")  # the flags field has focus: Enter launches
         await until(pilot, lambda: "! the code directory" in screen_text(app), 30, "the concerns")
         assert code in screen_text(app) and not dlg.busy and not (run_dir / "RAN").exists()
         dlg.query_one("#trust", Input).focus()
