@@ -689,7 +689,9 @@ async def _with_countdown(args, action, printer=None) -> int:
         if cd.tty:
             cd._line("", newline=False)
     failure = cd.failure
-    if failure is not None and failure.detail and failure.detail not in res.message:
+    # the failure's own words, unless the outcome already holds them (the trainer's error, say)
+    own = failure.detail.removeprefix("trainer reported an error: ") if failure is not None else ""
+    if own and own not in res.message:
         err(failure.detail)
     return _report(res, said=cd.said)
 
