@@ -147,7 +147,7 @@ def empty_log_hint(run_dir: str | None) -> str:
     """What the log pane says while it is empty: where the console reads the trainer's log."""
     if not run_dir:
         return "(no run directory known: the console reads RUN_DIR/train.log; give --run-dir)"
-    return f"(no train.log in {run_dir} yet: a trainer keeping docs/run-directory.md writes it)"
+    return f"(no train.log yet: a trainer keeping docs/run-directory.md writes it in {run_dir})"
 
 
 class ConsoleApp(App):

@@ -149,7 +149,7 @@ def test_a_deploy_removes_what_a_deploy_cut_off_by_a_dropped_link_left(host, tmp
     link.symlink_to(outside)
     os.utime(link, (old, old), follow_symlinks=False)
     try:
-        r = cli("deploy", *conn_args(host))
+        r = cli("deploy", *conn_args(host), "--python", sys.executable)  # not another test's run's
         assert r.returncode == 0, r.stderr
         assert not stale.exists()
         assert busy.exists() and theirs.exists() and (outside / "keep").is_dir() and link.is_symlink()

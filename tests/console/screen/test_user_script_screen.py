@@ -26,8 +26,9 @@ async def test_the_screen_says_what_it_cannot_know_of_a_trainer_without_the_cont
         app = ConsoleApp(session, target="devhost")
         async with app.run_test(size=(130, 40)) as pilot:
             await until(pilot, lambda: app.state.trainer is not None, 60, "the script found")
-            hint = f"no train.log in {run_dir} yet"
-            await until(pilot, lambda: hint in screen_text(app), 30, "the empty log pane's hint")
+            shown = lambda: "following  0 lines (no train.log yet: " in screen_text(app)  # noqa: E731
+            await until(pilot, shown, 30, "the empty log pane's hint")
+            assert app.log_view.empty_hint.endswith(f"writes it in {run_dir})")
             await pilot.press("s")
             said = "none seen: this trainer writes no records the console reads"
             await until(pilot, lambda: said in screen_text(app), 30, "the stop dialog's checkpoint line")
