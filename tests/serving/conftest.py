@@ -51,11 +51,16 @@ def run_vllm(work: Path, name: str, drafter: Path | None, prompts: list[list[int
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+@pytest.fixture(scope="session")
+def serve_python() -> Path:
+    """Session-scoped so that it runs before ``tiny_assets``: a missing venv skips before any build."""
+    return need_serve_venv()
+
+
 @pytest.fixture(scope="module")
-def served_pair(tiny_assets, tmp_path_factory) -> Path:
+def served_pair(serve_python, tiny_assets, tmp_path_factory) -> Path:
     """``target/`` (tests/serving/pair.py), ``prompts.jsonl`` (8 held-out prompts) and a 3-layer drafter
-    trained 3 epochs on the target's own greedy text, its export at ``drafter``."""
-    need_serve_venv()
+    trained 3 epochs on the target's own greedy text, its export copied to ``drafter``."""
     work = tmp_path_factory.mktemp("served")
     pair.build_target(tiny_assets / "target", work / "target")
     data = tiny_assets / "data"
