@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test unit lint demo lab-test
+.PHONY: setup serve-venv test unit lint demo lab-test
 setup: $(STAMP)
 
 # torch is pinned first: the CPU build lies on this kind of machine's disk; an unpinned
@@ -15,6 +15,23 @@ $(STAMP): pyproject.toml
 	@# newer setuptools boxes a warning on every editable install (a folder named as the package: it is the package)
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[trainer,test,tracking]'
 	touch $(STAMP)
+
+# The real vLLM (CPU build) the serving conformance tests run (docs/serving.md), in a venv of its own: its
+# pins are not the trainer's. pip pulls CUDA-built torchvision/torchaudio/torchcodec with it, which break
+# `import vllm` on CPU torch: removed. The plugin patching its CPU defect goes in beside it.
+SERVE_VENV ?= .venv-serve
+SERVE_PY := $(SERVE_VENV)/bin/python
+SERVE_STAMP := $(SERVE_VENV)/.installed
+serve-venv: $(SERVE_STAMP)
+
+$(SERVE_STAMP): pyproject.toml tests/serving/vllm_plugin/pyproject.toml tests/serving/vllm_plugin/dflash_vllm_cpu_fix/__init__.py
+	python3 -m venv $(SERVE_VENV)
+	$(SERVE_PY) -m pip install -q --upgrade pip
+	$(SERVE_PY) -m pip install -q torch==2.13.0
+	$(SERVE_PY) -m pip install -q torch==2.13.0 '.[serve-test]'
+	$(SERVE_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(SERVE_PY) -m pip install -q --no-deps --no-build-isolation ./tests/serving/vllm_plugin
+	touch $(SERVE_STAMP)
 
 lint: setup
 	$(VENV)/bin/ruff check .
