@@ -47,7 +47,7 @@ class MetricsServer:
                 outer.hits += 1
                 if outer.mode == "redirect":
                     self.send_response(302)
-                    self.send_header("Location", "http://10.255.255.1:9/metrics")
+                    self.send_header("Location", "http://metrics.invalid:9/metrics")
                     self.end_headers()
                     return
                 data = (outer.body if outer.mode != "huge" else "x" * (5 << 20)).encode()

@@ -91,3 +91,17 @@ def cpu_drafter_role(drafter, head, *, block_size: int, max_anchors: int, gamma:
         meter=RoleMeter("cpu", "drafter"),
         **kw,
     )
+
+
+def saved_random_drafter(target_dir, out, num_draft_layers: int = 1, block_size: int = 4, seed: int = 0):
+    """A random (untrained) drafter for the target at ``target_dir``, saved as the trainer saves one, in ``out``."""
+    from transformers import AutoConfig
+
+    from trainer.model import save_drafter
+
+    cfg = DraftConfig.from_target_config(
+        AutoConfig.from_pretrained(target_dir), num_draft_layers=num_draft_layers, block_size=block_size
+    )
+    torch.manual_seed(seed)
+    save_drafter(DFlashDrafter(cfg), cfg, out)
+    return out

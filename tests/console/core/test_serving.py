@@ -25,7 +25,15 @@ def test_an_endpoint_is_a_port_on_the_places_loopback():
     assert parse_endpoint("vllm:8000") == Endpoint("vllm", 8000)
     assert parse_endpoint("sglang:localhost:30000") == Endpoint("sglang", 30000, "localhost")
     assert parse_endpoint("vllm:[::1]:8000").host == "::1"
-    for bad in ("vllm", "vllm:0", "vllm:70000", "tgi:8000", "vllm:10.0.0.5:8000", "vllm:example.com:80", ""):
+    for bad in (
+        "vllm",
+        "vllm:0",
+        "vllm:70000",
+        "tgi:8000",
+        "vllm:203.0.113.5:8000",
+        "vllm:example.invalid:80",
+        "",
+    ):
         with pytest.raises(EndpointError):
             parse_endpoint(bad)
 
@@ -64,7 +72,7 @@ def test_the_helper_reaches_loopback_only_and_follows_no_redirect():
     with MetricsServer(vllm_body(10, 20, [6, 4])) as srv:
         r = op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics"})
         assert r["status"] == 200 and "spec_decode_num_drafts_total" in r["body"]
-    for host in ("10.255.255.1", "example.com", "0.0.0.0"):
+    for host in ("203.0.113.9", "example.invalid", "0.0.0.0"):
         with pytest.raises(ValueError, match="loopback"):
             op_http_get({"host": host, "port": 80, "path": "/metrics"})
     with pytest.raises(ValueError):

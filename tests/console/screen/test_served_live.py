@@ -80,5 +80,5 @@ def test_serve_status_reads_the_endpoint_through_the_helper_and_exits_as_a_check
     assert r.returncode == 3 and r.stdout.startswith("SERVED UNKNOWN: vllm:"), r.stdout + r.stderr
     r = cli("serve-status", *base)
     assert r.returncode == 2 and "needs --serve" in r.stderr
-    r = cli("serve-status", *base, "--serve", "vllm:10.0.0.5:8000")
+    r = cli("serve-status", *base, "--serve", "vllm:203.0.113.5:8000")
     assert r.returncode == 2 and "loopback only" in r.stderr

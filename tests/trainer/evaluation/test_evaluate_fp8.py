@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
+from tests.support.model_util import saved_random_drafter
 from tests.trainer.target.fp8_ref import write_fp8
 from trainer.evaluation.load import EvalError, resolve_target_dtype
 from trainer.evaluation.run import main
@@ -16,18 +16,7 @@ from trainer.evaluation.run import main
 
 @pytest.fixture(scope="module")
 def drafter(tiny_assets, tmp_path_factory):
-    from transformers import AutoConfig
-
-    from trainer.drafting.config import DraftConfig
-    from trainer.model import DFlashDrafter, save_drafter
-
-    cfg = DraftConfig.from_target_config(
-        AutoConfig.from_pretrained(tiny_assets / "target"), num_draft_layers=1, block_size=4
-    )
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("drafter")
-    save_drafter(DFlashDrafter(cfg), cfg, out)
-    return out
+    return saved_random_drafter(tiny_assets / "target", tmp_path_factory.mktemp("drafter"))
 
 
 def _evaluate(capsys, target, drafter, prompts, *extra) -> tuple[int, dict | None, str]:

@@ -15,10 +15,10 @@ def flags(host: str = "127.0.0.1", port: int = 0) -> SimpleNamespace:
 def test_dflash_control_is_the_address_only_where_the_flags_say_nothing(monkeypatch):
     monkeypatch.delenv("DFLASH_CONTROL", raising=False)
     assert torchrun_address(flags()) == ("127.0.0.1", 0)
-    monkeypatch.setenv("DFLASH_CONTROL", "10.0.0.7:29600")
-    assert torchrun_address(flags()) == ("10.0.0.7", 29600)
+    monkeypatch.setenv("DFLASH_CONTROL", "node0:29600")
+    assert torchrun_address(flags()) == ("node0", 29600)
     assert torchrun_address(flags("0.0.0.0", 29500)) == ("0.0.0.0", 29500)  # the operator's flags win
     assert torchrun_address(flags(port=29500)) == ("127.0.0.1", 29500)
-    for bad in ("10.0.0.7", ":29600", "h:port", ""):
+    for bad in ("node0", ":29600", "h:port", ""):
         monkeypatch.setenv("DFLASH_CONTROL", bad)
         assert torchrun_address(flags()) == ("127.0.0.1", 0)
