@@ -11,22 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.support.openai_server import FaultyServer, TinyTarget
 from trainer.regeneration import client, command, store
 from trainer.regeneration.prompt_file import Prompt
 
 KEY = "sk-secret-key"
-
-
-@pytest.fixture(scope="module")
-def target(tiny_assets):
-    return TinyTarget(str(tiny_assets / "target"))
-
-
-@pytest.fixture
-def server(target):
-    with FaultyServer(target) as s:
-        yield s
 
 
 class _Elsewhere:

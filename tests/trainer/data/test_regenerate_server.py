@@ -13,22 +13,10 @@ import time
 
 import pytest
 
-from tests.support.openai_server import FaultyServer, TinyTarget
 from tests.support.trainer_run import ROOT, env
 from trainer.regeneration import client, command, store
 
 NEW = 8
-
-
-@pytest.fixture(scope="module")
-def target(tiny_assets):
-    return TinyTarget(str(tiny_assets / "target"))
-
-
-@pytest.fixture
-def server(target):
-    with FaultyServer(target) as s:
-        yield s
 
 
 def chats(n: int) -> list[dict]:
