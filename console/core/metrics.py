@@ -90,6 +90,9 @@ class MetricsParser:
         return self._buf
 
 
+TOK_S_WINDOW_S = 10.0  # the headline tok/s is a mean over this much record time (screen and status alike)
+
+
 def headline_tok_s(throughput: dict) -> float:
     """The run's headline tok/s: the drafters' sum (context tokens trained), never target + drafter."""
     total = 0.0

@@ -29,7 +29,7 @@ from console.core.events import (
 )
 from console.core.formatting import fmt_bytes
 from console.core.health import Health
-from console.core.metrics import headline_tok_s
+from console.core.metrics import TOK_S_WINDOW_S, headline_tok_s
 from console.core.numeric import number
 from console.core.startup_fold import StartupFold, StartupView
 
@@ -74,7 +74,7 @@ class ConsoleState:
 
     clock: Callable[[], float] = time.time
     history: int = 600  # points kept per graph
-    avg_window_s: float = 10.0  # tok/s shown is the mean over this much record time
+    avg_window_s: float = TOK_S_WINDOW_S  # tok/s shown is the mean over this much record time
     max_events: int = 200
 
     version: int = 0

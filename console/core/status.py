@@ -14,7 +14,7 @@ from console.core.drafter_arch import arch_text, drafter_arch
 from console.core.events import Gpu
 from console.core.formatting import fmt_age, fmt_duration
 from console.core.helper import Helper, HelperError
-from console.core.metrics import headline_tok_s
+from console.core.metrics import TOK_S_WINDOW_S, headline_tok_s
 from console.core.place import from_json, to_json
 from console.core.remote_files import recent_records
 from console.core.session import Session
@@ -80,9 +80,6 @@ async def collect(session: Session) -> dict:
     out["job"] = await session.job_state()
     out.update(await _gpus(helper, out["throughput"], out["run"]))
     return out
-
-
-TOK_S_WINDOW_S = 10.0  # the screen's headline mean (state.avg_window_s): the same figure in both
 
 
 def mean_tok_s(rates: list[tuple[float, float]], window_s: float = TOK_S_WINDOW_S) -> float | None:
