@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.data.chat import Render
 from trainer.evaluation.load import eos_ids_of, load_target_model
 from trainer.regeneration.prompt_file import Prompt, Reply
 
@@ -107,14 +108,7 @@ def render(tok, p: Prompt, thinking: str | None) -> list[int]:
     if p.messages is None:
         return list(tok(p.text, add_special_tokens=True)["input_ids"])
     kwargs = {} if thinking is None else {"enable_thinking": thinking == "on"}
-    if p.tools:
-        kwargs["tools"] = p.tools
-    if getattr(tok, "chat_template", None):
-        text = tok.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True, **kwargs)
-    else:
-        from trainer.data.tokenizing import _render_plain
-
-        text = _render_plain(p.messages, add_generation_prompt=True)
+    text = Render(kwargs, p.tools or None)(tok, p.messages, add_generation_prompt=True)
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 

@@ -86,3 +86,20 @@ def test_output_of_a_retrained_target_is_not_taken_as_done(tiny_assets, tmp_path
     assert command.main(argv) == 2
     err = capsys.readouterr().err
     assert "other settings (target_files)" in err and "target's files changed" in err
+
+
+def test_a_tokenizer_without_a_chat_template_renders_conversations_as_prepare_does(tiny_assets):
+    """A target whose tokenizer has no chat template: the conversation is rendered as ``trainer.prepare``
+    renders it (``role: content`` lines), not a crash."""
+    from transformers import AutoTokenizer
+
+    from trainer.data.chat import Render
+    from trainer.regeneration.local import render
+    from trainer.regeneration.prompt_file import Prompt
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_assets / "target"), local_files_only=True)
+    tok.chat_template = None
+    msgs = [{"role": "user", "content": "count from 3 by 1"}]
+    ids = render(tok, Prompt(0, "k", messages=msgs, text=None), thinking="off")
+    want = Render()(tok, msgs, add_generation_prompt=True)
+    assert want.endswith("assistant: ") and ids == tok(want, add_special_tokens=False)["input_ids"]
