@@ -127,7 +127,7 @@ async def _read_hello(process: asyncssh.SSHClientProcess, place: Place, python: 
                 err = await asyncio.wait_for(process.stderr.read(), 2)
             text = clean_text((err or b"".join(junk)).decode("utf-8", "replace").strip())
             said = "; ".join(ln.strip() for ln in text.splitlines() if ln.strip())[:600] or "no output"
-            tried = helper_command(place, python) + " (the helper's program on stdin)"
+            tried = place.command([python, "-c", "<helper bootstrap>", HELPER_NAME])
             raise PlaceUnreachable(f"could not start the helper on {place.describe}: {said} (ran: {tried})")
         try:
             msg = json.loads(line)

@@ -82,6 +82,9 @@ def wrong_name(host, flag: str, name: str, says: str) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "(ran: " in lines[0], r.stderr
+    assert "<helper bootstrap>" in lines[0] and "stdin" not in lines[0], (
+        "the bootstrap's code is not the user's"
+    )
 
 
 def runtime_fixtures(make: Callable[[Path, Path], object]):
