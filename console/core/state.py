@@ -50,6 +50,7 @@ class DeviceRow:
     temp: float | None = None
     tok_s: float | None = None
     busy: float | None = None
+    host: str | None = None  # the worker's node, for a run whose workers are on several
 
 
 @dataclass
@@ -401,6 +402,7 @@ class ConsoleState:
         """GPU rows joined to the trainer's devices (console/core/devices.py: the rule ``status``
         uses too), followed by trainer devices that match no GPU (the CPU demo's ``cpu``)."""
         rows: list[DeviceRow] = []
+        several = len({d.get("host") for d in self.devices if isinstance(d, dict)}) > 1
         for g, d in join_devices(self.gpus, {"devices": self.devices}, self.run):
             if g is None:
                 row = DeviceRow(label=str(d.get("device") or "?"), uuid=d.get("uuid"))
@@ -417,6 +419,7 @@ class ConsoleState:
                 )
             if d is not None:
                 self._join(row, d)
+                row.host = d.get("host") if several and isinstance(d.get("host"), str) else None
             rows.append(row)
         return rows
 

@@ -35,7 +35,7 @@ def _pct_style(v: float | None) -> str:
 
 def row_cells(r: DeviceRow, live: bool = True) -> list[tuple[str, str]]:
     """(text, style) per column; tok/s blank unless ``live`` (a trainer running past its start-up)."""
-    name = r.name.removeprefix("NVIDIA ") if r.name else (r.device or "")
+    name = r.name.removeprefix("NVIDIA ") if r.name else (r.host or r.device or "")
     return [
         (r.label, "bold"),
         (name, ""),

@@ -402,6 +402,7 @@ class Reporter(threading.Thread):
                     "role": m.role,
                     "tok_s": tokens / dt,
                     "busy": max(0.0, min(1.0, busy / dt)),
+                    **({"host": m.host} if getattr(m, "host", None) else {}),
                 }
             )
         depth, cap = self.queue_stats()

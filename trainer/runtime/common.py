@@ -6,6 +6,8 @@ workers and the launcher all import it; nothing imports back)."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 from trainer.data.dataset import Plan
@@ -31,6 +33,12 @@ log = Logger()  # the launcher's and the single process's
 def micro_seed(seed: int, g: int) -> int:
     """The anchor/noise generator's seed for micro-batch ``g`` (a function of the seed and ``g`` only)."""
     return (seed * 1_000_003 + g * 7_919 + 1) % (2**63 - 1)
+
+
+def node_name() -> str:
+    """This worker's node as its scheduler names it (Slurm's node name, which ``squeue`` shows; several
+    slurmd may share one host name), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def gpu_uuid(device: str) -> str | None:

@@ -34,6 +34,7 @@ from trainer.runtime.common import (
     Logger,
     draft_config,
     gpu_uuid,
+    node_name,
     quiet_transformers,
     total_steps_of,
 )
@@ -284,7 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         device = (devices.target if role == "target" else devices.drafter)[local_idx]
         log = Logger(f"[{role}{idx} {device}] ")  # every line of this worker
         ctl = WorkerControl(ch, role)
-        ch.send("hello", rank=rank, role=role, index=idx, device=device, uuid=None, pid=os.getpid())
+        ch.send(
+            "hello",
+            rank=rank,
+            role=role,
+            index=idx,
+            device=device,
+            uuid=None,
+            pid=os.getpid(),
+            host=node_name(),
+        )
         ctl.start()
         import torch
         import torch.distributed as dist

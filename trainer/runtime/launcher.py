@@ -66,8 +66,9 @@ def local_store(tcp_store, timeout):
 class RemoteMeter:
     """A worker's meter as the launcher's Reporter reads it (``take``), fed by ``meter`` messages."""
 
-    def __init__(self, device: str, role: str, uuid: str | None):
+    def __init__(self, device: str, role: str, uuid: str | None, host: str | None = None):
         self.device, self.role, self.uuid = device, role, uuid
+        self.host = host if isinstance(host, str) else None  # the worker's node (a run of several nodes)
         self._lock = threading.Lock()
         self._tokens, self._busy = 0, 0.0
 
@@ -193,7 +194,7 @@ class Launcher:
             rank = int(msg["rank"])
             self.rank_of[cid] = rank
             self.info[rank] = msg
-            self.meters[rank] = RemoteMeter(msg["device"], msg["role"], msg.get("uuid"))
+            self.meters[rank] = RemoteMeter(msg["device"], msg["role"], msg.get("uuid"), msg.get("host"))
             if len(self.meters) == self.layout.world:  # throughput records list every worker, in rank order
                 self.reporter.meters[:] = [self.meters[r] for r in sorted(self.meters)]
             welcome = {"resume": self.resume_path, "step": 0, "cursor": 0}

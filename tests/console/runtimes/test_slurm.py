@@ -15,7 +15,7 @@ from tests.support.core_util import alive, cli, conn_args, options_for, wait_unt
 from tests.support.runtime_walk import missing_program, runtime_fixtures, walk, wrong_name
 from tests.support.runtimes.common import until
 from tests.support.runtimes.slurm import Slurm
-from tests.support.trainer_run import events, steps, tiny_flags
+from tests.support.trainer_run import events, records, steps, tiny_flags
 
 pytestmark = pytest.mark.e2e
 runtime, host = runtime_fixtures(Slurm)
@@ -172,6 +172,10 @@ def test_a_run_of_two_nodes_trains_as_one_job_and_stops_cleanly(host, runtime, t
     assert sorted(p["node"] for p in workers) == ["node1", "node1", "node2", "node2"], procs
     launcher = next(p for p in procs if p["pid"] == run["pid"])  # the batch script, exec'd: node 0
     assert launcher["node"] == "node1" and "trainer.pipeline" in launcher["cmd"]
+    full = lambda: [r for r in records(run_dir) if r["kind"] == "throughput" and len(r["devices"]) == 4]  # noqa: E731
+    wait_until(full, 60, "a throughput record listing every worker")
+    thr = full()[-1]
+    assert sorted(d.get("host") for d in thr["devices"]) == ["node1", "node1", "node2", "node2"], thr
 
     st = json.loads(cli("status", *args, "--json").stdout)  # the job names its run: no --run-dir
     assert st["trainer"]["pid"] == run["pid"] and st["job"]["nodes"] == "node[1-2]", st
