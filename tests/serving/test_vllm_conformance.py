@@ -7,33 +7,26 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.serving.conftest import N_PROMPTS, NEW_TOKENS, K, need_serve_venv, run_vllm, serve_env
-from tests.support.trainer_run import ROOT, env
+from tests.serving.conftest import (
+    N_PROMPTS,
+    NEW_TOKENS,
+    PLUGIN,
+    K,
+    need_serve_venv,
+    prompts,
+    run_vllm,
+    serve_env,
+)
 
 pytestmark = pytest.mark.e2e
 
-PLUGIN = "dflash_cpu_k_norm"  # tests/serving/vllm_plugin (entry point name)
 # Both sides decode in fp32 on the CPU and are deterministic: repeated runs gave the same counts to the step.
 # The slack allows one drafted token flipped by a near tie between vLLM's GEMMs and torch's per 200 steps.
 TOL = 0.005
-
-
-def evaluate(work) -> dict:
-    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", str(work / "target"),
-            "--drafter", str(work / "drafter"), "--prompts", str(work / "prompts.jsonl"),
-            "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos", "--no-baseline", "--json",
-            "--save-outputs", str(work / "evaluated" / "out.jsonl")]  # fmt: skip
-    r = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rep = json.loads(r.stdout)
-    lines = (work / "evaluated" / "out.jsonl").read_text().splitlines()
-    rep["outputs"] = [json.loads(x)["input_ids"][-NEW_TOKENS:] for x in lines]
-    return rep
 
 
 def served(metrics: dict) -> tuple[int, float, list[float]]:
@@ -41,15 +34,6 @@ def served(metrics: dict) -> tuple[int, float, list[float]]:
     drafts = metrics["vllm:spec_decode_num_drafts"]
     per_pos = [n / drafts for n in metrics["vllm:spec_decode_num_accepted_tokens_per_pos"]]
     return drafts, 1 + metrics["vllm:spec_decode_num_accepted_tokens"] / drafts, per_pos
-
-
-def prompts(work) -> list[list[int]]:
-    return [json.loads(x)["input_ids"] for x in (work / "prompts.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def evaluated(served_pair) -> dict:
-    return evaluate(served_pair)
 
 
 def test_vllm_serves_the_drafter_as_the_evaluator_measures(served_pair, evaluated):
