@@ -471,6 +471,7 @@ class ConsoleApp(App):
                 code_dir=self.deployed_code_dir,
                 submitted_as=submitted_as(self.session.place),
                 vet=getattr(self.session, "prefill_concerns", None),  # test fakes may lack it
+                serve=getattr(self.session, "serve", None),
             ),
             callback=self._launched,
         )
