@@ -34,7 +34,9 @@ def test_a_failing_check_refuses_then_skip_serve_check_launches(host, tiny_asset
     assert not (run_dir / "run.json").exists()  # nothing was started
 
     assert cli("launch", *args, "--serve-thinking", "on", "--", *flags).returncode == 2  # no server named
-    assert cli("launch", *args, "--serve", "vllm:8000", "--serve-thinking", "yes", "--", *flags).returncode == 2
+    assert (
+        cli("launch", *args, "--serve", "vllm:8000", "--serve-thinking", "yes", "--", *flags).returncode == 2
+    )
 
     r = cli("launch", *args, *serve, "--skip-serve-check", "--detach", "--", *flags, timeout=240)
     pid = None

@@ -52,13 +52,18 @@ async def test_the_dialog_says_what_the_check_compares_or_why_it_is_skipped():
 async def test_a_failing_check_keeps_the_dialog_open_until_serve_is_typed(host, tiny_assets):
     run_dir = host.container_dir(CT) / "run"
     serve = Endpoint("vllm", 8000, thinking="on")
-    session = Session(options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False, serve=serve)
+    session = Session(
+        options_for(host), place=Proxmox(CT), run_dir=str(run_dir), telemetry=False, serve=serve
+    )
     app = ConsoleApp(session, target="devhost")
     pid = None
     try:
         async with app.run_test(size=SIZE) as pilot:
             await until(
-                pilot, lambda: app.state.trainer_known and app.state.conn.state == "connected", 30, "connected"
+                pilot,
+                lambda: app.state.trainer_known and app.state.conn.state == "connected",
+                30,
+                "connected",
             )
             await pilot.press("l")
             dlg = app.screen
@@ -70,7 +75,9 @@ async def test_a_failing_check_keeps_the_dialog_open_until_serve_is_typed(host, 
             await pilot.click("#launch")
             await until(pilot, lambda: dlg.query("#serve_ok") and not dlg.busy, 240, "the check's refusal")
             text = _words(screen_text(app))
-            assert app.screen is dlg and "the train/serve check fails: vllm:8000 (thinking on): 1 error" in text
+            assert (
+                app.screen is dlg and "the train/serve check fails: vllm:8000 (thinking on): 1 error" in text
+            )
             assert "vllm: error: thinking: the data trains no thinking" in text, text
             assert 'type "serve" above and press Enter to launch anyway' in text
             assert not (run_dir / "run.json").exists() and app.state.trainer is None  # nothing started
@@ -81,7 +88,9 @@ async def test_a_failing_check_keeps_the_dialog_open_until_serve_is_typed(host, 
             await until(pilot, lambda: not isinstance(app.screen, LaunchDialog), 240, "the launch")
             pid = app.state.trainer.pid if app.state.trainer is not None else None
             launched = [e.text for e in app.state.events if e.text.startswith("launched pid ")]
-            assert len(launched) == 1 and "serve check vllm:8000 (thinking on): 1 error" in launched[0], launched
+            assert len(launched) == 1 and "serve check vllm:8000 (thinking on): 1 error" in launched[0], (
+                launched
+            )
             assert (run_dir / "run.json").exists()
     finally:
         if pid is not None:
