@@ -482,6 +482,8 @@ class ConsoleApp(App):
         if result is None or not ok:
             return
         self.state.note(text)
+        for line in getattr(getattr(result, "serve_check", None), "warnings", ()):  # said, never blocking
+            self.state.note(f"serve check: {line}", "warn")
         self.schedule_refresh()
         self.notify(text, title="trainer launched", timeout=10)
 

@@ -14,11 +14,15 @@ import pytest
 from textual.widgets import Input
 
 from console.app import ConsoleApp
+from console.core.events import ActionResult, ConnState
 from console.core.place import Proxmox
+from console.core.serve_check import ServeCheck
 from console.core.serving import Endpoint
 from console.core.session import Session
 from console.screens.launch_dialog import LaunchDialog
 from tests.console.screen.test_dialog_fit import Connected, _app, _words
+from tests.console.screen.test_dialog_flow import FakeSession
+from tests.console.screen.test_dialog_flow import _app as _flow_app
 from tests.support.core_util import options_for
 from tests.support.devhost import devhost_fixture
 from tests.support.screen_text import screen_text, until
@@ -46,6 +50,39 @@ async def test_the_dialog_says_what_the_check_compares_or_why_it_is_skipped():
             assert isinstance(app.screen, LaunchDialog)
             await pilot.pause(0.1)
             assert said in _words(screen_text(app)), screen_text(app)
+
+
+WARNED = ServeCheck(
+    "ok",
+    "vllm:8000 (thinking off): ok, 1 warning",
+    warnings=("vllm: warning: layer_types: mixed sliding and full layers: VLLM_USE_V2_MODEL_RUNNER=1",),
+)
+
+
+class WarnedSession(FakeSession):
+    async def launch(self, flags, python="python3", code_dir=None, on_status=None, **kw):
+        res = await super().launch(flags, python, code_dir, on_status, **kw)
+        return ActionResult(
+            res.code, f"{res.message}; serve check {WARNED.summary}", res.trainer, serve_check=WARNED
+        )
+
+
+async def test_warnings_of_the_check_are_said_and_do_not_block():
+    app = _flow_app(WarnedSession())
+    async with app.run_test(size=SIZE) as pilot:
+        app.feed([ConnState("connected")])
+        await pilot.press("l")
+        app.screen.query_one("#flags").value = "--target-model /m --output-dir /runs/a"
+        await pilot.click("#launch")
+        await until(pilot, lambda: not isinstance(app.screen, LaunchDialog), 5, "the dialog to close")
+        said = [(e.text, e.level) for e in app.state.events]
+        assert said == [
+            (
+                "launched pid 14338 in /runs/a (code /opt/code); serve check vllm:8000 (thinking off): ok, 1 warning",
+                "info",
+            ),
+            (f"serve check: {WARNED.warnings[0]}", "warn"),
+        ], said
 
 
 @pytest.mark.e2e
