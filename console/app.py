@@ -471,6 +471,7 @@ class ConsoleApp(App):
                 code_dir=self.deployed_code_dir,
                 submitted_as=submitted_as(self.session.place),
                 vet=getattr(self.session, "prefill_concerns", None),  # test fakes may lack it
+                serve=getattr(self.session, "serve", None),
             ),
             callback=self._launched,
         )
@@ -481,6 +482,8 @@ class ConsoleApp(App):
         if result is None or not ok:
             return
         self.state.note(text)
+        for line in getattr(getattr(result, "serve_check", None), "warnings", ()):  # said, never blocking
+            self.state.note(f"serve check: {line}", "warn")
         self.schedule_refresh()
         self.notify(text, title="trainer launched", timeout=10)
 

@@ -158,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="wait for its first step (started with --detach) (300)",
     )
     p.add_argument(DETACH, action="store_true", help=DETACH_HELP)
+    cli_serve.add_launch_args(p)
 
     p = sub.add_parser(
         "deploy",
@@ -485,11 +486,16 @@ async def cmd_launch(args) -> int:
         )
         return EXIT_USAGE
     env = env_from_pairs(args.env)
+    try:
+        serve = cli_serve.launch_endpoint(args)
+    except ValueError as e:  # EndpointError
+        err(str(e))
+        return EXIT_USAGE
     out = flag_value(flags, "--output-dir")
     if args.run_dir is None and out is not None:
         args.run_dir = out  # the session watches this run dir, not whatever trainer it finds first
     printer = _startup_printer(args)
-    async with _session(args) as s:
+    async with _session(args, serve=serve) as s:
         ticker = asyncio.ensure_future(printer.tick()) if printer is not None else None
         try:
             res = await s.launch(
@@ -500,6 +506,7 @@ async def cmd_launch(args) -> int:
                 wait_s=args.wait,
                 on_status=lambda m: print(m, flush=True),
                 on_startup=printer.on_record if printer is not None else None,
+                serve_accepted=args.skip_serve_check,
             )
         finally:
             if ticker is not None:

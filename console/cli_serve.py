@@ -14,7 +14,7 @@ from console.core import json_out
 from console.core.config_file import health_config
 from console.core.remote_files import recent_records
 from console.core.serve_watch import ServeError, sample
-from console.core.serving import Endpoint, EndpointError, parse_endpoint, served
+from console.core.serving import THINKING, Endpoint, EndpointError, parse_endpoint, served, with_thinking
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 LEVEL = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -31,6 +31,37 @@ SERVE_HELP = (
     "a serving endpoint on the place's loopback whose acceptance to read: vllm:PORT or sglang:PORT "
     "(its /metrics, fetched by the helper; config key `serve`)"
 )
+
+
+SKIP_CHECK = "--skip-serve-check"
+
+
+def add_launch_args(p) -> None:
+    """``launch``'s serving flags: what the train/serve check compares the run with (serve_check.py)."""
+    p.add_argument(
+        "--serve", type=endpoint_arg, metavar="KIND:PORT",
+        help="how the drafter will be served (vllm:PORT or sglang:PORT; config key `serve`): the launch "
+        "first checks the flags against that server's rules (python -m trainer.serve_check)",
+    )  # fmt: skip
+    p.add_argument(
+        "--serve-thinking", choices=THINKING, metavar="on|off",
+        help="whether the server renders prompts with thinking (config key `serve_thinking`)",
+    )  # fmt: skip
+    p.add_argument(
+        SKIP_CHECK, action="store_true",
+        help="launch even when the train/serve check fails (its lines are still printed)",
+    )  # fmt: skip
+
+
+def launch_endpoint(args) -> Endpoint | None:
+    """The endpoint ``launch`` checks against: ``--serve`` else the target's ``serve``, with ``--serve-thinking``
+    else its ``serve_thinking``; ``EndpointError`` (usage) for a thinking setting without a server."""
+    endpoint = args.serve or getattr(getattr(args, "target", None), "serve", None)
+    thinking = args.serve_thinking or (endpoint.thinking if endpoint is not None else None)
+    try:
+        return with_thinking(endpoint, thinking)
+    except EndpointError as e:
+        raise EndpointError(f"--serve-thinking: {e}") from None
 
 
 def add_parser(sub, conn_flags) -> None:

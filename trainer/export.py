@@ -15,13 +15,13 @@ sources: docs/model.md, "What each server reads" and "Train/serve checks"; the c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from trainer.exporting import SERVERS, check_dir
-from trainer.exporting.problems import failed, shown
+from trainer.exporting.problems import shown
 from trainer.exporting.reader import ReadError, read_target
+from trainer.exporting.report import print_results
 from trainer.exporting.target_files import read_tokenizer
 from trainer.exporting.train_serve import THINKING, Serving, read_prepared
 
@@ -67,15 +67,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _print_text(results: dict) -> None:
-    for server, problems in results.items():
-        for p in problems:
-            print(p.line(server))
-        n_warn = sum(p.severity == "warning" for p in problems)
-        tail = f" ({n_warn} warning{'s' if n_warn != 1 else ''})" if n_warn else ""
-        print(f"{server}: {'failed' if failed(problems) else 'ok'}{tail}")
-
-
 def _serving(a) -> Serving | None:
     """What --target, --data and --serve-thinking say about serving; ``ReadError`` for bad usage."""
     if a.serve_thinking and not a.data:
@@ -97,14 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     except ReadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    results = check_dir(a.dir, a.check, target, serving)
-    ok = not any(failed(p) for p in results.values())
-    if a.json:
-        servers = {s: {"ok": not failed(p), "problems": [x.to_dict() for x in p]} for s, p in results.items()}
-        print(json.dumps({"dir": a.dir, "ok": ok, "servers": servers}, indent=1))
-    else:
-        _print_text(results)
-    return 0 if ok else 1
+    return print_results(check_dir(a.dir, a.check, target, serving), a.json, dir=a.dir)
 
 
 if __name__ == "__main__":

@@ -141,6 +141,7 @@ class ActionResult:
     message: str
     trainer: TrainerInfo | None = None
     checkpoint: str | None = None
+    serve_check: object | None = None  # a launch's train/serve check (console/core/serve_check.py)
 
 
 # Everything a session tells its subscribers.

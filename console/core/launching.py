@@ -7,7 +7,7 @@ import asyncio
 import posixpath
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from console.core.control_error import ControlError
@@ -19,6 +19,9 @@ from console.core.metrics import MetricsParser
 from console.core.place import HOST, Place, PlaceError
 from console.core.remote_files import file_size, tail_lines
 from console.core.restart_env import passed_env
+from console.core.serve_check import ServeCheck, refusal, skipped
+from console.core.serve_check import run as run_serve_check
+from console.core.serving import Endpoint
 from console.core.streams import FileTail
 from console.core.trainer_argv import TRAINER_MODULE, flag_value, resolve, set_flag
 
@@ -61,6 +64,9 @@ async def launch(
     on_startup: Callable[[dict], None] | None = None,
     check: bool = True,
     place: Place = HOST,
+    serve_check: bool = False,
+    serve: Endpoint | None = None,
+    serve_accepted: Collection[str] | bool = False,
 ) -> ActionResult:
     """Start ``python -m trainer.pipeline FLAGS`` detached and wait for its ``started`` event. Where
     ``place`` hands it to a scheduler (a Slurm job: :meth:`Place.submit`) the job is submitted instead.
@@ -72,6 +78,10 @@ async def launch(
     With ``on_startup``, it waits on for the ``first_step`` event instead, and hands every start-up record
     (``started``, ``startup``, ``first_step``; docs/run-directory.md) to it as it arrives: a trainer that
     exits before its first step is then an error too.
+
+    With ``serve_check``, once the code is in place it runs the train/serve check of ``flags`` against
+    ``serve`` (console/core/serve_check.py; skipped, and said, without ``serve``) and refuses (code 1) when
+    it fails with an error line not in ``serve_accepted`` (True: any); its lines go to ``on_status``.
 
     Refuses (code 1) when a live trainer owns the run dir; on an early exit the message holds the
     tail of train.log. ``run_dir`` defaults to the flags' ``--output-dir``; when both are given they
@@ -97,6 +107,9 @@ async def launch(
         code_dir = await deploy(helper, python, check=False)
     env["PYTHONPATH"] = pythonpath(code_dir, env.get("PYTHONPATH"))
     env.setdefault("PYTHONUNBUFFERED", "1")
+    checked = None
+    if serve_check:
+        checked = await _serve_check(helper, flags, serve, python, env, cwd, serve_accepted, say)
     metrics = posixpath.join(rd, "metrics.jsonl")
     log = posixpath.join(rd, "train.log")
     await helper.call("mkdir", path=rd)
@@ -126,7 +139,42 @@ async def launch(
         trainer = TrainerInfo(
             pid, int(sp.get("start_time") or 0), (info or {}).get("cmdline", argv), rd, "cmdline", None
         )
-    return ActionResult(Outcome.OK, f"launched pid {trainer.pid} in {rd} (code {code_dir})", trainer)
+    said = f"; serve check {checked.summary}" if checked is not None and checked.state != "skipped" else ""
+    msg = f"launched pid {trainer.pid} in {rd} (code {code_dir}){said}"
+    return ActionResult(Outcome.OK, msg, trainer, serve_check=checked)
+
+
+class ServeCheckRefused(ControlError):
+    """A launch refused by its train/serve check: ``check`` says what failed."""
+
+    OVERRIDE = '--skip-serve-check (the launch dialog: type "serve")'
+
+    def __init__(self, check: ServeCheck) -> None:
+        super().__init__(refusal(check, self.OVERRIDE))
+        self.check = check
+
+
+async def _serve_check(
+    helper: Helper,
+    flags: list[str],
+    serve: Endpoint | None,
+    python: str,
+    env: dict[str, str],
+    cwd: str,
+    accepted: Collection[str] | bool,
+    say: Callable[[str], None],
+) -> ServeCheck:
+    """Run the train/serve check (or say it is skipped); :class:`ServeCheckRefused` when it blocks."""
+    if serve is None:
+        check = skipped()
+    else:
+        say(f"checking the flags against {serve.kind}'s serving rules (python -m trainer.serve_check)")
+        check = await run_serve_check(helper, flags, serve, python=python, env=env, cwd=cwd)
+    if check.blocks(accepted):
+        raise ServeCheckRefused(check)
+    for line in check.lines():
+        say(line)
+    return check
 
 
 async def _submit(

@@ -11,6 +11,7 @@ Parsing is bounded: a body over the helper's limit is refused there, lines past 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ MAX_LINES = 200_000
 MAX_POSITIONS = 64
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]{0,2000}\})?\s+(\S+)")
 _POSITION = re.compile(r'position="(\d{1,3})"')
+
+
+THINKING = ("on", "off")
 
 
 class EndpointError(ValueError):
@@ -32,6 +36,7 @@ class Endpoint:
     port: int
     host: str = "127.0.0.1"
     path: str = "/metrics"
+    thinking: str | None = None  # "on" | "off": whether it renders prompts with thinking (serve_check.py)
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.port}"
@@ -51,6 +56,17 @@ def parse_endpoint(text: str) -> Endpoint:
             "the console reaches it through the helper, never over a new network path"
         )
     return Endpoint(kind, int(port), host)
+
+
+def with_thinking(endpoint: Endpoint | None, thinking: str | None) -> Endpoint | None:
+    """``endpoint`` with its thinking setting (``serve_thinking``), which needs an endpoint."""
+    if thinking is None:
+        return endpoint
+    if thinking not in THINKING:
+        raise EndpointError(f"serve_thinking {thinking!r}: on or off")
+    if endpoint is None:
+        raise EndpointError("serve_thinking needs serve (KIND:PORT): the server it is the setting of")
+    return dataclasses.replace(endpoint, thinking=thinking)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import logging
 import posixpath
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import asyncssh
 
@@ -670,8 +670,11 @@ class Session:
         wait_s: float = 300.0,
         on_status: Callable[[str], None] | None = None,
         on_startup: Callable[[dict], None] | None = None,
+        serve_accepted: Collection[str] | bool = False,
     ) -> ActionResult:
-        """Start the trainer with ``flags`` (see launching.launch); never raises for a refusal."""
+        """Start the trainer with ``flags`` (see launching.launch); never raises for a refusal. The
+        train/serve check runs against :attr:`serve` (console/core/serve_check.py): its errors refuse the
+        launch unless ``serve_accepted`` (True, or those lines) accepts them."""
         helper = self._writable()
         try:
             res = await launching.launch(
@@ -685,9 +688,12 @@ class Session:
                 on_status=on_status,
                 on_startup=on_startup,
                 place=self.place,
+                serve_check=True,
+                serve=self.serve,
+                serve_accepted=serve_accepted,
             )
         except ControlError as e:
-            return ActionResult(e.outcome, str(e))
+            return ActionResult(e.outcome, str(e), serve_check=getattr(e, "check", None))
         if res.trainer is not None:
             await self._adopt(res.trainer)
         return res

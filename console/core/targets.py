@@ -28,7 +28,7 @@ from console.core.config_file import ConfigError, config_path, section
 from console.core.options import ConnectOptions
 from console.core.place import CONFIG_KEYS, HOST, Place, PlaceError, from_config, parse
 from console.core.sanitize import clean_text
-from console.core.serving import Endpoint, EndpointError, parse_endpoint
+from console.core.serving import Endpoint, EndpointError, parse_endpoint, with_thinking
 
 KEYS = {
     "host": str,
@@ -41,6 +41,7 @@ KEYS = {
     "label": str,
     "readonly": bool,
     "serve": str,
+    "serve_thinking": str,
     "pyspy": str,
 }
 
@@ -90,14 +91,20 @@ def targets_from_config(data: dict, path: Path | str | None = None) -> dict[str,
                 raise ConfigError(f"{where}: [targets.{name}] {key} must be a {kind.__name__}, not {value!r}")
         try:
             from_config(entry)
-            if "serve" in entry:
-                parse_endpoint(entry["serve"])
+            _endpoint(entry)
         except (PlaceError, EndpointError) as e:
             raise ConfigError(f"{where}: [targets.{name}] {e}") from None
         if "host" not in entry:
             raise ConfigError(f"{where}: [targets.{name}] needs a host")
         out[name] = entry
     return out
+
+
+def _endpoint(entry: dict) -> Endpoint | None:
+    """``serve`` with ``serve_thinking`` (serving.py); ``EndpointError``."""
+    return with_thinking(
+        parse_endpoint(entry["serve"]) if "serve" in entry else None, entry.get("serve_thinking")
+    )
 
 
 def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
@@ -117,7 +124,7 @@ def _from_entry(name: str, entry: dict, base: ConnectOptions) -> Target:
         run_dir=entry.get("run_dir"),
         label=clean_text(entry.get("label", name)),
         readonly=entry.get("readonly", False),
-        serve=parse_endpoint(entry["serve"]) if "serve" in entry else None,
+        serve=_endpoint(entry),
         pyspy=entry.get("pyspy"),
     )
 

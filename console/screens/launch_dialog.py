@@ -2,8 +2,11 @@
 code directory; the flags field is focused and shows every flag (it wraps), Enter in a field launches,
 Escape cancels. run.json's interpreter and code directory, left as prefilled, are checked by the restart's
 rules (restart_trust.prefill_concerns): what only run.json vouches for is listed and needs ``trust`` typed in
-the field that appears. A launch that succeeds closes the dialog with its result (the screen says what
-started); a failed one stays, saying why."""
+the field that appears. The launch first runs the train/serve check against the target's serving
+(console/core/serve_check.py; the dialog says up front what it will check, or why it is skipped): its errors
+refuse the launch and are shown, and ``serve`` typed in the field that appears launches anyway (accepting
+those lines only); its warnings never block (the screen's note of the launch says them). A launch that
+succeeds closes the dialog with its result (the screen says what started); a failed one stays, saying why."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from console.screens.flags_area import FlagsArea
 Launcher = Callable[..., Awaitable[object]]  # (flags, python=..., code_dir=...) -> result
 Vetter = Callable[..., Awaitable[list[str]]]  # (python, code_dir, run) of run.json's word -> concerns
 TRUST_WORD = "trust"
+SERVE_WORD = "serve"  # launches although the train/serve check failed (the errors shown)
 
 
 def prefill(run: dict | None) -> tuple[str, str, str]:
@@ -66,8 +70,11 @@ class LaunchDialog(ModalScreen[object]):
         code_dir: str | None = None,
         submitted_as: str | None = None,
         vet: Vetter | None = None,
+        serve: object | None = None,
     ) -> None:
         super().__init__()
+        self.serve = serve  # the target's serving endpoint (serving.Endpoint): what the launch checks against
+        self.serve_errors: tuple[str, ...] = ()  # the check's error lines shown (what "serve" accepts)
         self.vet = vet  # what run.json's prefill needs confirmed (restart_trust.prefill_concerns)
         self.shown_concerns: list[str] = []
         self.submitted_as = (
@@ -100,6 +107,7 @@ class LaunchDialog(ModalScreen[object]):
                 "empty: deploy the bundled trainer)"
             )
             yield Input(code_dir, id="code_dir")
+            yield Label(serve_check_label(self.serve), id="serve_check")
             warn = (
                 Text(
                     f"A trainer (PID {self.live_pid}) is running: a launch into its run dir is refused.",
@@ -172,11 +180,19 @@ class LaunchDialog(ModalScreen[object]):
             if concerns:
                 self._say(_concerns_text(concerns))
                 return
-            self.result = await self.launcher(flags, python=python, code_dir=code_dir, on_status=self._status)
+            self.result = await self.launcher(
+                flags,
+                python=python,
+                code_dir=code_dir,
+                on_status=self._status,
+                serve_accepted=self._serve_accepted(),
+            )
         except Exception as exc:
             self.result = exc
         finally:
             self.busy = False
+        if await self._serve_refused(self.result):
+            return
         ok, text = describe(self.result)
         if ok:  # the screen says what started (the app's callback): nothing is left to do here
             self.dismiss(self.result)
@@ -185,11 +201,51 @@ class LaunchDialog(ModalScreen[object]):
             Text(("✔ " if ok else "✖ ") + text + "   (Esc closes)", style="bold green" if ok else "bold red")
         )
 
+    def _serve_accepted(self) -> tuple[str, ...]:
+        """The check's error lines the operator accepted by typing ``serve`` (those shown, nothing new)."""
+        boxes = self.query("#serve_ok")
+        typed = bool(boxes) and boxes.first(Input).value.strip() == SERVE_WORD
+        return self.serve_errors if typed else ()
+
+    async def _serve_refused(self, result: object) -> bool:
+        """A launch the train/serve check refused: its lines shown, and the field to type ``serve`` in."""
+        check = getattr(result, "serve_check", None)
+        if check is None or getattr(result, "code", None) == Outcome.OK or check.state != "failed":
+            return False
+        self.serve_errors = tuple(check.errors)
+        if not self.query("#serve_ok"):
+            box = Input(placeholder=f"type {SERVE_WORD} to launch anyway", id="serve_ok")
+            await self.query_one(Vertical).mount(box, before="#outcome")
+        t = Text(f"✖ the train/serve check fails: {check.summary}\n", style="bold red")
+        for line in check.errors:
+            t.append(f"  {line}\n", style="red")
+        for line in check.warnings:
+            t.append(f"  {line}\n", style="yellow")
+        t.append(
+            f'Fix the trainer flags or the data, or type "{SERVE_WORD}" above and press Enter to launch '
+            "anyway (docs/serving.md).",
+            style="yellow",
+        )
+        self._say(t)
+        return True
+
     def _status(self, line: str) -> None:
         self._say(Text(f"launching… {line}", style="yellow"))
 
     def _say(self, text: Text) -> None:
         self.query_one("#outcome", Static).update(text)
+
+
+def serve_check_label(serve: object | None) -> str:
+    """What the launch's train/serve check will compare the flags with, or why it is skipped."""
+    if serve is None:
+        return (
+            'train/serve check: skipped: the target names no serving (`serve = "vllm:PORT"` and '
+            "`serve_thinking` in its config entry, or connect --serve)"
+        )
+    thinking = getattr(serve, "thinking", None)
+    how = f"thinking {thinking}" if thinking else "thinking not compared: no serve_thinking"
+    return f"train/serve check before launching: the flags against {serve} ({how})"
 
 
 def _concerns_text(concerns: list[str]) -> Text:

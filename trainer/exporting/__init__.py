@@ -1,6 +1,7 @@
 """Checks a drafter directory (config.json + model.safetensors) against each server loader's rules.
 
-``check_dir(path, servers, target=None) -> {server: [Problem]}`` for ``servers`` among ``SERVERS``
+``check_dir(path, servers, target=None) -> {server: [Problem]}`` (``check_config(config, ...)``: the same on a
+config.json object alone, no weights) for ``servers`` among ``SERVERS``
 (``zlab``: z-lab/dflash's transformers and MLX loaders; ``vllm``; ``sglang``); ``target`` is a
 ``reader.Target`` (``--target``) to compare depth, width, vocabulary and RoPE against; ``serving`` a
 ``train_serve.Serving`` (the target's tokenizer, the data's ``prepare.json``, ``--serve-thinking``) for the
@@ -15,7 +16,7 @@ from __future__ import annotations
 from trainer.exporting import rope, sglang, train_serve, vllm, zlab
 from trainer.exporting.common import dflash_of
 from trainer.exporting.problems import Problem
-from trainer.exporting.reader import Target, read_export
+from trainer.exporting.reader import Export, Target, read_export
 from trainer.exporting.train_serve import Serving
 
 SERVERS = {"zlab": zlab.check, "vllm": vllm.check, "sglang": sglang.check}
@@ -31,7 +32,18 @@ def _train_serve(top: dict, server: str, target: Target | None, serving: Serving
 def check_dir(
     path: str, servers: list[str], target: Target | None = None, serving: Serving | None = None
 ) -> dict[str, list[Problem]]:
-    exp = read_export(path)
+    return _check(read_export(path), servers, target, serving)
+
+
+def check_config(
+    config: dict, servers: list[str], target: Target | None = None, serving: Serving | None = None
+) -> dict[str, list[Problem]]:
+    """``check_dir``'s rules on a config.json object alone (no weights): what a run's flags will export
+    (``trainer.serve_check``)."""
+    return _check(Export("(the run's drafter config)", config), servers, target, serving)
+
+
+def _check(exp: Export, servers: list[str], target: Target | None, serving: Serving | None):
     out = {}
     for name in servers:
         problems = list(exp.problems)

@@ -123,7 +123,9 @@ def _mask(top: dict, dc: dict, target, tok: Tokenizer | None) -> list[Problem]:
         return [error("dflash_config.mask_token_id", f"{mask} is the target's {tok.special[mask]}: {fix}")]
     content, special = tok.added.get(mask, (None, False))
     named_mask = special and (content == tok.mask_token or "mask" in (content or "").lower())
-    if content is not None and not named_mask:
+    if named_mask:
+        return []  # the tokenizer's own mask token (an added token matches before the vocabulary's pieces)
+    if content is not None:
         return [
             error(
                 "dflash_config.mask_token_id",

@@ -52,12 +52,25 @@ def test_config_names_with_their_own_settings_and_readonly():
         ({"host": "h", "container": "200"}, "container must be a int"),
         ({"host": "h", "readonly": 1}, "readonly must be a bool"),
         ({"port": 22}, "needs a host"),
+        ({"host": "h", "serve_thinking": "on"}, "serve_thinking needs serve"),
+        ({"host": "h", "serve": "vllm:8000", "serve_thinking": "yes"}, "serve_thinking 'yes': on or off"),
     ],
 )
 def test_bad_entries_name_the_file_and_the_key(entry, says):
     with pytest.raises(ConfigError, match=says) as e:
         targets_from_config({"targets": {"x": entry}}, "/cfg.toml")
     assert "/cfg.toml: [targets.x]" in str(e.value)
+
+
+def test_serve_thinking_is_the_serving_endpoints_thinking_setting():
+    cfg = {"targets": {"t": {"host": "h", "serve": "sglang:30000", "serve_thinking": "off"}}}
+    (t,) = resolve(["t"], BASE, config=cfg)
+    assert (t.serve.kind, t.serve.port, t.serve.thinking, str(t.serve)) == (
+        "sglang",
+        30000,
+        "off",
+        "sglang:30000",
+    )
 
 
 def test_the_same_run_twice_is_an_error():

@@ -263,3 +263,15 @@ def test_a_dedicated_mask_token_passes(variant, tmp_path):
     other.add_tokens(["<|dflash_slot|>"], special_tokens=True)  # the same token, not the mask token
     got = _mask_errors(path, _target(tmp_path, "unmasked", other))
     assert all(len(m) == 1 and "<|dflash_slot|>" in m[0] for m in got.values()), got
+
+
+def test_the_tokenizers_own_mask_token_passes_when_the_vocabulary_holds_it_too(variant, tmp_path):
+    """trainer.tiny's tokenizer: ``<|mask|>`` is its mask token, a special added token, and a piece of its
+    word-level vocabulary as well (same id): text reaches that id only as the mask token."""
+    from trainer.data.tiny_build import VOCAB_SIZE, build_tokenizer
+
+    tok = build_tokenizer()
+    target = _target(tmp_path, "tiny_tok", tok)
+    assert tok.mask_token_id == VOCAB_SIZE - 1 and tok.mask_token in tok.get_vocab()
+    path = variant("dflash", _set("dflash_config.mask_token_id", tok.mask_token_id))
+    assert _mask_errors(path, target) == {s: [] for s in ALL}
