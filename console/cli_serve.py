@@ -11,13 +11,16 @@ import dataclasses
 
 from console.cli_exit import EXIT_USAGE, err
 from console.core import json_out
+from console.core.check import EXIT
+from console.core.check import UNKNOWN as CHECK_UNKNOWN
 from console.core.config_file import health_config
+from console.core.health import served_shortfall
 from console.core.remote_files import recent_records
 from console.core.serve_watch import ServeError, sample
 from console.core.serving import THINKING, Endpoint, EndpointError, parse_endpoint, served, with_thinking
 
-OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
-LEVEL = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
+OK, UNKNOWN = EXIT["ok"], CHECK_UNKNOWN
+LEVEL = {0: "OK", 1: "WARNING", 2: "CRITICAL", UNKNOWN: "UNKNOWN"}
 
 
 def endpoint_arg(text: str) -> Endpoint:
@@ -115,13 +118,9 @@ def judge(out: dict, drop: float) -> tuple[int, str]:
     text = f"served acceptance {al:.2f} ({out['endpoint']}, {over}, {s['drafts']:.0f} drafts)"
     if not ev:
         return OK, text + "; no evaluation of the run to compare"
-    below = 1 - al / ev["accept_len"] if ev["accept_len"] > 0 else 0.0
+    level, below = served_shortfall(al, ev["accept_len"], drop)
     text += f"; evaluation {ev['accept_len']:.2f} at step {ev['step']}"
-    if below > 2 * drop:
-        return CRITICAL, text + f": {below:.0%} below"
-    if below > drop:
-        return WARNING, text + f": {below:.0%} below"
-    return OK, text
+    return EXIT[level], text + (f": {below:.0%} below" if level != "ok" else "")
 
 
 async def cmd_serve_status(args, make_session) -> int:

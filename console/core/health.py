@@ -612,6 +612,13 @@ def job_time_left(r: RuleInput) -> Iterator[Firing]:
         )
 
 
+def served_shortfall(served_al: float, eval_al: float, drop: float) -> tuple[str, float]:
+    """(level, share below): the one judgement of the screen's alert and ``serve-status``: WARNING when the
+    served acceptance is more than ``drop`` below the evaluation's, CRITICAL when more than twice that."""
+    below = 1 - served_al / eval_al if eval_al > 0 else 0.0
+    return (CRITICAL if below > 2 * drop else WARNING if below > drop else OK), below
+
+
 def served_below_eval(r: RuleInput) -> Iterator[Firing]:
     """The server's acceptance of the drafter it serves is well below what the trainer's own evaluation
     measured: the served drafter is another (an older export), or it is served otherwise than it was trained
@@ -619,14 +626,15 @@ def served_below_eval(r: RuleInput) -> Iterator[Firing]:
     s, f, c = r.f.served, r.f, r.config
     if s is None or s.accept_length is None or s.drafts < c.served_min_drafts or not f.accept_last:
         return
-    if s.accept_length < (1 - c.served_drop) * f.accept_last:
+    level, below = served_shortfall(s.accept_length, f.accept_last, c.served_drop)
+    if level != OK:
         over = "since the server started" if s.lifetime else f"over {fmt_duration(s.window_s)}"
         yield Firing(
             "served_below_eval",
             "served_below_eval",
-            WARNING,
+            level,
             f"served acceptance {s.accept_length:.2f} ({s.endpoint}, {over}) is "
-            f"{1 - s.accept_length / f.accept_last:.0%} below the evaluation's {f.accept_last:.2f} (step "
+            f"{below:.0%} below the evaluation's {f.accept_last:.2f} (step "
             f"{f.accept_step}): is this run's drafter served, and served as trained?",
         )
 

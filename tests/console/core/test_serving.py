@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.cli_serve import CRITICAL, OK, UNKNOWN, WARNING, judge
+from console.cli_serve import OK, UNKNOWN, judge
 from console.core.helper_program.loopback_http import op_http_get
 from console.core.serving import (
     Counters,
@@ -87,6 +87,9 @@ def test_a_trickling_or_huge_answer_is_cut_off():
         op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics", "timeout": 3})
     with MetricsServer(mode="huge") as srv, pytest.raises(ValueError, match="over"):
         op_http_get({"host": "127.0.0.1", "port": srv.port, "path": "/metrics"})
+
+
+WARNING, CRITICAL = 1, 2  # status --check's exit codes
 
 
 def test_serve_status_judges_the_served_figure_against_the_evaluation():

@@ -60,6 +60,7 @@ async def test_the_screen_shows_served_acceptance_and_alerts_when_it_falls_below
             assert (
                 "served acceptance 1.30" in alert.message and "below the evaluation's 3.40" in alert.message
             )
+            assert alert.level == "critical"  # 62% below: past twice the drop, as serve-status judges it
 
 
 def test_serve_status_reads_the_endpoint_through_the_helper_and_exits_as_a_check(host):
