@@ -116,6 +116,8 @@ def _convert(a) -> int:
             raise ReadError("--to needs SRC and OUT")
         if a.data or a.serve_thinking or a.json:
             raise ReadError("--data, --serve-thinking and --json are --check's, not --to's")
+        if a.to == "speculators" and not a.verifier:
+            raise ReadError("--to speculators needs --verifier PATH_OR_NAME (the target vLLM serves it with)")
         target = read_target(a.target) if a.target else None
         src = resolve_drafter_dir(a.dir)
         fmt = convert(src, a.out, a.to, a.verifier, target and target.num_layers)
