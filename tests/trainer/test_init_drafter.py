@@ -99,7 +99,10 @@ def test_init_drafter_warm_starts_from_a_peers_export(tiny_assets, tmp_path, cap
         _, so, se = _run(
             tiny_assets, out, capfd, "--max-steps", "1", "--init-drafter", str(src), "--lr", "1e-30", *flags
         )
-        assert f"drafter weights from {src} ({'zlab' if 'specforge' in name else 'speculators'} layout" in so + se
+        assert (
+            f"drafter weights from {src} ({'zlab' if 'specforge' in name else 'speculators'} layout"
+            in so + se
+        )
         want = load_file(src / "model.safetensors")
         got = load_file(checkpoint.latest(str(out / "checkpoints")) + "/drafter/model.safetensors")
         assert sorted(want) == sorted(got)
@@ -108,6 +111,11 @@ def test_init_drafter_warm_starts_from_a_peers_export(tiny_assets, tmp_path, cap
         assert [r["step"] for r in _steps(out)] == [1]
     # a drafter the flags do not describe: exit 2 naming the field, as for our own exports
     rc, _, se = _run(
-        tiny_assets, tmp_path / "x", capfd, "--init-drafter", str(PEERS / "speculators-0.9.0-dflash2"), check=False
+        tiny_assets,
+        tmp_path / "x",
+        capfd,
+        "--init-drafter",
+        str(PEERS / "speculators-0.9.0-dflash2"),
+        check=False,
     )
     assert rc == 2 and "--init-drafter" in se and "arch" in se

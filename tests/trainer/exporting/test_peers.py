@@ -40,10 +40,20 @@ def test_a_peers_export_reads_as_the_drafter_it_was_built_as(name):
     cfg = config_from_json(ours)
     assert fmt == ("zlab" if name == SPECFORGE else "speculators")
     assert (cfg.num_draft_layers, cfg.block_size, cfg.target_layer_ids, cfg.mask_token_id) == (1, 8, [3], 127)
-    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size) == (64, 4, 2, 128)
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size) == (
+        64,
+        4,
+        2,
+        128,
+    )
     assert cfg.arch == ("dflash2" if name == SPEC2 else "dflash") and cfg.layer_types == ["full_attention"]
     if name == SPEC2:
-        assert (cfg.conv_kernel_size, cfg.conv_group_size, cfg.selector_rank, cfg.selector_top_k) == (2, 16, 8, 4)
+        assert (cfg.conv_kernel_size, cfg.conv_group_size, cfg.selector_rank, cfg.selector_top_k) == (
+            2,
+            16,
+            8,
+            4,
+        )
 
 
 def test_what_our_drafter_cannot_compute_is_refused_with_the_reason(tmp_path):
@@ -53,7 +63,7 @@ def test_what_our_drafter_cannot_compute_is_refused_with_the_reason(tmp_path):
     cases = [
         (lambda c: c.update(sample_from_anchor=True), "predicts from the anchor slot"),
         (lambda c: c.update(draft_vocab_size=64), "a pruned draft vocabulary"),
-        (lambda c: c.update(speculators_model_type="eagle3"), "speculators_model_type \"eagle3\""),
+        (lambda c: c.update(speculators_model_type="eagle3"), 'speculators_model_type "eagle3"'),
         (lambda c: c.update(aux_hidden_state_layer_ids=[0]), "aux_hidden_state_layer_ids is \\[0\\]"),
         (lambda c: c.pop("transformer_layer_config"), "transformer_layer_config is null"),
     ]
@@ -61,7 +71,9 @@ def test_what_our_drafter_cannot_compute_is_refused_with_the_reason(tmp_path):
         with pytest.raises(FormatError, match=said):
             read_config(str(_copy(SPEC1, tmp_path / str(i), edit)), 6)
     with pytest.raises(FormatError, match="SpecForge's Domino"):
-        read_config(str(_copy(SPECFORGE, tmp_path, lambda c: c["dflash_config"].update(projector_type="domino"))))
+        read_config(
+            str(_copy(SPECFORGE, tmp_path, lambda c: c["dflash_config"].update(projector_type="domino")))
+        )
     (tmp_path / "big").mkdir()
     (tmp_path / "big" / "config.json").write_text(" " * (1 << 21))
     with pytest.raises(ReadError, match="more than a config can be"):
@@ -88,9 +100,9 @@ def test_check_reads_speculators_format_as_vllm_loads_it(tmp_path):
     # vLLM's own structure checks, and what the vLLM rules find, named by the speculators key
     edits = {
         "speculators_config.verifier": lambda c: c["speculators_config"].pop("verifier"),
-        "speculators_config.proposal_methods": lambda c: c["speculators_config"]["proposal_methods"][0].update(
-            speculative_tokens=5
-        ),
+        "speculators_config.proposal_methods": lambda c: c["speculators_config"]["proposal_methods"][
+            0
+        ].update(speculative_tokens=5),
         "mask_token_id": lambda c: c.update(mask_token_id=300),
         "transformer_layer_config.num_key_value_heads": lambda c: c["transformer_layer_config"].update(
             num_key_value_heads=3
