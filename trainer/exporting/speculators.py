@@ -8,7 +8,8 @@
   / ``update_dflash2``), which the vLLM rules (``vllm.check``) then read as they read ours. Problems name the
   speculators key (``aux_hidden_state_layer_ids``, ``transformer_layer_config.hidden_size``).
 - **z-lab** and **SGLang** have no reader for it: z-lab's ``DFlashDraftModel.from_pretrained`` parses
-  config.json as a flat ``Qwen3Config`` (the nested sizes unread, no ``dflash_config``); SGLang 0.5.23 has no
+  config.json as a flat ``Qwen3Config`` (dflash 0.1.0 fails: no ``num_target_layers``; the nested sizes
+  unread); SGLang 0.5.23 has no
   ``speculators`` code at all and its ``AutoConfig`` refuses a config.json without ``model_type``. One error
   each, naming the conversion (``python -m trainer.export --to zlab``).
 """
@@ -21,8 +22,9 @@ from trainer.exporting.reader import Export, Target
 
 CONVERT = "convert it: python -m trainer.export --to zlab DIR OUT (the z-lab layout, which all three read)"
 NO_READER = {
-    "zlab": "z-lab's from_pretrained parses config.json as a flat Qwen3Config: the sizes nested in "
-    "transformer_layer_config are not read (it builds the defaults) and there is no dflash_config",
+    "zlab": "z-lab's from_pretrained parses config.json as a flat Qwen3Config: dflash 0.1.0 fails on it "
+    "('Qwen3Config' object has no attribute 'num_target_layers'), the sizes nested in transformer_layer_config "
+    "unread",
     "sglang": "SGLang (0.5.23) has no reader for it: transformers' AutoConfig refuses a config.json without "
     "model_type",
 }
