@@ -10,6 +10,13 @@ config.json (layer count, hidden size, vocabulary, RoPE) and its tokenizer (the 
 ``--data DATA_DIR`` compares the chat template the data was prepared with (its ``prepare.json``) with the
 target's, and ``--serve-thinking on|off`` the data's thinking with the server's. The rules and their
 sources: docs/model.md, "What each server reads" and "Train/serve checks"; the code: trainer/exporting/.
+
+``python -m trainer.export --to speculators|zlab SRC OUT`` writes SRC (a drafter directory, a checkpoint or a
+run directory, in our layout, z-lab's, SpecForge's or speculators') to the new or empty directory OUT in
+speculators' format (``--verifier PATH_OR_NAME``: the target vLLM serves it with; ``vllm serve OUT``) or in
+the z-lab layout (``--target TDIR`` when SRC lacks ``num_target_layers``). Exit 0 written, 2 refused (one
+line saying why; nothing written). The formats: docs/model.md, "Peer formats"; the code:
+trainer/exporting/peers.py and convert.py.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import os
 import sys
 
 from trainer.exporting import SERVERS, check_dir
+from trainer.exporting.convert import FORMATS, convert
+from trainer.exporting.peers import FormatError
 from trainer.exporting.problems import shown
 from trainer.exporting.reader import ReadError, read_target
 from trainer.exporting.report import print_results
@@ -41,14 +50,23 @@ def _servers(text: str) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainer.export", description=__doc__.split("\n\n")[0])
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
         "--check",
-        required=True,
         type=_servers,
         metavar="SERVERS",
         help="comma-separated: zlab, vllm, sglang (or all)",
     )
+    mode.add_argument(
+        "--to", choices=FORMATS, help="write DIR to OUT in speculators' format or the z-lab layout"
+    )
     p.add_argument("dir", metavar="DIR", help="the drafter directory (config.json + model.safetensors)")
+    p.add_argument("out", metavar="OUT", nargs="?", help="--to: the new or empty directory to write")
+    p.add_argument(
+        "--verifier",
+        metavar="PATH_OR_NAME",
+        help="--to speculators: the verifier (target) path or hub name written into speculators_config",
+    )
     p.add_argument(
         "--target", metavar="TDIR", help="the target model directory, to compare against its config"
     )
@@ -80,8 +98,34 @@ def _serving(a) -> Serving | None:
     return Serving(tok, data, tuple(problems), a.serve_thinking)
 
 
+def _convert(a) -> int:
+    """--to: SRC resolved as the evaluator resolves --drafter (a checkpoint's export/, a run's newest)."""
+    from trainer.evaluation.load import EvalError, resolve_drafter_dir
+
+    try:
+        if not a.out:
+            raise ReadError("--to needs SRC and OUT")
+        if a.data or a.serve_thinking or a.json:
+            raise ReadError("--data, --serve-thinking and --json are --check's, not --to's")
+        if a.to == "speculators" and not a.verifier:
+            raise ReadError("--to speculators needs --verifier PATH_OR_NAME (the target vLLM serves it with)")
+        target = read_target(a.target) if a.target else None
+        src = resolve_drafter_dir(a.dir)
+        fmt = convert(src, a.out, a.to, a.verifier, target and target.num_layers)
+    except (ReadError, FormatError, EvalError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {a.out}: {src} ({fmt} layout) in the {a.to} layout")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
+    if a.to:
+        return _convert(a)
+    if a.out or a.verifier:
+        print("error: OUT and --verifier are --to's (--check reads DIR only)", file=sys.stderr)
+        return 2
     try:
         target = read_target(a.target) if a.target else None
         serving = _serving(a)

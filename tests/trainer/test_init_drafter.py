@@ -80,3 +80,42 @@ def test_a_hostile_init_drafter_config_is_one_line_exit_2(tiny_assets, tmp_path,
         assert rc == 2 and "Traceback" not in se, se
         errors = [x for x in se.splitlines() if x.startswith("error:")]
         assert len(errors) == 1 and errors[0].startswith("error: --init-drafter:") and said in errors[0], se
+
+
+PEERS = Path(__file__).resolve().parents[1] / "data" / "peers"
+
+
+def test_init_drafter_warm_starts_from_a_peers_export(tiny_assets, tmp_path, capfd):
+    """Real SpecForge and speculators exports (tests/data/peers/, built for the tiny target): the run starts
+    from their weights (bf16, cast to the fp32 training dtype) and trains; speculators' DFlash 2 with
+    ``--arch dflash2`` and its selector sizes."""
+    runs = {
+        "specforge-0.2.0-dflash": [],
+        "speculators-0.9.0-dflash": [],
+        "speculators-0.9.0-dflash2": ["--arch", "dflash2", "--selector-rank", "8", "--selector-top-k", "4"],
+    }
+    for name, flags in runs.items():
+        src, out = PEERS / name, tmp_path / name
+        _, so, se = _run(
+            tiny_assets, out, capfd, "--max-steps", "1", "--init-drafter", str(src), "--lr", "1e-30", *flags
+        )
+        assert (
+            f"drafter weights from {src} ({'zlab' if 'specforge' in name else 'speculators'} layout"
+            in so + se
+        )
+        want = load_file(src / "model.safetensors")
+        got = load_file(checkpoint.latest(str(out / "checkpoints")) + "/drafter/model.safetensors")
+        assert sorted(want) == sorted(got)
+        # lr 1e-30 moves a weight by < 1e-29 (DFlash 2's identity-initialised zeros move by that much)
+        assert all((want[k].float() - got[k]).abs().max() < 1e-20 for k in want), name
+        assert [r["step"] for r in _steps(out)] == [1]
+    # a drafter the flags do not describe: exit 2 naming the field, as for our own exports
+    rc, _, se = _run(
+        tiny_assets,
+        tmp_path / "x",
+        capfd,
+        "--init-drafter",
+        str(PEERS / "speculators-0.9.0-dflash2"),
+        check=False,
+    )
+    assert rc == 2 and "--init-drafter" in se and "arch" in se

@@ -3,9 +3,11 @@
 ``resolve_drafter_dir(path)`` accepts a drafter directory itself (``config.json`` + ``model.safetensors``: the
 trainer's ``drafter/`` or ``export/``, or a published DFlash drafter), a checkpoint ``step_N/`` (its
 ``export/`` if present, else its ``drafter/``) or a run directory (its newest complete checkpoint).
-``load_drafter_any(dir, device, dtype)`` reads both layouts: ``block_size`` at the top level or inside
+``load_drafter_any(dir, device, dtype)`` reads every layout ``trainer.exporting.peers`` does (ours, z-lab's,
+SpecForge's ``export --to hf``, speculators' DFlash and DFlash 2): ``block_size`` at the top level or inside
 ``dflash_config``; ``num_target_layers`` may be missing (then from the target's config); extra tensors of
-published files that are not weights (``rotary_emb.inv_freq``) are ignored, a missing weight is an error.
+published files that are not weights (``rotary_emb.inv_freq``, speculators' ``t2d``/``d2t``) are ignored, a
+missing weight is an error.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import os
 
 import torch
 
+from trainer.exporting import peers
+from trainer.exporting.reader import ReadError
 from trainer.run import checkpoint
 from trainer.run.fp8_config import read_dir
 
@@ -58,16 +62,15 @@ def load_drafter_any(drafter_dir: str, target_dir: str, device, dtype: torch.dty
 
     from trainer.model import DFlashDrafter, config_from_json
 
-    with open(os.path.join(drafter_dir, "config.json"), encoding="utf-8") as f:
-        d = json.load(f)
-    if "num_target_layers" not in d:
-        d["num_target_layers"] = int(target_text_config(target_dir)["num_hidden_layers"])
-    try:
+    n_target = int(target_text_config(target_dir)["num_hidden_layers"])
+    try:  # ours, z-lab's, SpecForge's or speculators' config.json, bounded (trainer/exporting/peers.py)
+        d, _fmt = peers.read_config(drafter_dir, n_target)
         cfg = config_from_json(d)
-    except (KeyError, ValueError, TypeError) as e:
+    except ReadError as e:
+        raise EvalError(f"--drafter: {e}") from None
+    except (KeyError, ValueError, TypeError) as e:  # FormatError too: a ValueError
         raise EvalError(f"--drafter: {drafter_dir}/config.json: {e}") from None
-    state = load_file(os.path.join(drafter_dir, "model.safetensors"), device="cpu")
-    state = {k.removeprefix("model."): v for k, v in state.items() if not k.endswith("inv_freq")}
+    state = peers.drafter_tensors(load_file(os.path.join(drafter_dir, "model.safetensors"), device="cpu"))
     drafter = DFlashDrafter(cfg)
     missing, unexpected = drafter.load_state_dict(state, strict=False)
     if missing:

@@ -190,30 +190,39 @@ class DrafterBuild:
 
     # -- weights from elsewhere ----------------------------------------------------------------------------
     def _init_from(self, st: DrafterState, path: str) -> None:
-        """--init-drafter: the weights of a drafter directory, cast to the training dtype; nothing else."""
+        """--init-drafter: the weights of a drafter directory, cast to the training dtype; nothing else. Ours,
+        z-lab's, SpecForge's or speculators' (``trainer.exporting.peers``: a missing ``num_target_layers`` is
+        this run's target's)."""
         from safetensors.torch import load_file
 
+        from trainer.exporting import peers
+        from trainer.exporting.reader import ReadError
         from trainer.model import config_from_json
 
         config = os.path.join(path, "config.json")
         try:
-            with open(config, encoding="utf-8") as f:
-                saved = config_from_json(json.load(f)).to_dict()
+            d, fmt = peers.read_config(path, st.cfg.num_target_layers)
+            saved = config_from_json(d).to_dict()
+        except ReadError as e:
+            raise FlagError("--init-drafter", str(e)) from None
         except (
             ValueError,
             KeyError,
             TypeError,
             OverflowError,
             RecursionError,
-        ) as e:  # ConfigError too: a ValueError
+        ) as e:  # ConfigError and FormatError too: ValueErrors
             raise FlagError(
                 "--init-drafter", f"{config}: not a drafter config this trainer builds: {e}"
             ) from None
         check_config(st.cfg, "--init-drafter", path, saved, "pass the flags it was trained with")
-        weights = load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
+        weights = peers.drafter_tensors(
+            load_file(os.path.join(path, "model.safetensors"), device=str(self.device))
+        )
         st.drafter.load_state_dict(weights, strict=True)  # copied into the training dtype's tensors
         self.log(
-            f"drafter weights from {path} ({len(weights)} tensors); fresh optimizer, schedule and data cursor"
+            f"drafter weights from {path} ({fmt} layout, {len(weights)} tensors); fresh optimizer, schedule and "
+            "data cursor"
         )
 
     def _resume(self, st: DrafterState, path: str, after: Background | None) -> None:

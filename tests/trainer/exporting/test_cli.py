@@ -100,3 +100,20 @@ def test_data_and_serve_thinking(exports, tmp_path):
     assert usage.returncode == 2 and "--serve-thinking needs --data" in usage.stderr
     usage = run("--check", "vllm", "--data", tmp_path / "nothing", exports["dflash"])
     assert usage.returncode == 2 and "is not a directory" in usage.stderr
+
+
+def test_to_speculators_writes_a_directory_vllm_serves_and_refuses_bad_usage(exports, tmp_path):
+    ok = run("--to", "speculators", exports["dflash"], tmp_path / "spec", "--verifier", "org/target")
+    assert ok.returncode == 0, ok.stderr
+    assert "(zlab layout) in the speculators layout" in ok.stdout
+    check = run("--check", "vllm", tmp_path / "spec")
+    assert check.returncode == 0 and check.stdout.splitlines()[-1] == "vllm: ok (1 warning)", check.stdout
+    for args, said in (
+        (("--to", "speculators", exports["dflash"], tmp_path / "b"), "needs --verifier"),
+        (("--to", "speculators", exports["dflash"], tmp_path / "spec", "--verifier", "x"), "is not empty"),
+        (("--to", "zlab", exports["dflash"]), "--to needs SRC and OUT"),
+        (("--check", "vllm", exports["dflash"], tmp_path / "c"), "OUT and --verifier are --to's"),
+    ):
+        r = run(*args)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "b").exists()
