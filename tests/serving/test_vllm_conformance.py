@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests.serving.conftest import N_PROMPTS, NEW_TOKENS, K, need_serve_venv, run_vllm, serve_env
+from tests.serving.conftest import N_PROMPTS, NEW_TOKENS, K, need_serve_venv, run_engines, run_vllm, serve_env
 from tests.support.trainer_run import ROOT, env
 
 pytestmark = pytest.mark.e2e
@@ -54,8 +54,9 @@ def evaluated(served_pair) -> dict:
 
 def test_vllm_serves_the_drafter_as_the_evaluator_measures(served_pair, evaluated):
     ps = prompts(served_pair)
-    alone = run_vllm(served_pair, "target", None, ps)
-    spec = run_vllm(served_pair, "dflash", served_pair / "drafter", ps, VLLM_PLUGINS=PLUGIN)
+    # one vLLM process, two engines: the target alone, then target + drafter
+    alone, spec = run_engines(served_pair, "dflash", [None, served_pair / "drafter"], ps,
+                              env_extra={"VLLM_PLUGINS": PLUGIN})  # fmt: skip
     # lossless, and the very tokens the evaluator decoded
     assert spec["outputs"] == alone["outputs"] == evaluated["outputs"]
     assert all(len(o) == NEW_TOKENS for o in spec["outputs"]) and len(spec["outputs"]) == N_PROMPTS
