@@ -24,7 +24,7 @@ SERVE_PY := $(SERVE_VENV)/bin/python
 SERVE_STAMP := $(SERVE_VENV)/.installed
 serve-venv: $(SERVE_STAMP)
 
-$(SERVE_STAMP): pyproject.toml tests/serving/vllm_plugin/pyproject.toml tests/serving/vllm_plugin/dflash_vllm_cpu_fix/__init__.py
+$(SERVE_STAMP): pyproject.toml tests/serving/vllm_plugin/pyproject.toml $(wildcard tests/serving/vllm_plugin/dflash_vllm_cpu_fix/*.py)
 	python3 -m venv $(SERVE_VENV)
 	$(SERVE_PY) -m pip install -q --upgrade pip
 	$(SERVE_PY) -m pip install -q torch==2.13.0

@@ -40,16 +40,27 @@ def serve_env(**extra: str) -> dict[str, str]:
 
 
 def run_vllm(work: Path, name: str, drafter: Path | None, prompts: list[list[int]], **extra: str) -> dict:
-    """Real vLLM, offline engine, greedy: ``{"outputs", "metrics"}`` (tests/serving/vllm_generate.py)."""
+    """Real vLLM, offline engine, greedy, fp32: ``{"outputs", "metrics", "per_prompt"}``
+    (tests/serving/vllm_generate.py)."""
+    return run_engines(work, name, [drafter], prompts, env_extra=extra)[0]
+
+
+def run_engines(work: Path, name: str, engines: list[Path | None | dict], prompts: list[list[int]], *,
+                dtype: str = "float32", one_by_one: bool = False, env_extra: dict | None = None) -> list[dict]:  # fmt: skip
+    """One serve-venv process (vLLM imported once) running one engine after the other: a drafter (None: the
+    target alone) or vllm_generate.py's engine dict each; each engine's ``{"outputs", "metrics",
+    "per_prompt"}`` (or ``{"error"}``)."""
     req = work / f"req-{name}.json"
-    body = {"target": str(work / "target"), "drafter": drafter and str(drafter), "k": K}
-    req.write_text(json.dumps({**body, "prompts": prompts, "max_tokens": NEW_TOKENS}))
-    r = subprocess.run([str(need_serve_venv()), str(GENERATE), str(req)], cwd=work, env=serve_env(**extra),
-                       capture_output=True, text=True, timeout=400)  # fmt: skip
+    body = {"target": str(work / "target"), "k": K, "dtype": dtype, "one_by_one": one_by_one}
+    engines = [e if isinstance(e, dict) else {"drafter": e and str(e)} for e in engines]
+    req.write_text(json.dumps({**body, "engines": engines, "prompts": prompts, "max_tokens": NEW_TOKENS}))
+    r = subprocess.run([str(need_serve_venv()), str(GENERATE), str(req)], cwd=work,
+                       env=serve_env(**(env_extra or {})), capture_output=True, text=True,
+                       timeout=400 * len(engines))  # fmt: skip
     (work / f"vllm-{name}.log").write_text(r.stdout + r.stderr)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     assert r.returncode == 0 and lines, f"vLLM failed ({r.returncode}):\n{r.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :])
+    return json.loads(lines[-1][len("RESULT ") :])["engines"]
 
 
 def evaluate(work: Path) -> dict:

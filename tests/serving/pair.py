@@ -1,9 +1,11 @@
-"""The conformance pair: a tiny dense Qwen3 that vLLM's CPU attention takes (head_dim 32: its kernels take
+"""The conformance pairs: a tiny dense Qwen3 that vLLM's CPU attention takes (head_dim 32: its kernels take
 32..512, the suite's tiny target has 16), its own greedy text as training data (a drafter trained on the
 target's outputs accepts well, so every draft position is exercised), and held-out prompts.
 
-The target is ``trainer.data.tiny_build``'s, with 2 heads of 32 instead of 4 of 16, its projections drawn
-wider, and its tokenizer."""
+The dense target is ``trainer.data.tiny_build``'s, with 2 heads of 32 instead of 4 of 16, its projections
+drawn wider, and its tokenizer. The hybrid one (``build_hybrid_target``) is tiny_build's Qwen3.5 (Gated
+DeltaNet + gated attention, multimodal checkpoint layout) with Gated DeltaNet heads of 32 (vLLM's CPU kernel
+takes value heads of multiples of 32; the suite's has 16); its attention heads are 32 already."""
 
 from __future__ import annotations
 
@@ -32,6 +34,20 @@ def build_target(tiny_target: Path, out: Path) -> None:
         model.get_input_embeddings().weight.normal_(0.0, tiny_build.EMBED_STD)
         model.get_output_embeddings().weight.normal_(0.0, tiny_build.LM_HEAD_STD)
     model.save_pretrained(out)
+    _copy_tokenizer(tiny_target, out)
+
+
+HYBRID_HEADS = {"linear_key_head_dim": 64, "linear_value_head_dim": 64}
+
+
+def build_hybrid_target(tiny_target: Path, out: Path) -> None:
+    from trainer.data import tiny_build
+
+    tiny_build.build_target(str(out), "qwen3_5", 0, **HYBRID_HEADS)
+    _copy_tokenizer(tiny_target, out)
+
+
+def _copy_tokenizer(tiny_target: Path, out: Path) -> None:
     for f in tiny_target.iterdir():
         if f.name.startswith(("tokenizer", "chat_template", "special_tokens")):
             shutil.copy(f, out / f.name)

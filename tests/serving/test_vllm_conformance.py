@@ -18,6 +18,7 @@ from tests.serving.conftest import (
     K,
     need_serve_venv,
     prompts,
+    run_engines,
     run_vllm,
     serve_env,
 )
@@ -38,8 +39,9 @@ def served(metrics: dict) -> tuple[int, float, list[float]]:
 
 def test_vllm_serves_the_drafter_as_the_evaluator_measures(served_pair, evaluated):
     ps = prompts(served_pair)
-    alone = run_vllm(served_pair, "target", None, ps)
-    spec = run_vllm(served_pair, "dflash", served_pair / "drafter", ps, VLLM_PLUGINS=PLUGIN)
+    # one vLLM process, two engines: the target alone, then target + drafter
+    alone, spec = run_engines(served_pair, "dflash", [None, served_pair / "drafter"], ps,
+                              env_extra={"VLLM_PLUGINS": PLUGIN})  # fmt: skip
     # lossless, and the very tokens the evaluator decoded
     assert spec["outputs"] == alone["outputs"] == evaluated["outputs"]
     assert all(len(o) == NEW_TOKENS for o in spec["outputs"]) and len(spec["outputs"]) == N_PROMPTS

@@ -121,8 +121,8 @@ def hybrid_text_config(moe: bool = False) -> dict:
     return d
 
 
-def hybrid_config(moe: bool = False):
-    """A tiny multimodal Qwen3.5 config (text + a one-block vision tower)."""
+def hybrid_config(moe: bool = False, **text: object):
+    """A tiny multimodal Qwen3.5 config (text + a one-block vision tower); ``text`` overrides text fields."""
     from transformers import Qwen3_5Config, Qwen3_5MoeConfig
 
     cls = Qwen3_5MoeConfig if moe else Qwen3_5Config
@@ -140,7 +140,12 @@ def hybrid_config(moe: bool = False):
         "vision_start_token_id": 122,
         "vision_end_token_id": 123,
     }
-    return cls(text_config=hybrid_text_config(moe), vision_config=vision, tie_word_embeddings=False, **ids)
+    return cls(
+        text_config={**hybrid_text_config(moe), **text},
+        vision_config=vision,
+        tie_word_embeddings=False,
+        **ids,
+    )
 
 
 def _add_mtp(target: str, seed: int) -> None:
@@ -161,8 +166,9 @@ def _add_mtp(target: str, seed: int) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
-def build_target(target: str, kind: str = "qwen3", seed: int = 0) -> None:
-    """Write the random target model (safetensors + config.json) of ``kind`` into ``target``."""
+def build_target(target: str, kind: str = "qwen3", seed: int = 0, **text: object) -> None:
+    """Write the random target model (safetensors + config.json) of ``kind`` into ``target``; ``text``
+    overrides a hybrid target's text config fields (e.g. head sizes a server's kernels take)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -175,7 +181,7 @@ def build_target(target: str, kind: str = "qwen3", seed: int = 0) -> None:
         from transformers import Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
 
         cls = Qwen3_5MoeForConditionalGeneration if kind == "qwen3_5_moe" else Qwen3_5ForConditionalGeneration
-        model = cls(hybrid_config(moe=kind == "qwen3_5_moe"))
+        model = cls(hybrid_config(moe=kind == "qwen3_5_moe", **text))
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight") and "visual" not in name:  # zero-centred: 0 = 1x; spread

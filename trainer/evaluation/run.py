@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cpu or cuda:N (default: cuda:0 if there is one, else cpu)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     p.add_argument(
+        "--dtype",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="what target and drafter compute in: auto is bf16 on CUDA, fp32 on the CPU; bf16 on the CPU "
+        "matches a server that runs bf16 there (vLLM's CPU Gated DeltaNet; docs/evaluate.md)",
+    )
+    p.add_argument(
         "--prompt-len", type=int, default=64, help="tokens of a plain-text line used as its prompt"
     )
     p.add_argument("--max-prompt-len", type=int, default=2048, help="longer prompts keep their last N tokens")
@@ -203,7 +210,8 @@ def save_outputs(path: str, outputs: list[tuple[list[int], list[int]]]) -> None:
 
 
 def _device(a):
-    """The evaluation's device (``--device``, else cuda:0 when there is one) and its dtype."""
+    """The evaluation's device (``--device``, else cuda:0 when there is one) and its dtype (``--dtype``:
+    auto is bf16 on CUDA, fp32 on the CPU)."""
     import torch
 
     device = a.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -211,7 +219,9 @@ def _device(a):
         if not torch.cuda.is_available() or int(device[5:]) >= torch.cuda.device_count():
             raise EvalError(f"--device: {device} does not exist on this machine")
         torch.cuda.set_device(device)
-    return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    if a.dtype == "auto":
+        return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    return device, (torch.bfloat16 if a.dtype == "bf16" else torch.float32)
 
 
 @dataclass

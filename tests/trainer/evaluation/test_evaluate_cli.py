@@ -65,3 +65,20 @@ def test_evaluate_json_on_a_published_layout_drafter(tiny_assets, tmp_path):
     bad.write_text('{"input_ids": [1, 2, "x"]}\n')
     r = subprocess.run([*argv[:8], str(bad)], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"{bad}:1: input_ids must be a list of integers" in r.stderr
+
+
+def test_evaluate_in_bf16_on_the_cpu(tiny_assets, tmp_path):
+    """``--dtype bf16``: the CPU evaluation in a server's dtype (vLLM's CPU Gated DeltaNet runs bf16 only);
+    both decoders in bf16, still lossless against the target's own bf16 greedy output."""
+    from tests.support.model_util import saved_random_drafter
+
+    drafter = saved_random_drafter(tiny_assets / "target", tmp_path / "drafter")
+    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", str(tiny_assets / "target"),
+            "--drafter", str(drafter), "--prompts", str(tiny_assets / "data"), "--num-prompts",
+            "2", "--max-new-tokens", "16", "--json", "--dtype", "bf16"]  # fmt: skip
+    r = subprocess.run(argv, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["device"] == "cpu" and rep["dtype"] == "bfloat16" and rep["greedy_match"] is True
+    r = subprocess.run([*argv[:-1], "fp16"], cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--dtype: invalid choice: 'fp16'" in r.stderr

