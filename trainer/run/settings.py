@@ -30,6 +30,7 @@ from trainer.run.flags import (
     check_target,
     devices_of,
     is_hybrid,
+    resolve_labels,
     target_info,
 )
 
@@ -78,7 +79,11 @@ class Settings:
     layer_types: tuple[str, ...] | None  # None: all full attention
     sliding_window: int | None
     gamma: float
-    use_soft_labels: bool
+    labels: (
+        str  # flags.LABELS: data | target-argmax | target-dist (--use-soft-labels resolves to target-dist)
+    )
+    divergence: str | None  # flags.DIVERGENCES under --labels target-dist, else None
+    use_soft_labels: bool  # resolved: the labels are the target's (its final hidden state is captured)
     arch: str
     conv_kernel_size: int | None  # the DFlash 2 fields: None is the published default (or DFlash 1)
     conv_group_size: int | None
@@ -325,6 +330,10 @@ def resolve(given: argparse.Namespace | Settings) -> Settings:
     info = target_info(given.target_model)
     values = dict(vars(given))
     values.update(resolve_drafter(values, info, saved_drafter_config(given)))
+    values["labels"], values["divergence"] = resolve_labels(
+        values.get("labels"), values.get("divergence"), bool(values.get("use_soft_labels"))
+    )
+    values["use_soft_labels"] = values["labels"] != "data"
     settings = Settings(**values)
     check_target(settings, info, cuda=devices.target[0] != "cpu")
     for rule in RULES:
