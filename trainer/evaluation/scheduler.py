@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 
+from trainer.evaluation import best
 from trainer.run.rundir import code_dir
 
 
@@ -39,6 +40,11 @@ class EvalScheduler:
         self.proc: subprocess.Popen | None = None
         self.running: tuple[int, str, str, float] | None = None
         self._lock = threading.Lock()
+        # --keep-best: the best evaluated checkpoint is kept (evaluation/best.py); held copies of a killed run go
+        self.keep_best = None
+        if getattr(args, "keep_best", False):
+            self.keep_best = best.KeepBest(os.path.join(run_dir, "checkpoints"), self.root)
+            best.release_all(self.root)
         writer.listeners.append(self.on_record)
 
     # -- records -----------------------------------------------------------------------------------------
@@ -61,10 +67,20 @@ class EvalScheduler:
                 "eval_failed", step=step, checkpoint=path, message=f"cannot link the drafter: {e}"
             )
             return
+        if self.keep_best is not None:
+            try:
+                best.hold(path, self.root, step)
+            except OSError as e:  # evaluated all the same; kept only where the rotation has not removed it
+                self.log(f"eval: checkpoint {path} not held for --keep-best: {e}")
         with self._lock:
             if self.pending is not None:
                 self.log(f"eval: step {self.pending[0]} skipped (step {step} is newer)")
+                self._release(self.pending[0])
             self.pending = (step, path, linked)
+
+    def _release(self, step: int) -> None:
+        if self.keep_best is not None:
+            best.release(self.root, step)
 
     def _link(self, step: int, path: str) -> str:
         src = os.path.join(path, "export")
@@ -126,7 +142,9 @@ class EvalScheduler:
                 tail = f.read()[-400:].decode("utf-8", "replace").strip()
             self.writer.event("eval_failed", step=step, checkpoint=path, message=f"exit {rc}: {tail}")
             self.log(f"eval: step {step} failed (exit {rc})")
+            self._release(step)
             return
+        extra = self._keep_best(step, path, rep["mean_accept_len"])
         self.writer.write(
             "eval",
             step=step,
@@ -140,11 +158,40 @@ class EvalScheduler:
             temperature=rep["temperature"],
             device=rep["device"],
             seconds=seconds,
+            **extra,
         )
         self.log(f"eval: step {step} accept_len {rep['mean_accept_len']:.3f} ({seconds:.1f} s)")
 
+    def _keep_best(self, step: int, path: str, accept_len) -> dict:
+        """--keep-best: whether checkpoint ``step`` is the best evaluated so far (the eval record's ``best``);
+        a new best is said in a ``best_checkpoint`` event. Its held copy goes either way."""
+        if self.keep_best is None:
+            return {}
+        before = self.keep_best.best
+        try:
+            is_best, why = self.keep_best.consider(step, float(accept_len))
+        except (OSError, TypeError, ValueError) as e:
+            is_best, why = False, f"{type(e).__name__}: {e}"
+        finally:
+            self._release(step)
+        if why is not None:
+            self.writer.event("eval_failed", step=step, checkpoint=path, message=f"--keep-best: {why}")
+        if is_best:
+            self.writer.event(
+                "best_checkpoint",
+                step=step,
+                checkpoint=path,
+                accept_len=accept_len,
+                previous_step=None if before is None else before[1],
+                previous_accept_len=None if before is None else before[0],
+            )
+            self.log(f"eval: step {step} is the best so far (checkpoints/best)")
+        return {"best": is_best}
+
     def cancel(self, why: str) -> None:
         with self._lock:
+            if self.pending is not None:
+                self._release(self.pending[0])
             self.pending = None
             if self.proc is None:
                 return
@@ -156,6 +203,7 @@ class EvalScheduler:
                 self.proc.wait(10)
             step, path, _, _ = self.running
             self.proc, self.running = None, None
+            self._release(step)
         self.writer.event("eval_failed", step=step, checkpoint=path, message=f"cancelled: {why}")
 
     def finish(self, reason: str, should_stop) -> None:

@@ -413,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval-device", default="cpu", help="cpu or cuda:N for the evaluation process")
     g.add_argument("--eval-prompts", type=_positive_int, default=32, help="prompts per evaluation")
     g.add_argument("--eval-new-tokens", type=_positive_int, default=128, help="new tokens per prompt")
+    g.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="keep the checkpoint whose evaluation read the highest acceptance (checkpoints/best), beside the "
+        "--keep-checkpoints newest; needs --eval-every",
+    )
     return p
 
 

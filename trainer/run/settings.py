@@ -109,6 +109,7 @@ class Settings:
     eval_device: str
     eval_prompts: int
     eval_new_tokens: int
+    keep_best: bool
 
     def __post_init__(self) -> None:
         for name in ("target_layer_ids", "layer_types", "report_to"):
@@ -277,6 +278,11 @@ RULES = (
         "--eval-data",
         lambda s: s.eval_every and not os.path.exists(s.eval_data),
         lambda s: f"{s.eval_data!r} does not exist",
+    ),
+    Rule(
+        "--keep-best",
+        lambda s: s.keep_best and not s.eval_every,
+        lambda s: "needs --eval-every (the best checkpoint is the best evaluated one)",
     ),
     Rule(
         "--eval-device",

@@ -1,0 +1,127 @@
+"""The effect of ``--labels`` / ``--divergence`` on real acceptance, at matched steps (issue 56; CPU).
+
+    PYTHONPATH=. python lab/labels_effect.py --out lab/results/labels_effect_cpu   # ~25 min on 1 CPU thread
+
+The dense byte-level Qwen3 target of bench/bench_acceptance.py at its small CPU shape (4 layers, hidden 128),
+trained here on the stdlib corpus (seeded); one drafter per objective (data, target-argmax, target-dist with
+kl, reverse-kl, jsd, tv), each ``python -m trainer.pipeline`` with the same flags, seed, data and steps; each
+evaluated by ``python -m trainer.evaluate`` (greedy, acceptance only) on the same held-out prompts; every
+objective paired with ``data`` over the prompts (``report.paired_ratio``: ratio of mean acceptance, 95%
+bootstrap interval). One process at a time, one thread each. Writes ``results.json`` and the logs to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import acceptance_target  # noqa: E402
+from bench.bench_acceptance import MASK, SEQ, chunks, corpus, heldout_chunks, write_jsonl  # noqa: E402
+from trainer.evaluation.report import paired_ratio  # noqa: E402
+
+OBJECTIVES = {
+    "data": ["--labels", "data"],
+    "target-argmax": ["--labels", "target-argmax"],
+    "kl": ["--labels", "target-dist", "--divergence", "kl"],
+    "reverse-kl": ["--labels", "target-dist", "--divergence", "reverse-kl"],
+    "jsd": ["--labels", "target-dist", "--divergence", "jsd"],
+    "tv": ["--labels", "target-dist", "--divergence", "tv"],
+}
+
+
+def env() -> dict:
+    e = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, e.get("PYTHONPATH")) if p)
+    return e
+
+
+def train(a, work: str, out: str, name: str) -> dict:
+    run = os.path.join(work, f"run_{name}")
+    argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
+            "--data-dir", os.path.join(work, "data"), "--output-dir", run, "--target-gpus", "cpu",
+            "--drafter-gpus", "cpu", "--block-size", "8", "--num-draft-layers", "1", "--max-anchors", "256",
+            "--token-budget", str(a.budget), "--max-seq-len", str(SEQ), "--gamma", "7", "--mask-token-id",
+            str(MASK), "--log-every", "50", "--resume", "none", "--max-steps", str(a.steps), "--epochs", "50",
+            "--lr", "1e-3", "--warmup-ratio", "0.04", "--seed", str(a.seed), "--save-every-minutes", "0",
+            *OBJECTIVES[name]]  # fmt: skip
+    t0 = time.monotonic()
+    with open(os.path.join(out, f"train_{name}.log"), "w") as log:
+        rc = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        st = [r for r in map(json.loads, f) if r.get("kind") == "step"]
+    return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "loss": st[-1]["loss"] if st else None,
+            "accept_len_est": st[-1].get("accept_len_est") if st else None}  # fmt: skip
+
+
+def evaluate(a, work: str, out: str, name: str) -> dict:
+    argv = [sys.executable, "-m", "trainer.evaluate", "--target-model", os.path.join(work, "target"),
+            "--drafter", os.path.join(work, f"run_{name}"), "--prompts", os.path.join(work, "heldout"),
+            "--num-prompts", str(a.prompts), "--max-new-tokens", str(a.new_tokens), "--prompt-len", "128",
+            "--device", "cpu", "--ignore-eos", "--no-baseline", "--json"]  # fmt: skip
+    with open(os.path.join(out, f"eval_{name}.log"), "w") as log:
+        p = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env(), cwd=ROOT, check=False
+        )
+    if p.returncode != 0:
+        return {"rc": p.returncode}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/tmp/labels_effect")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target-steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=200, help="optimizer steps per drafter")
+    ap.add_argument("--budget", type=int, default=4096)
+    ap.add_argument("--chunks", type=int, default=3000)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--only", default=",".join(OBJECTIVES), help="comma-separated objectives")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(a.work, exist_ok=True)
+    res: dict = {"command": sys.argv, "config": vars(a), "drafters": {}, "vs_data": {}}
+
+    def save() -> None:
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump(res, f, indent=1)
+
+    t0 = time.monotonic()
+    tr, held, _ = corpus(None)
+    write_jsonl(os.path.join(a.work, "data", "train.jsonl"), chunks(tr, a.chunks, a.seed))
+    write_jsonl(os.path.join(a.work, "heldout", "prompts.jsonl"), heldout_chunks(held, a.prompts, a.seed))
+    if not os.path.isfile(os.path.join(a.work, "target", "config.json")):
+        dims = acceptance_target.target_dims("small", "qwen3", "d512")
+        sched = {"steps": a.target_steps, "batch": 16, "device": "cpu"}
+        res["target"] = acceptance_target.train_target(
+            dims, sched, tr, chunks(held, 64, a.seed + 1), os.path.join(a.work, "target"), a.seed
+        )
+    res["target_seconds"] = time.monotonic() - t0
+    save()
+    evals = {}
+    for name in a.only.split(","):
+        d = train(a, a.work, a.out, name)
+        e = evaluate(a, a.work, a.out, name)
+        evals[name] = e
+        d.update({k: e.get(k) for k in ("rc", "mean_accept_len", "mean_accept_len_se", "per_position")})
+        res["drafters"][name] = d
+        if name != "data" and "data" in evals and "prompt_steps" in e and "prompt_steps" in evals["data"]:
+            res["vs_data"][name] = paired_ratio(evals["data"], e)
+        print(f"{name}: {json.dumps(d)}", flush=True)
+        save()
+    res["total_seconds"] = time.monotonic() - t0
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
