@@ -1,8 +1,8 @@
 """The effect of ``--labels`` / ``--divergence`` on real acceptance, at matched steps (issue 56; CPU).
 
-    PYTHONPATH=. python lab/labels_effect.py --out lab/results/labels_effect_cpu   # ~25 min on 1 CPU thread
+    PYTHONPATH=. python lab/labels_effect.py --out lab/results/labels_effect_cpu   # ~35 min on a loaded CPU
 
-The dense byte-level Qwen3 target of bench/bench_acceptance.py at its small CPU shape (4 layers, hidden 128),
+The dense byte-level Qwen3 target of bench/bench_acceptance.py at its tiny CPU shape (4 layers, hidden 64),
 trained here on the stdlib corpus (seeded); one drafter per objective (data, target-argmax, target-dist with
 kl, reverse-kl, jsd, tv), each ``python -m trainer.pipeline`` with the same flags, seed, data and steps; each
 evaluated by ``python -m trainer.evaluate`` (greedy, acceptance only) on the same held-out prompts; every
@@ -79,14 +79,18 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/labels_effect")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--target-steps", type=int, default=400)
-    ap.add_argument("--steps", type=int, default=200, help="optimizer steps per drafter")
+    ap.add_argument("--target-size", choices=("tiny", "small"), default="tiny", help="bench's target dims")
+    ap.add_argument("--target-steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=150, help="optimizer steps per drafter")
     ap.add_argument("--budget", type=int, default=4096)
-    ap.add_argument("--chunks", type=int, default=3000)
-    ap.add_argument("--prompts", type=int, default=32)
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--chunks", type=int, default=2000)
+    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--only", default=",".join(OBJECTIVES), help="comma-separated objectives")
     a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # one thread, as the trainer and evaluation processes (env())
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.work, exist_ok=True)
     res: dict = {"command": sys.argv, "config": vars(a), "drafters": {}, "vs_data": {}}
@@ -100,7 +104,7 @@ def main() -> int:
     write_jsonl(os.path.join(a.work, "data", "train.jsonl"), chunks(tr, a.chunks, a.seed))
     write_jsonl(os.path.join(a.work, "heldout", "prompts.jsonl"), heldout_chunks(held, a.prompts, a.seed))
     if not os.path.isfile(os.path.join(a.work, "target", "config.json")):
-        dims = acceptance_target.target_dims("small", "qwen3", "d512")
+        dims = acceptance_target.target_dims(a.target_size, "qwen3", "d512")
         sched = {"steps": a.target_steps, "batch": 16, "device": "cpu"}
         res["target"] = acceptance_target.train_target(
             dims, sched, tr, chunks(held, 64, a.seed + 1), os.path.join(a.work, "target"), a.seed

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-from trainer.evaluation import best
+from trainer.evaluation import best, heldout
 from trainer.run.rundir import code_dir
 
 
@@ -45,7 +45,20 @@ class EvalScheduler:
         if getattr(args, "keep_best", False):
             self.keep_best = best.KeepBest(os.path.join(run_dir, "checkpoints"), self.root)
             best.release_all(self.root)
+        # --eval-data est-holdout: the --est-holdout sequences, written as prompts by a thread (heldout.py)
+        self.prompts = args.eval_data
+        self.prompts_ready: threading.Event | None = None
+        if args.eval_data == heldout.KEYWORD:
+            self.prompts = os.path.join(self.root, heldout.FILE)
+            self.prompts_ready = heldout.write_in_thread(args, self.prompts, self._prompts_failed)
         writer.listeners.append(self.on_record)
+
+    def _prompts_failed(self, message: str) -> None:
+        self.prompts = None
+        self.writer.event(
+            "eval_failed", step=None, checkpoint=None, message=f"--eval-data est-holdout: {message}"
+        )
+        self.log(f"eval: no evaluation: --eval-data est-holdout: {message}")
 
     # -- records -----------------------------------------------------------------------------------------
     def on_record(self, rec: dict) -> None:
@@ -101,6 +114,11 @@ class EvalScheduler:
         with self._lock:
             if self.proc is not None and self.proc.poll() is not None:
                 self._collect()
+            if self.prompts_ready is not None and not self.prompts_ready.is_set():
+                return  # the held-out prompts are still being written: the due checkpoint waits
+            if self.prompts is None and self.pending is not None:  # they could not be: said once
+                self._release(self.pending[0])
+                self.pending = None
             if self.proc is None and self.pending is not None:
                 step, path, linked = self.pending
                 self.pending = None
@@ -111,7 +129,7 @@ class EvalScheduler:
         out_dir = os.path.dirname(linked)
         argv = [
             sys.executable, "-m", "trainer.evaluate", "--target-model", a.target_model, "--drafter", linked,
-            "--prompts", a.eval_data, "--num-prompts", str(a.eval_prompts), "--max-new-tokens",
+            "--prompts", self.prompts, "--num-prompts", str(a.eval_prompts), "--max-new-tokens",
             str(a.eval_new_tokens), "--device", a.eval_device, "--temperature", "0", "--no-baseline", "--json",
             "--parent-pid", str(os.getpid()),
         ]  # fmt: skip

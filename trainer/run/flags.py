@@ -409,7 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="evaluate every N-th saved checkpoint in a separate process (0: never)",
     )
-    g.add_argument("--eval-data", default=None, help="prompts: a JSONL file or directory (held-out data)")
+    g.add_argument(
+        "--eval-data",
+        default=None,
+        help="prompts: a JSONL file or directory (held-out data), or est-holdout: the sequences --est-holdout "
+        "holds out of training",
+    )
     g.add_argument("--eval-device", default="cpu", help="cpu or cuda:N for the evaluation process")
     g.add_argument("--eval-prompts", type=_positive_int, default=32, help="prompts per evaluation")
     g.add_argument("--eval-new-tokens", type=_positive_int, default=128, help="new tokens per prompt")

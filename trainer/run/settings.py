@@ -34,6 +34,7 @@ from trainer.run.flags import (
     target_info,
 )
 
+EST_HOLDOUT = "est-holdout"  # --eval-data's keyword (trainer/evaluation/heldout.py KEYWORD)
 SETTINGS_FLAG = "--settings"  # python -m trainer.worker --settings JSON (the launcher's workers)
 
 
@@ -276,8 +277,15 @@ RULES = (
     ),
     Rule(
         "--eval-data",
-        lambda s: s.eval_every and not os.path.exists(s.eval_data),
+        lambda s: s.eval_every and s.eval_data != EST_HOLDOUT and not os.path.exists(s.eval_data),
         lambda s: f"{s.eval_data!r} does not exist",
+    ),
+    Rule(
+        "--eval-data",
+        lambda s: s.eval_every and s.eval_data == EST_HOLDOUT and not s.est_holdout,
+        lambda s: (
+            f"{EST_HOLDOUT} evaluates on the sequences --est-holdout N holds out of training: give --est-holdout"
+        ),
     ),
     Rule(
         "--keep-best",

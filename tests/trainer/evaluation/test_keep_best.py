@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from tests.support.trainer_run import events, records, run_in_process, tiny_flags
+from trainer.data.dataset import held_out, load_dir
 from trainer.evaluation import best
 from trainer.run import checkpoint
 
@@ -70,14 +72,23 @@ def test_a_link_in_place_of_best_is_not_followed(tmp_path):
 
 
 @pytest.mark.e2e
-def test_the_trainer_keeps_its_best_evaluated_checkpoint(tiny_assets, tmp_path, capfd):
+def test_the_trainer_validates_on_its_held_out_split_and_keeps_its_best_checkpoint(
+    tiny_assets, tmp_path, capfd
+):
+    """--est-holdout 3 --eval-data est-holdout: the evaluations decode from the 3 sequences the run never
+    trains on; --keep-best keeps the best of them past --keep-checkpoints 1."""
     out = tmp_path / "run"
     flags = ("--max-steps", "6", "--seed", "5", "--save-every", "1", "--keep-checkpoints", "1", "--eval-every",
-             "1", "--eval-data", str(tiny_assets / "data"), "--eval-prompts", "2", "--eval-new-tokens", "8",
-             "--keep-best")  # fmt: skip
+             "1", "--est-holdout", "3", "--eval-data", "est-holdout", "--eval-prompts", "2", "--eval-new-tokens",
+             "8", "--keep-best")  # fmt: skip
     assert run_in_process(tiny_flags(tiny_assets, out, *flags)) == 0, capfd.readouterr()
+    ds = load_dir(str(tiny_assets / "data"), 256)
+    want = [ds.tokens[ds.offsets[s] : ds.offsets[s + 1]].tolist() for s in held_out(len(ds), 3, 5)]
+    got = [json.loads(x)["input_ids"] for x in (out / "evals" / "est-holdout.jsonl").read_text().splitlines()]
+    assert got == want  # the plan's held-out sequences (the ones no micro-batch trains on)
     ev = [r for r in records(out) if r["kind"] == "eval"]
     assert ev and all(isinstance(e["best"], bool) and len(e["per_position"]) == 7 for e in ev)
+    assert all(e["prompts"] == 2 for e in ev)
     named = [e for e in events(out) if e["name"] == "best_checkpoint"]
     # a best_checkpoint event exactly where an evaluation beat every earlier one
     running, expect = None, []
@@ -95,6 +106,12 @@ def test_the_trainer_keeps_its_best_evaluated_checkpoint(tiny_assets, tmp_path, 
     assert not list((out / "evals").glob("step_*/checkpoint"))  # no held copy left behind
 
 
-def test_keep_best_needs_eval_every(tiny_assets, tmp_path, capfd):
+def test_keep_best_needs_eval_every_and_est_holdout_prompts_need_est_holdout(tiny_assets, tmp_path, capfd):
     assert run_in_process(tiny_flags(tiny_assets, tmp_path / "run", "--keep-best")) == 2
     assert "--keep-best: needs --eval-every" in capfd.readouterr().err
+    argv = tiny_flags(tiny_assets, tmp_path / "run", "--eval-every", "1", "--eval-data", "est-holdout")
+    assert run_in_process(argv) == 2
+    assert (
+        "--eval-data: est-holdout evaluates on the sequences --est-holdout N holds out"
+        in capfd.readouterr().err
+    )
