@@ -68,11 +68,15 @@ def _through_softmax(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return q * (g - (q * g).sum(-1, keepdim=True))
 
 
-def _divergence(logq, logp, objective):
-    """(value per row, its gradient w.r.t. the drafter's logits) of one divergence (``DIVERGENCES``)."""
-    q, p = logq.exp(), logp.exp()
-    if objective == "kl":
-        return (p * (logp - logq)).sum(-1), q - p
+def _divergence(lf, lse, q, sf, objective):
+    """(value per row, its gradient w.r.t. the drafter's logits) of one divergence (``DIVERGENCES``) between the
+    target's p = softmax(sf) and the drafter's q = softmax(lf) (``lse``: lf's logsumexp, keepdim). No more
+    (rows, V) temporaries than the objective needs: at the 27B vocabulary a 4,096-row chunk's is 4 GB in fp32."""
+    lse_p = torch.logsumexp(sf, dim=-1, keepdim=True)
+    p = torch.exp(sf - lse_p)
+    if objective == "kl":  # sum p (log p - log q) = sum p (sf - lf) + lse - lse_p
+        return (p * (sf - lf)).sum(-1) + (lse - lse_p).squeeze(1), q - p
+    logq, logp = lf - lse, sf - lse_p
     if objective == "reverse-kl":
         d = logq - logp
         value = (q * d).sum(-1)
@@ -91,18 +95,20 @@ def _ce_chunk(logits, labels, w, soft_logits, objective="data"):
     fp64). Compiled on CUDA (one fused pass over the chunk's logits instead of a dozen fp32 ones); the same
     function eagerly elsewhere."""
     lf = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    logq = torch.log_softmax(lf, dim=-1)
+    lse = torch.logsumexp(lf, dim=-1, keepdim=True)
+    q = torch.exp(lf - lse)
     pred = lf.argmax(-1)
     sf = None if soft_logits is None else soft_logits.to(lf.dtype)
     judge = labels if sf is None else sf.argmax(-1)
     if objective in HARD_OBJECTIVES:
         label = labels if objective == "data" else judge
-        value = -logq.gather(1, label.unsqueeze(1)).squeeze(1)
+        value = lse.squeeze(1) - lf.gather(1, label.unsqueeze(1)).squeeze(1)
         onehot = torch.arange(lf.shape[1], device=lf.device).unsqueeze(0) == label.unsqueeze(1)
-        g = logq.exp() - onehot.to(lf.dtype)
+        g = q - onehot.to(lf.dtype)
     else:
-        value, g = _divergence(logq, torch.log_softmax(sf, dim=-1), objective)
-    return (value * w.to(lf.dtype)).sum(), pred, judge, (g * w.to(lf.dtype).unsqueeze(1)).to(logits.dtype)
+        value, g = _divergence(lf, lse, q, sf, objective)
+    wf = w.to(lf.dtype)
+    return (value * wf).sum(), pred, judge, (g * wf.unsqueeze(1)).to(logits.dtype)
 
 
 _COMPILED_CE = None
