@@ -116,7 +116,8 @@ def main() -> int:
         d = train(a, a.work, a.out, name)
         e = evaluate(a, a.work, a.out, name)
         evals[name] = e
-        d.update({k: e.get(k) for k in ("rc", "mean_accept_len", "mean_accept_len_se", "per_position")})
+        d.update({k: e.get(k) for k in ("mean_accept_len", "mean_accept_len_se", "per_position")})
+        d["eval_rc"] = e.get("rc", 0)
         res["drafters"][name] = d
         if name != "data" and "data" in evals and "prompt_steps" in e and "prompt_steps" in evals["data"]:
             res["vs_data"][name] = paired_ratio(evals["data"], e)

@@ -11,6 +11,10 @@ exits, its JSON becomes an ``eval`` record (docs/run-directory.md); a failure an
 ``finish(reason, should_stop)`` at the end of the run: a finished run also evaluates its last checkpoint and
 waits for the evaluations (training is over; a stop signal cancels the wait); any other end cancels the
 running one. The evaluation process exits by itself when the trainer dies (``--parent-pid`` watchdog).
+
+``--keep-best``: each due checkpoint is held (hard links) until its evaluation ends, and the best evaluated one
+is kept and named by ``checkpoints/best`` (evaluation/best.py). ``--eval-data est-holdout``: the prompts are the
+``--est-holdout`` sequences, written by a thread first (evaluation/heldout.py).
 """
 
 from __future__ import annotations
