@@ -1,13 +1,16 @@
 """The effect of ``--labels`` / ``--divergence`` on real acceptance, at matched steps (issue 56; CPU).
 
-    PYTHONPATH=. python lab/labels_effect.py --out lab/results/labels_effect_cpu   # ~35 min on a loaded CPU
+    PYTHONPATH=. python lab/labels_effect.py --out /tmp/le_out                    # ~50 min on a loaded CPU
+    PYTHONPATH=. python lab/labels_effect.py --out /tmp/le_kb --only '' --keep-best-every 25   # keep-best (~10 min)
 
 The dense byte-level Qwen3 target of bench/bench_acceptance.py at its tiny CPU shape (4 layers, hidden 64),
 trained here on the stdlib corpus (seeded); one drafter per objective (data, target-argmax, target-dist with
 kl, reverse-kl, jsd, tv), each ``python -m trainer.pipeline`` with the same flags, seed, data and steps; each
 evaluated by ``python -m trainer.evaluate`` (greedy, acceptance only) on the same held-out prompts; every
 objective paired with ``data`` over the prompts (``report.paired_ratio``: ratio of mean acceptance, 95%
-bootstrap interval). One process at a time, one thread each. Writes ``results.json`` and the logs to ``--out``.
+bootstrap interval). ``--keep-best-every N``: a ``data`` drafter evaluated every N steps with ``--keep-best`` (the
+same target, reused from ``--work``). One process at a time, one thread each. Writes ``results.json`` and the
+logs to ``--out``.
 """
 
 from __future__ import annotations
@@ -42,22 +45,38 @@ def env() -> dict:
     return e
 
 
-def train(a, work: str, out: str, name: str) -> dict:
-    run = os.path.join(work, f"run_{name}")
+def train(a, work: str, out: str, name: str, extra: tuple[str, ...] = (), tag: str = "") -> dict:
+    run = os.path.join(work, f"run_{name}{tag}")
     argv = [sys.executable, "-m", "trainer.pipeline", "--target-model", os.path.join(work, "target"),
             "--data-dir", os.path.join(work, "data"), "--output-dir", run, "--target-gpus", "cpu",
             "--drafter-gpus", "cpu", "--block-size", "8", "--num-draft-layers", "1", "--max-anchors", "256",
             "--token-budget", str(a.budget), "--max-seq-len", str(SEQ), "--gamma", "7", "--mask-token-id",
             str(MASK), "--log-every", "50", "--resume", "none", "--max-steps", str(a.steps), "--epochs", "50",
             "--lr", "1e-3", "--warmup-ratio", "0.04", "--seed", str(a.seed), "--save-every-minutes", "0",
-            *OBJECTIVES[name]]  # fmt: skip
+            *OBJECTIVES[name], *extra]  # fmt: skip
     t0 = time.monotonic()
-    with open(os.path.join(out, f"train_{name}.log"), "w") as log:
+    with open(os.path.join(out, f"train_{name}{tag}.log"), "w") as log:
         rc = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        st = [r for r in map(json.loads, f) if r.get("kind") == "step"]
+        recs = [json.loads(x) for x in f]
+    st = [r for r in recs if r.get("kind") == "step"]
+    evals = [{k: r.get(k) for k in ("step", "accept_len", "accept_len_se", "per_position", "best")}
+             for r in recs if r.get("kind") == "eval"]  # fmt: skip
     return {"rc": rc, "seconds": time.monotonic() - t0, "steps": len(st), "loss": st[-1]["loss"] if st else None,
-            "accept_len_est": st[-1].get("accept_len_est") if st else None}  # fmt: skip
+            "accept_len_est": st[-1].get("accept_len_est") if st else None,
+            **({"evals": evals} if evals else {})}  # fmt: skip
+
+
+def keep_best_run(a, work: str, out: str) -> dict:
+    """One ``data`` drafter evaluated every ``--keep-best-every`` steps on the held-out prompts (``--eval-every
+    1 --keep-best``): its evaluations, the one ``checkpoints/best`` names and the last."""
+    extra = ("--save-every", str(a.keep_best_every), "--keep-checkpoints", "1", "--eval-every", "1",
+             "--eval-data", os.path.join(work, "heldout"), "--eval-prompts", str(a.prompts),
+             "--eval-new-tokens", str(a.new_tokens), "--keep-best")  # fmt: skip
+    d = train(a, work, out, "data", extra, tag="_keep_best")
+    with open(os.path.join(work, "run_data_keep_best", "checkpoints", "best")) as f:
+        d["best_checkpoint"] = f.read().strip()
+    return d
 
 
 def evaluate(a, work: str, out: str, name: str) -> dict:
@@ -86,7 +105,13 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=2000)
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--only", default=",".join(OBJECTIVES), help="comma-separated objectives")
+    ap.add_argument("--only", default=",".join(OBJECTIVES), help="comma-separated objectives ('' for none)")
+    ap.add_argument(
+        "--keep-best-every",
+        type=int,
+        default=0,
+        help="also a --keep-best run evaluated every N steps (0: none)",
+    )
     a = ap.parse_args()
     import torch
 
@@ -112,7 +137,7 @@ def main() -> int:
     res["target_seconds"] = time.monotonic() - t0
     save()
     evals = {}
-    for name in a.only.split(","):
+    for name in [x for x in a.only.split(",") if x]:
         d = train(a, a.work, a.out, name)
         e = evaluate(a, a.work, a.out, name)
         evals[name] = e
@@ -123,6 +148,9 @@ def main() -> int:
             res["vs_data"][name] = paired_ratio(evals["data"], e)
         print(f"{name}: {json.dumps(d)}", flush=True)
         save()
+    if a.keep_best_every:
+        res["keep_best"] = keep_best_run(a, a.work, a.out)
+        print(f"keep-best: {json.dumps(res['keep_best'])}", flush=True)
     res["total_seconds"] = time.monotonic() - t0
     save()
     return 0
