@@ -1,7 +1,7 @@
 """DFlash loss: position-weighted cross-entropy over the vocabulary, computed in chunks.
 
 ``dflash_loss(draft_hidden (B,A,bs,H), head, input_ids (B,T), anchors (B,A), gamma,
-target_final_hidden=None, chunk_tokens=4096, topk=0, n_train=None) -> (loss, metrics)``
+target_final_hidden=None, chunk_tokens=4096, topk=0, n_train=None, objective=None) -> (loss, metrics)``
 
 - ``n_train``: the first ``n_train`` anchor columns are the training blocks; the columns after them are
   *measuring* blocks (the trainer's ``--est-anchors``: one run of consecutive anchors per row, sorted, ``-1``
@@ -17,15 +17,20 @@ target_final_hidden=None, chunk_tokens=4096, topk=0, n_train=None) -> (loss, met
   ``chunk_tokens`` rows at a time by a custom autograd function that also computes the gradient w.r.t. the
   hidden states chunk by chunk in the forward, so neither pass ever holds a ``(N, V)`` tensor for all
   slots; backward is a scale of the stored ``(N, H)`` gradient.
-- Soft labels: with ``target_final_hidden`` (the target's ``last_hidden_state``, already through its final
-  norm, ``(B,T,H)``), the label distribution of slot k is ``softmax(lm_head(target_final_hidden[a + k - 1]))``
-  (the target's next-token distribution at the position before), also chunkwise; CE = ``-sum p log q``.
+- ``objective`` (``OBJECTIVES``; default ``data`` without ``target_final_hidden``, ``kl`` with it): ``data``:
+  CE against the data token; the others need ``target_final_hidden`` (the target's ``last_hidden_state``,
+  already through its final norm, ``(B,T,H)``): slot k's target distribution p is
+  ``softmax(lm_head(target_final_hidden[a + k - 1]))`` (the target's next-token distribution at the position
+  before), also chunkwise; ``target-argmax``: CE against p's argmax; ``kl`` / ``reverse-kl`` / ``jsd`` /
+  ``tv``: that divergence between p and the drafter's q, as speculators 0.9.0 defines it (``_divergence``;
+  ``kl`` is the old soft-label CE ``-sum p log q`` less the target's entropy: the same gradient). The
+  weighted sum replaces CE in ``loss``.
 - Metrics (tensors; no host sync here): ``acc`` ``(bs-1,)`` per position k=1..bs-1 (argmax == input_ids
   token; for real blocks), ``accept_len`` = ``sum_k prod_{i<=k} acc_i`` (the old estimate: it treats
   positions as independent and leaves out the bonus token), ``n_blocks`` (real blocks), ``chain_sum``: the sum
   over real blocks of the consecutive positions after the anchor that a greedy verifier would accept (its
-  choice at a slot is the target's own argmax there when soft labels give the target's logits (the same
-  chunked pass), else the data token); ``1 + chain_sum / n_blocks`` is the mean over uniformly sampled
+  choice at a slot is the target's own argmax there when ``target_final_hidden`` gives the target's logits
+  (the same chunked pass), else the data token); ``1 + chain_sum / n_blocks`` is the mean over uniformly sampled
   anchors (``accept_len_est_uniform``: reads high, easy stretches hold many anchors); ``walk_tokens`` and
   ``walk_steps``: the same chains walked as decoding would (``drafting.acceptance.decode_walk``), whose
   ratio is the estimate ``accept_len_est``.
@@ -49,28 +54,61 @@ from trainer.drafting.acceptance import decode_walk
 from trainer.drafting.compiling import compile_enabled
 from trainer.drafting.head import FrozenHead
 
+# The objectives ``dflash_loss`` trains with (docs/trainer.md "Labels and divergences"): CE against the data
+# token or the target's argmax, or a divergence between the target's distribution p and the drafter's q, each
+# as speculators 0.9.0 defines it (speculators/losses/eager.py): kl = KL(p || q), reverse-kl = KL(q || p),
+# jsd = (KL(p || m) + KL(q || m)) / 2 with m = (p + q) / 2, tv = 1 - sum min(p, q).
+HARD_OBJECTIVES = ("data", "target-argmax")
+DIVERGENCES = ("kl", "reverse-kl", "jsd", "tv")
+OBJECTIVES = HARD_OBJECTIVES + DIVERGENCES
 
-def _ce_chunk(logits, labels, w, soft_logits):
-    """One chunk: (sum_i w_i CE_i, argmax, the target's argmax (the soft labels' mode; the data labels
-    without them), dCE/dlogits * w in the logits' dtype). Compiled on CUDA (one fused pass over the chunk's
-    logits instead of a dozen fp32 ones); the same function eagerly elsewhere."""
-    lf = logits.float()
-    lse = torch.logsumexp(lf, dim=-1)
+
+def _through_softmax(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """d/dlogits of a function of q = softmax(logits) whose gradient w.r.t. q is ``g``: q (g - <q, g>)."""
+    return q * (g - (q * g).sum(-1, keepdim=True))
+
+
+def _divergence(lf, lse, q, sf, objective):
+    """(value per row, its gradient w.r.t. the drafter's logits) of one divergence (``DIVERGENCES``) between the
+    target's p = softmax(sf) and the drafter's q = softmax(lf) (``lse``: lf's logsumexp, keepdim). No more
+    (rows, V) temporaries than the objective needs: at the 27B vocabulary a 4,096-row chunk's is 4 GB in fp32."""
+    lse_p = torch.logsumexp(sf, dim=-1, keepdim=True)
+    p = torch.exp(sf - lse_p)
+    if objective == "kl":  # sum p (log p - log q) = sum p (sf - lf) + lse - lse_p
+        return (p * (sf - lf)).sum(-1) + (lse - lse_p).squeeze(1), q - p
+    logq, logp = lf - lse, sf - lse_p
+    if objective == "reverse-kl":
+        d = logq - logp
+        value = (q * d).sum(-1)
+        return value, q * (d - value.unsqueeze(1))
+    if objective == "jsd":
+        logm = torch.logaddexp(logq, logp) - math.log(2.0)
+        value = 0.5 * ((p * (logp - logm)).sum(-1) + (q * (logq - logm)).sum(-1))
+        return value, _through_softmax(q, 0.5 * (logq - logm))  # the terms through m cancel
+    # tv: 1 - sum min(p, q); d/dq_v = -1 where q_v < p_v (a constant shift of g cancels through the softmax)
+    return 1.0 - torch.minimum(p, q).sum(-1), _through_softmax(q, -(q < p).to(q.dtype))
+
+
+def _ce_chunk(logits, labels, w, soft_logits, objective="data"):
+    """One chunk: (sum_i w_i loss_i, argmax, the judge (the target's argmax when its logits are given, else the
+    data labels), dloss/dlogits * w in the logits' dtype), for one of ``OBJECTIVES``. In fp32 (fp64 inputs stay
+    fp64). Compiled on CUDA (one fused pass over the chunk's logits instead of a dozen fp32 ones); the same
+    function eagerly elsewhere."""
+    lf = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lse = torch.logsumexp(lf, dim=-1, keepdim=True)
+    q = torch.exp(lf - lse)
     pred = lf.argmax(-1)
-    probs = torch.exp(lf - lse.unsqueeze(1))
-    if soft_logits is None:
-        tgt_logit = lf.gather(1, labels.unsqueeze(1)).squeeze(1)
-        ce = lse - tgt_logit
-        onehot = torch.arange(lf.shape[1], device=lf.device).unsqueeze(0) == labels.unsqueeze(1)
-        g = probs - onehot.to(probs.dtype)
-        judge = labels
+    sf = None if soft_logits is None else soft_logits.to(lf.dtype)
+    judge = labels if sf is None else sf.argmax(-1)
+    if objective in HARD_OBJECTIVES:
+        label = labels if objective == "data" else judge
+        value = lse.squeeze(1) - lf.gather(1, label.unsqueeze(1)).squeeze(1)
+        onehot = torch.arange(lf.shape[1], device=lf.device).unsqueeze(0) == label.unsqueeze(1)
+        g = q - onehot.to(lf.dtype)
     else:
-        sf = soft_logits.float()
-        p = torch.softmax(sf, dim=-1)
-        ce = lse - (p * lf).sum(-1)
-        g = probs - p
-        judge = sf.argmax(-1)
-    return (ce * w).sum(), pred, judge, (g * w.unsqueeze(1)).to(logits.dtype)
+        value, g = _divergence(lf, lse, q, sf, objective)
+    wf = w.to(lf.dtype)
+    return (value * wf).sum(), pred, judge, (g * wf.unsqueeze(1)).to(logits.dtype)
 
 
 _COMPILED_CE = None
@@ -86,16 +124,16 @@ def _ce_chunk_fn(device: torch.device):
 
 
 class _ChunkedCE(torch.autograd.Function):
-    """sum_i w_i * CE(lm_head(h_i), label_i) with the gradient computed chunkwise in forward."""
+    """sum_i w_i * loss(lm_head(h_i), label_i) (``OBJECTIVES``) with the gradient computed chunkwise in forward."""
 
     @staticmethod
-    def forward(ctx, h, weight, labels, w, soft_h, chunk, topk):  # noqa: D401
+    def forward(ctx, h, weight, labels, w, soft_h, chunk, topk, objective):  # noqa: D401
         N = h.shape[0]
         top_ids = torch.empty(N, topk, dtype=torch.long, device=h.device)
         top_vals = torch.empty(N, topk, dtype=torch.float32, device=h.device)
         need_grad = ctx.needs_input_grad[0]
         grad_h = torch.empty_like(h) if need_grad else None
-        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        total = torch.zeros((), dtype=torch.promote_types(h.dtype, torch.float32), device=h.device)
         pred = torch.empty(N, dtype=torch.long, device=h.device)
         judge = torch.empty(N, dtype=torch.long, device=h.device)
         ce_chunk = _ce_chunk_fn(h.device)
@@ -103,7 +141,7 @@ class _ChunkedCE(torch.autograd.Function):
             e = min(N, s + chunk)
             logits = h[s:e] @ weight.t()
             soft = None if soft_h is None else soft_h[s:e] @ weight.t()
-            part, pred[s:e], judge[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft)
+            part, pred[s:e], judge[s:e], g = ce_chunk(logits, labels[s:e], w[s:e], soft, objective)
             if topk:  # in the logits' dtype: the same values as fp32 (bf16 -> fp32 is exact), no fp32 copy
                 v, top_ids[s:e] = logits.detach().topk(topk, dim=-1)
                 top_vals[s:e] = v
@@ -118,7 +156,7 @@ class _ChunkedCE(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_total, _grad_pred, _grad_judge, _grad_ids, _grad_vals):
         (grad_h,) = ctx.saved_tensors
-        return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None, None
+        return grad_h * grad_total.to(grad_h.dtype), None, None, None, None, None, None, None
 
 
 def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor:
@@ -141,8 +179,15 @@ def dflash_loss(
     chunk_tokens: int = 4096,
     topk: int = 0,
     n_train: int | None = None,
+    objective: str | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     B, A, bs, H = draft_hidden.shape
+    if objective is None:
+        objective = "data" if target_final_hidden is None else "kl"
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective != "data" and target_final_hidden is None:
+        raise ValueError(f"objective {objective!r} needs target_final_hidden (the target's logits)")
     T = input_ids.shape[1]
     if anchors.shape != (B, A):
         raise ValueError(f"anchors {tuple(anchors.shape)} must be (B, A) = ({B}, {A})")
@@ -174,7 +219,14 @@ def dflash_loss(
         soft_h = soft_h.to(head.lm_head.weight.dtype).detach()
     weight = head.lm_head.weight
     total, pred, judge, top_ids, top_vals = _ChunkedCE.apply(
-        h.to(weight.dtype), weight, labels.reshape(-1), w.reshape(-1).float(), soft_h, chunk_tokens, topk
+        h.to(weight.dtype),
+        weight,
+        labels.reshape(-1),
+        w.reshape(-1).float(),
+        soft_h,
+        chunk_tokens,
+        topk,
+        objective,
     )
     loss = total / w.sum().clamp(min=1e-12)
 

@@ -11,6 +11,10 @@ exits, its JSON becomes an ``eval`` record (docs/run-directory.md); a failure an
 ``finish(reason, should_stop)`` at the end of the run: a finished run also evaluates its last checkpoint and
 waits for the evaluations (training is over; a stop signal cancels the wait); any other end cancels the
 running one. The evaluation process exits by itself when the trainer dies (``--parent-pid`` watchdog).
+
+``--keep-best``: each due checkpoint is held (hard links) until its evaluation ends, and the best evaluated one
+is kept and named by ``checkpoints/best`` (evaluation/best.py). ``--eval-data est-holdout``: the prompts are the
+``--est-holdout`` sequences, written by a thread first (evaluation/heldout.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import sys
 import threading
 import time
 
+from trainer.evaluation import best, heldout
 from trainer.run.rundir import code_dir
 
 
@@ -39,7 +44,25 @@ class EvalScheduler:
         self.proc: subprocess.Popen | None = None
         self.running: tuple[int, str, str, float] | None = None
         self._lock = threading.Lock()
+        # --keep-best: the best evaluated checkpoint is kept (evaluation/best.py); held copies of a killed run go
+        self.keep_best = None
+        if getattr(args, "keep_best", False):
+            self.keep_best = best.KeepBest(os.path.join(run_dir, "checkpoints"), self.root)
+            best.release_all(self.root)
+        # --eval-data est-holdout: the --est-holdout sequences, written as prompts by a thread (heldout.py)
+        self.prompts = args.eval_data
+        self.prompts_ready: threading.Event | None = None
+        if args.eval_data == heldout.KEYWORD:
+            self.prompts = os.path.join(self.root, heldout.FILE)
+            self.prompts_ready = heldout.write_in_thread(args, self.prompts, self._prompts_failed)
         writer.listeners.append(self.on_record)
+
+    def _prompts_failed(self, message: str) -> None:
+        self.prompts = None
+        self.writer.event(
+            "eval_failed", step=None, checkpoint=None, message=f"--eval-data est-holdout: {message}"
+        )
+        self.log(f"eval: no evaluation: --eval-data est-holdout: {message}")
 
     # -- records -----------------------------------------------------------------------------------------
     def on_record(self, rec: dict) -> None:
@@ -61,10 +84,20 @@ class EvalScheduler:
                 "eval_failed", step=step, checkpoint=path, message=f"cannot link the drafter: {e}"
             )
             return
+        if self.keep_best is not None:
+            try:
+                best.hold(path, self.root, step)
+            except OSError as e:  # evaluated all the same; kept only where the rotation has not removed it
+                self.log(f"eval: checkpoint {path} not held for --keep-best: {e}")
         with self._lock:
             if self.pending is not None:
                 self.log(f"eval: step {self.pending[0]} skipped (step {step} is newer)")
+                self._release(self.pending[0])
             self.pending = (step, path, linked)
+
+    def _release(self, step: int) -> None:
+        if self.keep_best is not None:
+            best.release(self.root, step)
 
     def _link(self, step: int, path: str) -> str:
         src = os.path.join(path, "export")
@@ -85,6 +118,11 @@ class EvalScheduler:
         with self._lock:
             if self.proc is not None and self.proc.poll() is not None:
                 self._collect()
+            if self.prompts_ready is not None and not self.prompts_ready.is_set():
+                return  # the held-out prompts are still being written: the due checkpoint waits
+            if self.prompts is None and self.pending is not None:  # they could not be: said once
+                self._release(self.pending[0])
+                self.pending = None
             if self.proc is None and self.pending is not None:
                 step, path, linked = self.pending
                 self.pending = None
@@ -95,7 +133,7 @@ class EvalScheduler:
         out_dir = os.path.dirname(linked)
         argv = [
             sys.executable, "-m", "trainer.evaluate", "--target-model", a.target_model, "--drafter", linked,
-            "--prompts", a.eval_data, "--num-prompts", str(a.eval_prompts), "--max-new-tokens",
+            "--prompts", self.prompts, "--num-prompts", str(a.eval_prompts), "--max-new-tokens",
             str(a.eval_new_tokens), "--device", a.eval_device, "--temperature", "0", "--no-baseline", "--json",
             "--parent-pid", str(os.getpid()),
         ]  # fmt: skip
@@ -126,7 +164,9 @@ class EvalScheduler:
                 tail = f.read()[-400:].decode("utf-8", "replace").strip()
             self.writer.event("eval_failed", step=step, checkpoint=path, message=f"exit {rc}: {tail}")
             self.log(f"eval: step {step} failed (exit {rc})")
+            self._release(step)
             return
+        extra = self._keep_best(step, path, rep["mean_accept_len"])
         self.writer.write(
             "eval",
             step=step,
@@ -140,11 +180,40 @@ class EvalScheduler:
             temperature=rep["temperature"],
             device=rep["device"],
             seconds=seconds,
+            **extra,
         )
         self.log(f"eval: step {step} accept_len {rep['mean_accept_len']:.3f} ({seconds:.1f} s)")
 
+    def _keep_best(self, step: int, path: str, accept_len) -> dict:
+        """--keep-best: whether checkpoint ``step`` is the best evaluated so far (the eval record's ``best``);
+        a new best is said in a ``best_checkpoint`` event. Its held copy goes either way."""
+        if self.keep_best is None:
+            return {}
+        before = self.keep_best.best
+        try:
+            is_best, why = self.keep_best.consider(step, float(accept_len))
+        except (OSError, TypeError, ValueError) as e:
+            is_best, why = False, f"{type(e).__name__}: {e}"
+        finally:
+            self._release(step)
+        if why is not None:
+            self.writer.event("eval_failed", step=step, checkpoint=path, message=f"--keep-best: {why}")
+        if is_best:
+            self.writer.event(
+                "best_checkpoint",
+                step=step,
+                checkpoint=path,
+                accept_len=accept_len,
+                previous_step=None if before is None else before[1],
+                previous_accept_len=None if before is None else before[0],
+            )
+            self.log(f"eval: step {step} is the best so far (checkpoints/best)")
+        return {"best": is_best}
+
     def cancel(self, why: str) -> None:
         with self._lock:
+            if self.pending is not None:
+                self._release(self.pending[0])
             self.pending = None
             if self.proc is None:
                 return
@@ -156,6 +225,7 @@ class EvalScheduler:
                 self.proc.wait(10)
             step, path, _, _ = self.running
             self.proc, self.running = None, None
+            self._release(step)
         self.writer.event("eval_failed", step=step, checkpoint=path, message=f"cancelled: {why}")
 
     def finish(self, reason: str, should_stop) -> None:

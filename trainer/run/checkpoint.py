@@ -42,6 +42,7 @@ STAGES = (
 )
 STEP_RE = re.compile(r"^step_(\d{8,})$")
 MANIFEST = "manifest.json"
+BEST = "best"  # checkpoints/best: the checkpoint the evaluations found best (--keep-best), never pruned
 
 
 def on_stage(stage: str, path: str) -> None:
@@ -281,9 +282,30 @@ def _make_way(ckpt_root: str, final: str) -> str | None:
     return trash
 
 
+def read_pointer(ckpt_root: str, name: str) -> str | None:
+    """The checkpoint folder name a pointer file (``latest``, ``best``) holds: read without following a link
+    (a link in its place reads as none), at most 200 bytes; None where absent or not a step name."""
+    try:
+        fd = os.open(
+            os.path.join(ckpt_root, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        )
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 200).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return text if STEP_RE.match(text) else None
+
+
 def _prune(ckpt_root: str, keep: int, newest: str) -> None:
     if keep <= 0:
         return
     names = [n for n in list_steps(ckpt_root) if n != newest]
+    # listed before ``best`` is read: a checkpoint made best (and restored) after this listing is not in it
+    best = read_pointer(ckpt_root, BEST)
+    names = [n for n in names if n != best]  # the best evaluated one is kept beside the newest ``keep``
     for n in names[: max(0, len(names) - (keep - 1))]:
         shutil.rmtree(os.path.join(ckpt_root, n), ignore_errors=True)

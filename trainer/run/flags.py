@@ -30,6 +30,9 @@ SAVE_EVERY_MINUTES = 15.0
 # (Qwen3-Next) are refused unless every row holds one document.
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 ARCHS = ("dflash", "dflash2")
+# --labels and --divergence (trainer/drafting/loss.py OBJECTIVES: the loss's names for them)
+LABELS = ("data", "target-argmax", "target-dist")
+DIVERGENCES = ("kl", "reverse-kl", "jsd", "tv")
 TOKENIZER_MASK = "the tokenizer's mask token"  # a default: the target tokenizer's mask token id, if any
 
 
@@ -311,7 +314,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--sliding-window", type=_positive_int, default=None)
     g.add_argument("--gamma", type=finite_float, default=7.0, help="loss weight decay over block positions")
-    g.add_argument("--use-soft-labels", action="store_true", help="distil the target's distribution")
+    g.add_argument(
+        "--labels",
+        choices=LABELS,
+        default=None,
+        help="what the drafter learns at each slot: data (the data token; default), target-argmax (the target's "
+        "own greedy choice there) or target-dist (the target's distribution, through --divergence); both "
+        "target ones run the whole target (docs/trainer.md 'Labels and divergences')",
+    )
+    g.add_argument(
+        "--divergence",
+        choices=DIVERGENCES,
+        default=None,
+        help="--labels target-dist's loss: kl (KL(target || drafter), default), reverse-kl, jsd or tv, as "
+        "speculators defines them",
+    )
+    g.add_argument(
+        "--use-soft-labels", action="store_true", help="the same as --labels target-dist (kept for old runs)"
+    )
     g = p.add_argument_group("drafter architecture (docs/model.md)")
     g.add_argument(
         "--arch",
@@ -389,10 +409,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="evaluate every N-th saved checkpoint in a separate process (0: never)",
     )
-    g.add_argument("--eval-data", default=None, help="prompts: a JSONL file or directory (held-out data)")
+    g.add_argument(
+        "--eval-data",
+        default=None,
+        help="prompts: a JSONL file or directory (held-out data), or est-holdout: the sequences --est-holdout "
+        "holds out of training",
+    )
     g.add_argument("--eval-device", default="cpu", help="cpu or cuda:N for the evaluation process")
     g.add_argument("--eval-prompts", type=_positive_int, default=32, help="prompts per evaluation")
     g.add_argument("--eval-new-tokens", type=_positive_int, default=128, help="new tokens per prompt")
+    g.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="keep the checkpoint whose evaluation read the highest acceptance (checkpoints/best), beside the "
+        "--keep-checkpoints newest; needs --eval-every",
+    )
     return p
 
 
@@ -564,6 +595,32 @@ def check_devices(devices: Devices, eval_device: str | None = None) -> None:
         if d.startswith("cuda:") and int(d.split(":")[1]) >= n:
             have = f"indices 0..{n - 1}" if n else "no CUDA device"
             raise FlagError(flag, f"CUDA index {d.split(':')[1]} does not exist (this machine has {have})")
+
+
+def resolve_labels(
+    labels: str | None, divergence: str | None, use_soft_labels: bool
+) -> tuple[str, str | None]:
+    """(``--labels``, ``--divergence``) as resolved: ``--use-soft-labels`` is ``--labels target-dist``; the
+    divergence is ``kl`` by default under target-dist and None otherwise; ``FlagError`` for a contradiction."""
+    if use_soft_labels:
+        if labels not in (None, "target-dist"):
+            raise FlagError(
+                "--use-soft-labels", f"means --labels target-dist; it contradicts --labels {labels}"
+            )
+        labels = "target-dist"
+    labels = labels or "data"
+    if labels != "target-dist":
+        if divergence is not None:
+            raise FlagError("--divergence", f"applies to --labels target-dist only, not --labels {labels}")
+        return labels, None
+    return labels, divergence or "kl"
+
+
+def loss_objective(args) -> str:
+    """The loss's objective (``trainer.drafting.loss.OBJECTIVES``) of resolved settings: the divergence under
+    ``--labels target-dist``, else the labels."""
+    labels = getattr(args, "labels", None) or ("target-dist" if args.use_soft_labels else "data")
+    return (getattr(args, "divergence", None) or "kl") if labels == "target-dist" else labels
 
 
 def dflash2_flags(args) -> dict:

@@ -30,9 +30,11 @@ from trainer.run.flags import (
     check_target,
     devices_of,
     is_hybrid,
+    resolve_labels,
     target_info,
 )
 
+EST_HOLDOUT = "est-holdout"  # --eval-data's keyword (trainer/evaluation/heldout.py KEYWORD)
 SETTINGS_FLAG = "--settings"  # python -m trainer.worker --settings JSON (the launcher's workers)
 
 
@@ -78,7 +80,11 @@ class Settings:
     layer_types: tuple[str, ...] | None  # None: all full attention
     sliding_window: int | None
     gamma: float
-    use_soft_labels: bool
+    labels: (
+        str  # flags.LABELS: data | target-argmax | target-dist (--use-soft-labels resolves to target-dist)
+    )
+    divergence: str | None  # flags.DIVERGENCES under --labels target-dist, else None
+    use_soft_labels: bool  # resolved: the labels are the target's (its final hidden state is captured)
     arch: str
     conv_kernel_size: int | None  # the DFlash 2 fields: None is the published default (or DFlash 1)
     conv_group_size: int | None
@@ -104,6 +110,7 @@ class Settings:
     eval_device: str
     eval_prompts: int
     eval_new_tokens: int
+    keep_best: bool
 
     def __post_init__(self) -> None:
         for name in ("target_layer_ids", "layer_types", "report_to"):
@@ -270,8 +277,20 @@ RULES = (
     ),
     Rule(
         "--eval-data",
-        lambda s: s.eval_every and not os.path.exists(s.eval_data),
+        lambda s: s.eval_every and s.eval_data != EST_HOLDOUT and not os.path.exists(s.eval_data),
         lambda s: f"{s.eval_data!r} does not exist",
+    ),
+    Rule(
+        "--eval-data",
+        lambda s: s.eval_every and s.eval_data == EST_HOLDOUT and not s.est_holdout,
+        lambda s: (
+            f"{EST_HOLDOUT} evaluates on the sequences --est-holdout N holds out of training: give --est-holdout"
+        ),
+    ),
+    Rule(
+        "--keep-best",
+        lambda s: s.keep_best and not s.eval_every,
+        lambda s: "needs --eval-every (the best checkpoint is the best evaluated one)",
     ),
     Rule(
         "--eval-device",
@@ -325,6 +344,10 @@ def resolve(given: argparse.Namespace | Settings) -> Settings:
     info = target_info(given.target_model)
     values = dict(vars(given))
     values.update(resolve_drafter(values, info, saved_drafter_config(given)))
+    values["labels"], values["divergence"] = resolve_labels(
+        values.get("labels"), values.get("divergence"), bool(values.get("use_soft_labels"))
+    )
+    values["use_soft_labels"] = values["labels"] != "data"
     settings = Settings(**values)
     check_target(settings, info, cuda=devices.target[0] != "cpu")
     for rule in RULES:

@@ -15,7 +15,7 @@ import numpy as np
 
 from trainer.data.dataset import Plan, load_dir
 from trainer.run import state_file
-from trainer.run.flags import FlagError
+from trainer.run.flags import FlagError, loss_objective, resolve_labels
 from trainer.run.schedule import noise_at
 from trainer.runtime import compile_cache
 from trainer.runtime.background import Background
@@ -134,6 +134,7 @@ class DrafterBuild:
             est_anchors=a.est_anchors,
             est_holdout=a.est_holdout > 0,
             selector_unary_grad=a.selector_unary_grad,
+            objective=loss_objective(a),
         )
 
     def caches_loaded(self) -> None:
@@ -254,6 +255,7 @@ class DrafterBuild:
             optimizer.load_state_dict(opt_state)
 
         check_plan(self.args, state.get("flags") or {}, path)
+        check_labels(self.args, state.get("flags") or {}, path)
         st.optimizer_load = Background(load_optimizer, "load-optimizer")
         restore_rng(state["rng"], st.generator)
         st.step, st.cursor = int(state["step"]), int(state["cursor"])
@@ -290,6 +292,27 @@ def check_plan(args, saved: dict, path: str) -> None:
             f"micro-batch holds, in which order) would change under its data cursor; resume with {flag} {was}, "
             "or start fresh with --resume none",
         )
+
+
+def _labels_text(labels: str, divergence: str | None) -> str:
+    return f"--labels {labels}" + (f" --divergence {divergence}" if divergence else "")
+
+
+def check_labels(args, saved: dict, path: str) -> None:
+    """Refuse a resume under other labels or another divergence than the checkpoint was trained with (a
+    checkpoint older than ``--labels`` has ``use_soft_labels``: target-dist with kl, else data)."""
+    try:
+        was = resolve_labels(saved.get("labels"), saved.get("divergence"), bool(saved.get("use_soft_labels")))
+    except FlagError:  # not a record this trainer wrote: nothing to compare
+        return
+    now = (args.labels, args.divergence)
+    if was == now:
+        return
+    raise FlagError(
+        "--labels" if was[0] != now[0] else "--divergence",
+        f"checkpoint {path} was trained with {_labels_text(*was)}, not {_labels_text(*now)}: resume with "
+        f"{_labels_text(*was)}, or start fresh with --resume none (--init-drafter {path}/drafter keeps its weights)",
+    )
 
 
 def restore_rng(rng: dict, generator) -> None:

@@ -59,6 +59,8 @@ GRAPH_FLAGS = (
     "layer_types",
     "sliding_window",
     "use_soft_labels",
+    "labels",
+    "divergence",
     "noise_type",
     "target_gpus",
     "drafter_gpus",

@@ -184,7 +184,11 @@ class DrafterRole:
         est_anchors: int = 0,
         est_holdout: bool = False,
         selector_unary_grad: bool = False,
+        objective: str | None = None,
     ):
+        # the loss's objective (drafting.loss.OBJECTIVES; None: kl where the target's final hidden state
+        # comes with the batch, else data)
+        self.objective = objective
         self.drafter, self.head, self.optimizer, self.ddp = drafter, head, optimizer, ddp
         self.anchor_run = (
             anchor_run  # anchors in runs of this many consecutive candidates (masks.sample_anchors)
@@ -271,6 +275,7 @@ class DrafterRole:
                     target_final_hidden=final,
                     topk=selector.top_k if selector is not None else 0,
                     n_train=n_train,
+                    objective=self.objective,
                 )
                 # DFlash 2: its selector's loss, added with weight 1 (drafting.selector), labelled as the loss
                 # judges acceptance: the target's argmax with soft labels, else the data token

@@ -33,8 +33,8 @@ def _naive(draft, head, ids, anchors, gamma, soft_hidden=None):
                 if soft_hidden is None:
                     ce = F.cross_entropy(logits[None], ids[b, a + k][None])
                 else:
-                    p = torch.softmax(head.lm_head(soft_hidden[b, a + k - 1]), -1)
-                    ce = -(p * torch.log_softmax(logits, -1)).sum()
+                    logp = torch.log_softmax(head.lm_head(soft_hidden[b, a + k - 1]), -1)
+                    ce = (logp.exp() * (logp - torch.log_softmax(logits, -1))).sum()  # KL(p || q)
                 num = num + w * ce
                 den += w
     return num / den
