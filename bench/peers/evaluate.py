@@ -4,6 +4,7 @@ this bench are the trainers'), both greedy, fp32 on the CPU, one thread each."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
@@ -15,7 +16,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROMPT = 128
 
 
+def export_dir(drafter: str) -> str:
+    """A drafter directory z-lab's class loads: a peer's export as it is; a run directory of ours: its last
+    checkpoint's ``export/`` (docs/run-directory.md)."""
+    if os.path.isfile(os.path.join(drafter, "config.json")):
+        return drafter
+    steps = sorted(glob.glob(os.path.join(drafter, "checkpoints", "step_*", "export")))
+    if not steps:
+        raise SystemExit(f"{drafter}: no config.json and no checkpoints/step_*/export")
+    return steps[-1]
+
+
 def zlab_argv(work: str, drafter: str, s: dict) -> list[str]:
+    drafter = export_dir(drafter)
     return [install.python("dflash"), os.path.join(os.path.dirname(__file__), "zlab_eval.py"), "--target",
             os.path.join(work, "target"), "--drafter", drafter, "--prompts",
             os.path.join(work, "heldout", "prompts.jsonl"), "--num-prompts", str(s["prompts"]), "--prompt-len",

@@ -8,7 +8,8 @@
 - ``dflash``: z-lab's ``dflash[local]==0.1.0``, the neutral evaluator (``dflash_generate``).
 
 On a machine without a package index (the device machine), ``--wheels DIR`` installs from wheels only
-(``pip download`` them here into DIR: bench/README.md says how) with ``--no-index --find-links DIR``.
+(``pip download`` them here into DIR: bench/README.md says how) with ``--no-index --find-links DIR``, into venvs
+that see the image's own CUDA torch (``--system-site-packages``; no torch wheel is carried).
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ def stamp(name: str) -> str:
 def install(name: str, wheels: str | None = None, log=sys.stderr) -> dict:
     """The peer's venv (made unless its stamp is there); its packages' versions."""
     if not os.path.isfile(stamp(name)):
-        subprocess.run([sys.executable, "-m", "venv", os.path.join(VENVS, name)], check=True)
+        # a device machine: the image's CUDA torch, seen through --system-site-packages, and the wheels carried
+        venv = ["--system-site-packages"] if wheels else []
+        subprocess.run([sys.executable, "-m", "venv", *venv, os.path.join(VENVS, name)], check=True)
         src = ["--no-index", "--find-links", wheels] if wheels else []
         for step in STEPS[name]:
+            step = [x for x in step if not (wheels and x == TORCH)]
+            if not step:
+                continue
             if step[0] == "uninstall":
                 argv = [python(name), "-m", "pip", "uninstall", "-q", "-y", *step[1:]]
             else:
