@@ -61,7 +61,60 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", default="ours_hard,specforge,ours_soft,speculators", help="trainers to run")
     r.add_argument("--wheels", default=None, help="install the peers from this folder of wheels (no index)")
     r.add_argument("--eval-parallel", type=int, default=2)
+    e = sub.add_parser(
+        "evaluate", help="evaluate trained drafters of a run again (or before the others finish)"
+    )
+    e.add_argument("--out", required=True, help="the run's --out (its results.json gives the settings)")
+    e.add_argument("--only", required=True, help="drafters to evaluate, e.g. ours_hard,specforge")
+    e.add_argument("--eval-parallel", type=int, default=2)
+    t = sub.add_parser("report", help="the report and table of a run from its files")
+    t.add_argument("--out", required=True)
     return p
+
+
+def evaluated(out: str) -> dict:
+    """Evaluations made by ``evaluate`` (evals_side.json), by drafter."""
+    path = os.path.join(out, "evals_side.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def evaluate_cmd(a) -> int:
+    """Evaluate the named drafters of a run into ``evals_side.json`` (the run itself rewrites results.json)."""
+    out = os.path.abspath(a.out)
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    s, work = res["settings"], res.get("work") or os.path.join(out, "work")
+    paths = {
+        n: os.path.join(work, f"run_{n}" if n.startswith("ours") else f"export_{n}")
+        for n in a.only.split(",")
+    }
+    side = evaluated(out)
+    side.update(evaluate.evaluate_all(work, out, paths, s, a.eval_parallel))
+    with open(os.path.join(out, "evals_side.json"), "w") as f:
+        json.dump(side, f, indent=1)
+    return report_cmd(a)
+
+
+def report_cmd(a) -> int:
+    """The report and table from results.json, evaluations from ``evaluate`` filling those the run lacks."""
+    out = os.path.abspath(a.out)
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    ev = res.setdefault("eval", {})
+    for n, e in evaluated(out).items():
+        if not all("prompt_steps" in (ev.get(n, {}).get(k) or {}) for k in ("zlab", "ours")):
+            ev[n] = e
+    res["report"] = report.build(res)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    table = report.table(res)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    return 0
 
 
 def settle(a) -> dict:
@@ -85,7 +138,7 @@ def run(a) -> int:
     out = os.path.abspath(a.out)
     work = os.path.abspath(a.work or os.path.join(out, "work"))
     os.makedirs(work, exist_ok=True)
-    res: dict = {"settings": s, "command": sys.argv, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    res: dict = {"settings": s, "work": work, "command": sys.argv, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "machine": {"cpus": os.cpu_count(), "load_avg_start": list(os.getloadavg())}}  # fmt: skip
     path = os.path.join(out, "results.json")
 
@@ -166,7 +219,7 @@ def train_one(name: str, work: str, out: str, s: dict, res: dict) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    return run(a)
+    return {"run": run, "evaluate": evaluate_cmd, "report": report_cmd}[a.cmd](a)
 
 
 if __name__ == "__main__":
