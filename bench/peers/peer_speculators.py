@@ -2,7 +2,8 @@
 ``speculators train`` in its venv, forced onto the CPU by ``speculators_launch.py`` (its patches), then its
 checkpoint read into z-lab's layout (``speculators_convert.py``) for both evaluators.
 
-Matched to ours with soft labels: ``--loss-fn kl_div`` (forward KL to the verifier's distribution, which it
+Matched to ours with soft labels: every draft layer full attention, bidirectional within its block
+(``--full-attention-indices``: its DFlash default is sliding-window layers, causal within the block); ``--loss-fn kl_div`` (forward KL to the verifier's distribution, which it
 computes from the verifier's last hidden state and lm_head, as ours does with ``--use-soft-labels``), 2 draft
 layers, block 8, the same target layers (its ids = z-lab's + 1), mask token, ``fixed-exp-decay`` position weights
 with gamma 7 (its DFlash default is D-PACE), the same anchors a packed step (``--max-anchors``, sequences packed
@@ -24,6 +25,7 @@ def argv(work: str, s: dict) -> list[str]:
         "--data-path", os.path.join(work, "features_speculators"), "--save-path", os.path.join(work, "run_speculators"),
         "--num-layers", str(s["layers"]), "--block-size", str(s["block"]), "--mask-token-id", str(s["mask"]),
         "--target-layer-ids", *[str(i + 1) for i in s["layer_ids"]],
+        "--full-attention-indices", *[str(i) for i in range(s["layers"])],
         "--draft-attn-impl", "simple_flex_attention" if gpu else "sdpa",
         "--loss-implementation", "fused" if gpu else "eager", "--loss-fn", "kl_div",
         "--hidden-states-dtype", "bfloat16" if gpu else "float32",
