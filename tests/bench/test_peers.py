@@ -125,3 +125,55 @@ def test_the_report_pairs_ours_with_each_peer_on_both_evaluators():
 def test_the_run_refuses_settings_it_cannot_match(argv):
     with pytest.raises(SystemExit):
         peers_main.settle(peers_main.build_parser().parse_args(["run", "--out", "x", *argv]))
+
+
+def _settings(*argv: str) -> dict:
+    return peers_main.settle(peers_main.build_parser().parse_args(["run", "--out", "x", *argv]))
+
+
+def test_speculators_runs_dflash_1s_attention_and_enough_epochs_for_its_steps():
+    from bench.peers import peer_speculators
+
+    s = _settings("--steps", "2000", "--tokens", "1024", "--chunks", "600")
+    argv = peer_speculators.argv("/w", s)
+
+    def after(flag: str, n: int) -> list[str]:
+        i = argv.index(flag)
+        return argv[i + 1 : i + 1 + n]
+
+    # every layer full attention (its default: sliding windows, causal inside the block), its ids = z-lab's + 1
+    assert after("--full-attention-indices", 2) == ["0", "1"]
+    assert after("--target-layer-ids", 2) == [str(i + 1) for i in s["layer_ids"]]
+    # it caps each epoch at --max-steps but runs every epoch asked for: as many as the steps need, not 1000
+    per_epoch = int(600 * 0.999) * 512 // 1024
+    assert (peer_speculators.epochs(s) - 1) * per_epoch >= 2000 > (peer_speculators.epochs(s) - 2) * per_epoch
+
+
+def test_zlab_reads_ours_from_the_runs_last_export(tmp_path):
+    from bench.peers import evaluate
+
+    for step in ("step_00000010", "step_00000020"):
+        (tmp_path / "checkpoints" / step / "export").mkdir(parents=True)
+    assert evaluate.export_dir(str(tmp_path)).endswith("step_00000020/export")
+    (tmp_path / "config.json").write_text("{}")  # a peer's export: read as it is
+    assert evaluate.export_dir(str(tmp_path)) == str(tmp_path)
+
+
+def test_report_fills_a_runs_missing_evaluations_from_the_side_ones(tmp_path):
+    s = _settings("--steps", "10")
+    run = {
+        "rc": 0,
+        "seconds": 10.0,
+        "peak_rss_mb": 1.0,
+        "load_avg_start": [1, 1, 1],
+        "load_avg_end": [1, 1, 1],
+    }
+    res = {"settings": s, "train": {"ours_hard": dict(run), "specforge": dict(run)}, "eval": {}}
+    (tmp_path / "results.json").write_text(json.dumps(res))
+    side = {n: {"zlab": _eval(m, [10, 10]), "ours": _eval(m, [10, 10])}
+            for n, m in (("ours_hard", [2.0, 3.0]), ("specforge", [2.0, 2.0]))}  # fmt: skip
+    (tmp_path / "evals_side.json").write_text(json.dumps(side))
+    assert peers_main.main(["report", "--out", str(tmp_path)]) == 0
+    rep = json.loads((tmp_path / "results.json").read_text())["report"]
+    assert rep["ours_hard_over_specforge_ours"]["ratio"] == pytest.approx(1.25)
+    assert "1.250 [" in (tmp_path / "table.md").read_text()
