@@ -165,6 +165,12 @@ def _check_zlab(top: dict) -> dict:
             f"dflash_config.projector_type {shown(dc['projector_type'])}: another drafter's head (SpecForge's "
             "Domino / DSpark), not DFlash's"
         )
+    if "sliding_attention" in (top.get("layer_types") or []) and "is_causal" not in top:
+        raise FormatError(
+            "sliding layers and no is_causal: z-lab's class runs sliding layers causal within the block (a "
+            "speculators DFlash default, rewritten); this trainer's see the whole block. Add is_causal: false "
+            "only if the drafter was trained that way"
+        )
     return top
 
 

@@ -74,6 +74,12 @@ def test_what_our_drafter_cannot_compute_is_refused_with_the_reason(tmp_path):
         read_config(
             str(_copy(SPECFORGE, tmp_path, lambda c: c["dflash_config"].update(projector_type="domino")))
         )
+    # the same layers rewritten in z-lab's layout, no is_causal: z-lab's class runs them causal
+    sliding = lambda c: c.update(
+        layer_types=["sliding_attention"] * c["num_hidden_layers"], sliding_window=64
+    )  # noqa: E731
+    with pytest.raises(FormatError, match="sliding layers and no is_causal"):
+        read_config(str(_copy(SPECFORGE, tmp_path / "zlab-sliding", sliding)))
     (tmp_path / "big").mkdir()
     (tmp_path / "big" / "config.json").write_text(" " * (1 << 21))
     with pytest.raises(ReadError, match="more than a config can be"):
