@@ -74,10 +74,11 @@ def test_what_our_drafter_cannot_compute_is_refused_with_the_reason(tmp_path):
         read_config(
             str(_copy(SPECFORGE, tmp_path, lambda c: c["dflash_config"].update(projector_type="domino")))
         )
+
     # the same layers rewritten in z-lab's layout, no is_causal: z-lab's class runs them causal
-    sliding = lambda c: c.update(
-        layer_types=["sliding_attention"] * c["num_hidden_layers"], sliding_window=64
-    )  # noqa: E731
+    def sliding(c):
+        c.update(layer_types=["sliding_attention"] * c["num_hidden_layers"], sliding_window=64)
+
     with pytest.raises(FormatError, match="sliding layers and no is_causal"):
         read_config(str(_copy(SPECFORGE, tmp_path / "zlab-sliding", sliding)))
     (tmp_path / "big").mkdir()
