@@ -58,7 +58,8 @@ def test_dflash2_trains_stops_and_resumes_exactly(tiny_assets, tmp_path, capfd):
     # run's checkpoints)
     arch_dir = tmp_path / "arch"
     shutil.copytree(cut_dir / "checkpoints", arch_dir / "checkpoints")
-    plan = ("--seed", "3")  # the data plan's flags stay (a resume under another plan is refused)
+    # the data plan's and the labels' flags stay (a resume under another plan or other labels is refused)
+    plan = ("--seed", "3", "--use-soft-labels")
     capfd.readouterr()
     rc = run_in_process(
         tiny_flags(tiny_assets, arch_dir, *plan, "--max-steps", str(N + 2), "--arch", "dflash")
