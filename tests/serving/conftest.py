@@ -98,14 +98,20 @@ def served_pair(serve_python, tiny_assets, tmp_path_factory) -> Path:
     with open(work / "prompts.jsonl", "w") as f:
         for p in pair.prompts(data, N_PROMPTS):
             f.write(json.dumps({"input_ids": p}) + "\n")
+    shutil.copytree(train_drafter(tiny_assets, work, timeout=300), work / "drafter")
+    return work
+
+
+def train_drafter(tiny_assets: Path, work: Path, timeout: float) -> Path:
+    """The pairs' drafter: 3 layers, 3 epochs, seed 0, trained by ``trainer.pipeline`` on ``work/target`` and
+    ``work/data`` into ``work/run``; its export's path."""
     flags = tiny_flags(tiny_assets, work / "run", "--num-draft-layers", "3", "--epochs", "3", "--seed", "0")
     flags[1], flags[3] = str(work / "target"), str(work / "data")
     r = subprocess.run([sys.executable, "-m", "trainer.pipeline", *flags], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+                       capture_output=True, text=True, timeout=timeout)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (export,) = (work / "run" / "checkpoints").glob("step_*/export")
-    shutil.copytree(export, work / "drafter")
-    return work
+    return export
 
 
 @pytest.fixture(scope="module")

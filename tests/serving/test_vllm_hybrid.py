@@ -17,9 +17,9 @@ import textwrap
 import pytest
 
 from tests.serving import pair
-from tests.serving.conftest import NEW_TOKENS, K, need_serve_venv, run_engines, serve_env
+from tests.serving.conftest import NEW_TOKENS, K, need_serve_venv, run_engines, serve_env, train_drafter
 from tests.serving.test_vllm_conformance import served
-from tests.support.trainer_run import ROOT, env, tiny_flags
+from tests.support.trainer_run import ROOT, env
 from trainer.evaluation.divergence import NEAR_TIE, first_difference
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # the fixture: two engines, a training run
@@ -69,13 +69,7 @@ def hybrid(serve_python, tiny_assets, tmp_path_factory) -> dict:
     plugins = {"VLLM_PLUGINS": PLUGINS}
     (alone,) = run_engines(work, "target", [None], held_out + train, dtype="bfloat16", env_extra=plugins)
     _write_data(alone["outputs"][N_PROMPTS:], train, work / "data")  # the served target's own text
-    flags = tiny_flags(tiny_assets, work / "run", "--num-draft-layers", "3", "--epochs", "3", "--seed", "0")
-    flags[1], flags[3] = str(work / "target"), str(work / "data")
-    r = subprocess.run([sys.executable, "-m", "trainer.pipeline", *flags], cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    (export,) = (work / "run" / "checkpoints").glob("step_*/export")
-    export.rename(work / "drafter")
+    train_drafter(tiny_assets, work, timeout=600).rename(work / "drafter")
     drafter = str(work / "drafter")
     spec, cached = run_engines(work, "dflash", [{"drafter": drafter, "prefix_caching": False},
                                                 {"drafter": drafter, "expect_error": True}],
